@@ -1,0 +1,112 @@
+"""Parsing of agent replies: JSON tool calls and per-env text grammars.
+
+Every env accepts `{"tool": name, "arguments": {...}}` (also the OpenAI shape
+`{"name": ..., "arguments": "<json string>"}`), validated against the env's tool schemas with
+jsonschema. Anything else goes to the env's own text grammar. Problems raise `ActionError`,
+whose message is shown to the agent; they never escape `step()`.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+
+class ActionError(ValueError):
+    """A malformed or illegal action; the message tells the agent what was wrong."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+def tool_schema(name: str, description: str, properties: dict, required: list[str] | None = None) -> dict:
+    """An OpenAI function-calling tool description."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": list(properties) if required is None else required,
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+def extract_json(text: str) -> Any | None:
+    """The first JSON object in `text` (bare, fenced in ``` or embedded in prose), else None."""
+    stripped = text.strip()
+    candidates = [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]
+    for cand in candidates:
+        if cand.startswith(("{", "[")):
+            try:
+                return json.loads(cand)
+            except (json.JSONDecodeError, RecursionError):
+                pass
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            obj, _ = decoder.raw_decode(text, match.start())
+            return obj
+        except (json.JSONDecodeError, RecursionError):
+            continue
+    return None
+
+
+def as_tool_call(obj: Any) -> ToolCall | None:
+    """Interpret a decoded JSON value as a tool call, or None if it is not shaped like one."""
+    if not isinstance(obj, dict):
+        return None
+    if "function" in obj and isinstance(obj["function"], dict):  # OpenAI tool_call object
+        obj = obj["function"]
+    name = obj.get("tool", obj.get("name"))
+    if not isinstance(name, str) or ("arguments" not in obj and "tool" not in obj):
+        return None
+    args = obj.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ActionError(f"tool call {name!r}: arguments are not valid JSON ({exc.msg})") from None
+    if not isinstance(args, dict):
+        raise ActionError(f"tool call {name!r}: arguments must be a JSON object")
+    return ToolCall(name, args)
+
+
+def validate_call(call: ToolCall, tools: list[dict]) -> ToolCall:
+    """Check a call against the tool schemas; raise ActionError naming the legal tools."""
+    by_name = {t["function"]["name"]: t["function"] for t in tools}
+    if call.tool not in by_name:
+        raise ActionError(f"unknown tool {call.tool!r}; available tools: {', '.join(sorted(by_name))}")
+    try:
+        jsonschema.validate(call.arguments, by_name[call.tool]["parameters"])
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
+        raise ActionError(f"tool {call.tool!r}: {where}: {exc.message}") from None
+    return call
+
+
+def parse_prefixed(text: str, commands: dict[str, tuple[str, str | None]]) -> ToolCall | None:
+    """Text grammar `PREFIX: rest` -> ToolCall(tool, {arg: rest}); case-insensitive prefix.
+
+    `commands` maps a prefix (e.g. "QUERY") to (tool name, argument name or None).
+    """
+    stripped = text.strip()
+    for prefix, (tool, arg) in commands.items():
+        m = re.match(rf"{re.escape(prefix)}\b\s*:?\s*(.*)\Z", stripped, re.IGNORECASE | re.DOTALL)
+        if m:
+            rest = m.group(1).strip()
+            return ToolCall(tool, {arg: rest} if arg else {})
+    return None

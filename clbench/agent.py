@@ -1,0 +1,110 @@
+"""The one agent interface the runner uses for every agent, scripted or LLM.
+
+    agent.begin_instance(observation, info)
+    while not done: action = agent.act(observation, info); observation, ... = env.step(action)
+    agent.end_instance(reward, info)
+
+A stateful rollout keeps one agent object for the whole schedule; the stateless pass builds a
+fresh agent for every instance. Agents that can be resumed implement `state_dict` /
+`load_state_dict`. Agents that call models report usage through `pop_usage()`.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from clbench.env import SpecCard
+
+
+@dataclass
+class Usage:
+    """Tokens and cost of the model calls an agent made (cost None when the price is unknown)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: "Usage") -> None:
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cached_tokens += other.cached_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+        if other.cost is not None:
+            self.cost = (self.cost or 0.0) + other.cost
+        self.errors.extend(other.errors)
+
+    def tokens(self) -> dict[str, int]:
+        return {"prompt": self.prompt_tokens, "completion": self.completion_tokens,
+                "cached": self.cached_tokens, "reasoning": self.reasoning_tokens}
+
+
+class Agent:
+    """Base agent. Subclasses implement `act`; the other hooks are optional."""
+
+    name = "agent"
+    #: privileged agents (oracles) receive the env's latent structure as `latent`
+    privileged = False
+
+    def __init__(self, card: SpecCard, seed: int = 0, latent: Any = None, **kwargs):
+        if kwargs:
+            raise TypeError(f"{type(self).__name__} got unknown options: {sorted(kwargs)}")
+        self.card = card
+        self.seed = seed
+        self.latent = latent
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        """A new instance starts."""
+
+    def act(self, observation: str, info: dict) -> str:
+        raise NotImplementedError
+
+    def end_instance(self, reward: float, info: dict) -> None:
+        """The instance ended with `reward` (info holds raw_metric, solved, ...)."""
+
+    def pop_usage(self) -> Usage | None:
+        """Model usage since the last call (None for agents that call no model)."""
+        return None
+
+    def state_dict(self) -> dict | None:
+        """JSON-serialisable state for resuming a stateful rollout, or None if unsupported."""
+        return None
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot be resumed")
+
+    def memory_event(self, event: str, **params) -> None:
+        """Lifecycle shocks (flush, recompact, partial-reset) for agents with memory."""
+        raise NotImplementedError(f"{type(self).__name__} does not support memory event {event!r}")
+
+
+#: agents available for every env, by name -> "module:Class"
+GENERIC_AGENTS = {
+    "random": "clbench.agents.random_agent:RandomAgent",
+    "llm": "clbench.agents.llm:LLMAgent",
+}
+
+
+def load_object(path: str):
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def agent_names(env) -> list[str]:
+    return sorted(set(GENERIC_AGENTS) | set(type(env.unwrapped).agents))
+
+
+def make_agent(name: str, env, seed: int = 0, **kwargs) -> Agent:
+    """Build agent `name` for `env` (a gym env or its unwrapped clbench env)."""
+    base = env.unwrapped
+    table = {**GENERIC_AGENTS, **type(base).agents}
+    if name not in table and ":" not in name:
+        raise ValueError(f"unknown agent {name!r} for {base.env_id}; available: {', '.join(sorted(table))}")
+    cls = load_object(table.get(name, name))
+    latent = base.latent() if getattr(cls, "privileged", False) else None
+    return cls(base.spec_card, seed=seed, latent=latent, **kwargs)

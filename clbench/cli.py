@@ -1,0 +1,44 @@
+"""The `clbench` command line. Subcommands live in clbench/commands/, one module each, and are
+discovered automatically: a module exposes `register(subparsers)`."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+import warnings
+
+from gymnasium import error as gym_error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import clbench
+    import clbench.commands
+
+    parser = argparse.ArgumentParser(prog="clbench", description="Stateful benchmark environments for agents that learn.")
+    parser.add_argument("--version", action="version", version=f"clbench {clbench.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in sorted(pkgutil.iter_modules(clbench.commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"clbench.commands.{mod.name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.simplefilter("default")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, RuntimeError, KeyError, gym_error.Error) as exc:
+        print(f"clbench {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

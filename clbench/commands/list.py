@@ -1,0 +1,34 @@
+"""`clbench list`: every env with its instances, variants, r_max and r_reference, and the agents."""
+from __future__ import annotations
+
+
+def cmd_list(args) -> int:
+    import gymnasium as gym
+
+    from clbench.agent import agent_names
+    from clbench.registry import clbench_env_ids
+    from clbench.summary import markdown_table
+
+    rows = []
+    for env_id in clbench_env_ids():
+        try:
+            env = gym.make(env_id).unwrapped if args.full else None
+        except Exception as exc:  # an env whose data cannot be built still gets listed
+            rows.append([env_id, "?", "?", "?", "?", f"unavailable: {exc}"])
+            continue
+        if env is None:
+            cls = gym.registry[env_id].entry_point
+            rows.append([env_id, "", "", "", "", str(cls)])
+            continue
+        variants = ", ".join(f"{v['name']}({v['instances']})" for v in env.schedule.describe())
+        rows.append([env_id, str(len(env.schedule)), variants, f"{env.r_max:.4g}", f"{env.r_reference:.4g}",
+                     ", ".join(agent_names(env))])
+        env.close()
+    print(markdown_table(["env", "instances", "variants", "r_max", "r_reference", "agents"], rows))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", help="list envs (instances, variants, r_max, r_reference) and their agents")
+    p.add_argument("--ids-only", dest="full", action="store_false", help="only env ids (no data is built)")
+    p.set_defaults(func=cmd_list)

@@ -1,0 +1,79 @@
+"""`clbench rollout`: evaluate one agent on one env, stateful and stateless."""
+from __future__ import annotations
+
+import json
+
+from clbench.runner import RunConfig, default_workers
+
+
+def _kv(text: str) -> dict:
+    """KEY=VALUE options; values parsed as JSON when they are JSON (numbers, booleans, ...)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return {key: json.loads(value)}
+    except json.JSONDecodeError:
+        return {key: value}
+
+
+#: command-line options passed to the agent as keyword arguments when given
+LLM_OPTIONS = ("memory", "model", "base_url", "api_key_env", "temperature", "max_tokens", "cache_dir")
+
+
+def add_run_arguments(p) -> None:
+    p.add_argument("--agent", required=True, help="agent name (see `clbench list`)")
+    p.add_argument("--system", default="", help="name of the system in results (default: the agent name)")
+    p.add_argument("--rollouts", type=int, default=5, help="stateful rollouts (default 5)")
+    p.add_argument("--mode", choices=["both", "stateful", "stateless"], default="both")
+    p.add_argument("--seed", type=int, default=0, help="rollout k uses seed SEED+k; seed 0 is the canonical order")
+    p.add_argument("--workers", type=int, default=default_workers(), help="parallel worker processes")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    p.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent keyword argument")
+    p.add_argument("--resume", action="store_true", help="keep finished instances of OUT and run the rest")
+    llm = p.add_argument_group("LLM agent (--agent llm)")
+    llm.add_argument("--memory", help="memory system (see `clbench agents`)")
+    llm.add_argument("--model", help="model name at the endpoint")
+    llm.add_argument("--base-url", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+    llm.add_argument("--api-key-env", help="environment variable holding the API key (default OPENAI_API_KEY)")
+    llm.add_argument("--temperature", type=float)
+    llm.add_argument("--max-tokens", type=int)
+    llm.add_argument("--cache-dir", help="on-disk response cache keyed by the full request")
+
+
+def config_from_args(args, env_id: str, out: str) -> RunConfig:
+    env_kwargs, agent_kwargs = {}, {}
+    for item in args.env_arg:
+        env_kwargs.update(_kv(item))
+    for item in args.agent_arg:
+        agent_kwargs.update(_kv(item))
+    for name in LLM_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None:
+            agent_kwargs[name] = value
+    return RunConfig(env_id=env_id, agent=args.agent, out=out, system=args.system, rollouts=args.rollouts,
+                     mode=args.mode, seed=args.seed, workers=args.workers, env_kwargs=env_kwargs,
+                     agent_kwargs=agent_kwargs)
+
+
+def cmd_rollout(args) -> int:
+    from clbench.rollout import run
+    from clbench.runcard import compute
+    from clbench.summary import metrics_markdown
+
+    out = args.out or f"runs/{args.env.split('/')[-1]}-{args.agent}"
+    cfg = config_from_args(args, args.env, out)
+    run(cfg, resume=args.resume)
+    if cfg.mode == "both" or args.resume:
+        print(metrics_markdown(compute(out)))
+    else:
+        print(f"{cfg.mode} records written to {out}/results.jsonl")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rollout", help="run an agent stateful and stateless on one env and print the metrics")
+    p.add_argument("--env", required=True, help="env id, e.g. clbench/SpectrumMonitor-v0")
+    p.add_argument("--out", default="", help="run directory (default runs/<env>-<agent>)")
+    add_run_arguments(p)
+    p.set_defaults(func=cmd_rollout)

@@ -1,0 +1,321 @@
+"""The base class of every clbench environment: a stateful sequence of instances.
+
+One Gymnasium episode is one instance. `reset(seed=s)` starts rollout `s` (instances permuted
+within variants by `s`); `reset()` moves on to the next instance; `reset(options={"instance": x,
+"stateless": True})` jumps to instance `x` with the environment as a stateful run would have it
+there and agent-written state wiped. See DESIGN.md for the whole contract.
+
+A domain subclasses `InstanceSequenceEnv` and implements four hooks:
+  `_build_schedule(name)`, `_enter(slot, fresh)`, `_act(call)` and optionally `_parse_text(text)`.
+"""
+from __future__ import annotations
+
+import importlib.resources
+import string
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from typing import Any
+
+import gymnasium as gym
+import yaml
+from gymnasium import spaces
+from gymnasium.error import CustomSpaceError
+from gymnasium.vector.utils import create_shared_memory
+
+from clbench.actions import ActionError, ToolCall, as_tool_call, extract_json, validate_call
+from clbench.schedule import Schedule, Slot
+
+# Everything an env emits is printable ASCII; anything else is escaped by `sanitize`.
+CHARSET = string.printable
+_CHARSET_SET = frozenset(CHARSET)
+MAX_OBS_CHARS = 200_000
+MAX_ACTION_CHARS = 100_000
+
+
+def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
+    """Escape characters outside CHARSET (as \\uXXXX) and cap the length with a note."""
+    if not all(c in _CHARSET_SET for c in text):
+        text = "".join(c if c in _CHARSET_SET else f"\\u{ord(c):04x}" for c in text)
+    if len(text) > limit:
+        note = f"\n[... output truncated: {len(text) - limit + 200} characters omitted]"
+        text = text[: limit - 200] + note
+    return text or " "
+
+
+@cache
+def load_task_spec(domain: str, name: str = "default") -> dict:
+    """Read tasks/<domain>/<name>.yaml from the installed package data."""
+    path = importlib.resources.files("clbench.tasks") / domain / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no task spec {domain}/{name}.yaml in clbench.tasks")
+    return yaml.safe_load(path.read_text())
+
+
+class TextSpace(spaces.Text):
+    """`spaces.Text` over CHARSET. AsyncVectorEnv's shared memory would freeze text observations
+    into '0000' strings, so shared memory is refused with a message saying what to do instead."""
+
+
+@create_shared_memory.register(TextSpace)
+def _no_shared_text(space, n: int = 1, ctx=None):
+    raise CustomSpaceError(
+        "clbench observations are text and cannot live in shared memory: use "
+        "gym.make_vec(id, num_envs, vectorization_mode='async', vector_kwargs={'shared_memory': False}) "
+        "or vectorization_mode='sync'")
+
+
+class ScheduleExhausted(RuntimeError):
+    """reset() was called after the last instance of a schedule (make the env with cycle=True to wrap)."""
+
+
+@dataclass
+class Outcome:
+    """What an env hook returns for one action.
+
+    done=True ends the instance with `reward`; `raw_metric` is (name, value) in the task's
+    native unit. costs_step=False for actions that must not use up budget (e.g. illegal moves).
+    """
+
+    observation: str
+    done: bool = False
+    reward: float = 0.0
+    raw_metric: tuple[str, float] | None = None
+    solved: bool | None = None
+    costs_step: bool = True
+    invalid: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpecCard:
+    """What an agent (and a researcher) is told about a task."""
+
+    env_id: str
+    task: str
+    brief: str
+    reward: str
+    action_grammar: str
+    r_max: float
+    r_reference: float
+    instances: int
+    max_steps: int
+    variants: list[dict]
+    tools: list[dict]
+    schedule: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class InstanceSequenceEnv(gym.Env):
+    """Base for stateful instance sequences. Subclasses set the class attributes below."""
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    env_id: str = ""
+    task: str = ""
+    #: tasks/<domain>/ folder with default.yaml (r_max, r_reference, generator numbers)
+    domain: str = ""
+    brief: str = ""
+    reward_text: str = ""
+    action_grammar: str = ""
+    max_steps: int = 1
+    invalid_action_costs_step: bool = True
+    #: consecutive invalid actions before `_on_invalid_cap` ends (or resolves) the instance
+    max_invalid_repeats: int = 3
+    #: scripted agents by name -> "module:Class" (random, reference, oracle)
+    agents: dict[str, str] = {}
+
+    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self.schedule_name = schedule
+        self.cycle = cycle
+        self.spec_data = load_task_spec(self.domain)
+        self.schedule: Schedule = self._build_schedule(schedule)
+        self.observation_space = TextSpace(max_length=MAX_OBS_CHARS, min_length=1, charset=CHARSET)
+        self.action_space = TextSpace(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
+        self.rollout_seed: int | None = None
+        self._order: list[Slot] = []
+        self._pos = -1
+        self._slot: Slot | None = None
+        self._step_count = 0
+        self._invalid_streak = 0
+        self._done = True
+        self._last_obs = ""
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def _build_schedule(self, name: str) -> Schedule:
+        raise NotImplementedError
+
+    def _enter(self, slot: Slot, fresh: bool) -> str:
+        """Put the world in the state it has at `slot` and return the first observation.
+
+        fresh=True: agent-written state (workspace, files) starts empty (new rollout or a
+        stateless jump). Environment state (e.g. a migrated database) depends on the slot only.
+        """
+        raise NotImplementedError
+
+    def _act(self, call: ToolCall) -> Outcome:
+        raise NotImplementedError
+
+    def _parse_text(self, text: str) -> ToolCall:
+        """Parse a plain-text reply in the env's grammar; raise ActionError if it is not one."""
+        raise ActionError(f"could not parse the action. {self.action_grammar}")
+
+    def _on_invalid_cap(self) -> Outcome:
+        """Called after `max_invalid_repeats` invalid actions in a row; default ends with 0."""
+        return Outcome(
+            f"Too many invalid actions in a row ({self.max_invalid_repeats}); the instance ends with reward 0.",
+            done=True, reward=0.0, solved=False,
+        )
+
+    def _on_budget_exhausted(self) -> Outcome:
+        """Called when the step budget runs out before the instance ended; default reward 0."""
+        return Outcome(f"Step budget of {self.max_steps} used up; the instance ends with reward 0.",
+                       done=True, reward=0.0, solved=False)
+
+    def latent(self) -> Any:
+        """Ground truth for privileged (oracle) agents only; never part of an observation."""
+        raise NotImplementedError(f"{self.env_id} exposes no latent structure")
+
+    @property
+    def tools(self) -> list[dict]:
+        """The env's tools as OpenAI function-calling JSON schemas."""
+        return []
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def r_max(self) -> float:
+        return float(self.spec_data["r_max"])
+
+    @property
+    def r_reference(self) -> float:
+        return float(self.spec_data["r_reference"])
+
+    @property
+    def spec_card(self) -> SpecCard:
+        return SpecCard(
+            env_id=self.env_id, task=self.task, brief=self.brief, reward=self.reward_text,
+            action_grammar=self.action_grammar, r_max=self.r_max, r_reference=self.r_reference,
+            instances=len(self.schedule), max_steps=self.max_steps, variants=self.schedule.describe(),
+            tools=self.tools, schedule=self.schedule.name,
+        )
+
+    @property
+    def slot(self) -> Slot | None:
+        """The current instance at its place in this rollout (None before the first reset)."""
+        return self._slot
+
+    @property
+    def order(self) -> list[Slot]:
+        return list(self._order)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        options = dict(options or {})
+        unknown = set(options) - {"instance", "stateless"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; known: instance, stateless")
+        fresh = False
+        if seed is not None or not self._order:
+            super().reset(seed=seed)
+            self.rollout_seed = int(seed or 0)
+            if self.rollout_seed < 0:
+                raise ValueError("rollout seed must be >= 0")
+            self._order = self.schedule.order(self.rollout_seed)
+            self._pos, fresh = 0, True
+        elif "instance" not in options:
+            if self._pos + 1 >= len(self._order):
+                if not self.cycle:
+                    raise ScheduleExhausted(
+                        f"{self.env_id}: all {len(self._order)} instances of schedule {self.schedule.name!r} "
+                        "are done; call reset(seed=...) for a new rollout or make the env with cycle=True")
+                self._pos = 0
+            else:
+                self._pos += 1
+        if "instance" in options:
+            self._pos = self._find(options["instance"])
+            fresh = fresh or bool(options.get("stateless", False))
+        self._slot = self._order[self._pos]
+        self._step_count = 0
+        self._invalid_streak = 0
+        self._done = False
+        self._last_obs = sanitize(self._enter(self._slot, fresh))
+        return self._last_obs, self._info()
+
+    def step(self, action: str):
+        if self._done or self._slot is None:
+            raise gym.error.ResetNeeded("the instance has ended; call reset() for the next instance")
+        try:
+            if not isinstance(action, str):
+                raise ActionError(f"actions are strings, got {type(action).__name__}")
+            outcome = self._act(self.parse_action(action))
+        except ActionError as exc:
+            outcome = Outcome(f"Invalid action: {exc}", invalid=True,
+                              costs_step=self.invalid_action_costs_step)
+        if outcome.invalid:
+            self._invalid_streak += 1
+            if self._invalid_streak >= self.max_invalid_repeats and not outcome.done:
+                capped = self._on_invalid_cap()
+                capped.observation = outcome.observation + "\n" + capped.observation
+                outcome = capped
+        else:
+            self._invalid_streak = 0
+        if outcome.costs_step or outcome.done:
+            self._step_count += 1
+        truncated = False
+        if not outcome.done and self._step_count >= self.max_steps:
+            end = self._on_budget_exhausted()
+            end.observation = outcome.observation + "\n" + end.observation
+            outcome, truncated = end, True
+        self._done = outcome.done
+        info = self._info()
+        info.update(outcome.extra)
+        reward = 0.0
+        if outcome.done:
+            reward = float(outcome.reward)
+            name, value = outcome.raw_metric or ("reward", reward)
+            info.update(instance_reward=reward, raw_metric={"name": name, "value": float(value)},
+                        solved=bool(outcome.solved) if outcome.solved is not None else reward > 0)
+        self._last_obs = sanitize(outcome.observation)
+        return self._last_obs, reward, bool(outcome.done and not truncated), truncated, info
+
+    def parse_action(self, action: str) -> ToolCall:
+        """JSON tool call if the reply is one, else the env's text grammar."""
+        if len(action) > MAX_ACTION_CHARS:
+            raise ActionError(f"action longer than {MAX_ACTION_CHARS} characters")
+        stripped = action.strip()
+        if stripped.startswith("{") or stripped.startswith("```"):
+            call = as_tool_call(extract_json(stripped))
+            if call is not None:
+                return validate_call(call, self.tools)
+        return self._parse_text(action)
+
+    def render(self):
+        if self.render_mode == "ansi":
+            return self._last_obs
+        return None
+
+    # ------------------------------------------------------------------ helpers
+    def _find(self, key) -> int:
+        if isinstance(key, bool):
+            raise ValueError("instance must be an instance id or a position")
+        if isinstance(key, int):
+            if not 0 <= key < len(self._order):
+                raise ValueError(f"instance position {key} out of range 0..{len(self._order) - 1}")
+            return key
+        for slot in self._order:
+            if slot.instance_id == key:
+                return slot.position
+        raise ValueError(f"unknown instance id {key!r} in schedule {self.schedule.name!r}")
+
+    def _info(self) -> dict[str, Any]:
+        slot = self._slot
+        return {
+            "instance_id": slot.instance_id,
+            "position": slot.position,
+            "variant": slot.variant,
+            "variant_position": slot.variant_position,
+            "step": self._step_count,
+            "steps_left": max(0, self.max_steps - self._step_count),
+        }

@@ -1,0 +1,155 @@
+"""Run directories: append-only JSONL records, step trajectories, metadata.
+
+Layout of a run directory::
+
+    config.json            resolved configuration of the run
+    metadata.json          clbench version, git sha, env ids and versions, tasks' r_max/r_reference
+    results.jsonl          one record per instance per rollout (append-only, flushed as written)
+    trajectories/<task>/<system>/<mode>-r<k>.jsonl   every step of a rollout
+    run_card.json          headline metrics, curves, cost and tokens, provenance
+
+A record is keyed by (task, system, mode, rollout, instance_id) and carries `format`. Writers in
+several processes append whole lines under an exclusive `flock`, so lines never interleave; a
+line torn by a killed process is detected on load, dropped with a warning, and re-run on resume.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Iterable, Iterator
+
+RECORD_FORMAT = 1
+RESULTS_FILE = "results.jsonl"
+REQUIRED_FIELDS = ("task", "system", "mode", "rollout", "instance_id", "position", "variant", "reward")
+
+
+class ResultsError(ValueError):
+    """A results file or run directory that cannot be read."""
+
+
+def record_key(rec: dict) -> tuple:
+    return (rec["task"], rec["system"], rec["mode"], int(rec["rollout"]), rec["instance_id"])
+
+
+def _json_default(obj):
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def dumps(obj) -> str:
+    """Compact, key-sorted, NaN-free JSON (NaN/inf become null) for byte-stable files."""
+    return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def append_lines(path: Path, objs: Iterable[dict]) -> None:
+    """Append whole JSON lines under an exclusive lock and flush them to the OS."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(dumps(o) + "\n" for o in objs).encode()
+    if not data:
+        return
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            _repair_torn_tail(fd)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _repair_torn_tail(fd: int) -> None:
+    """If a killed writer left a partial last line, end it so the next record starts cleanly."""
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        os.write(fd, b"\n")
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of a JSONL file; torn or corrupt lines are dropped with a warning."""
+    with open(path, "rb") as fh:
+        lines = fh.read().split(b"\n")
+    for no, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+            if not isinstance(obj, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            what = "torn last line" if no >= len(lines) - 1 else "corrupt line"
+            warnings.warn(f"{path}:{no}: {what} dropped ({raw[:60]!r}...)", stacklevel=2)
+            continue
+        yield no, obj
+
+
+def load_records(run_dir: str | Path) -> list[dict]:
+    """All valid records of a run directory; later duplicates of a key replace earlier ones."""
+    path = Path(run_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise ResultsError(f"{run_dir}: no {RESULTS_FILE} (is this a clbench run directory?)")
+    by_key: dict[tuple, dict] = {}
+    for no, rec in iter_jsonl(path):
+        missing = [f for f in REQUIRED_FIELDS if f not in rec]
+        if missing:
+            warnings.warn(f"{path}:{no}: record without {missing} dropped", stacklevel=2)
+            continue
+        if rec.get("format", RECORD_FORMAT) > RECORD_FORMAT:
+            raise ResultsError(f"{path}:{no}: record format {rec['format']} is newer than this clbench "
+                               f"({RECORD_FORMAT}); upgrade clbench")
+        by_key[record_key(rec)] = rec
+    return list(by_key.values())
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_finite(obj), indent=2, sort_keys=True, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"missing {path}") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path} is not valid JSON: {exc}") from None
+
+
+def load_metadata(run_dir: str | Path) -> dict:
+    return read_json(Path(run_dir) / "metadata.json")
+
+
+def trajectory_path(run_dir: str | Path, task: str, system: str, mode: str, rollout: int,
+                    instance_id: str | None = None) -> Path:
+    base = Path(run_dir) / "trajectories" / task / _safe(system)
+    if instance_id is not None:
+        return base / mode / f"{_safe(instance_id)}.jsonl"
+    return base / f"{mode}-r{rollout}.jsonl"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)

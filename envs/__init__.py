@@ -1,0 +1,1 @@
+"""Environment packages, one per domain; installed as clbench.envs.<domain>."""

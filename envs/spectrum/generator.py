@@ -1,0 +1,138 @@
+"""Seeded generator of the channel grid, transmitter activity and noisy scans.
+
+All numbers come from tasks/spectrum/default.yaml. The channel set is the latent structure:
+7 wideband channels on a regular grid plus 6 narrowband ones in the guard gaps, fixed for the
+whole schedule. Which channels transmit changes by variant and, within a variant, follows a
+persistent on/off Markov process, so a channel seen once must be carried through silence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Channel:
+    name: str
+    kind: str  # wideband | narrowband
+    center: float
+    width: float
+    power: float
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return (self.center - self.width / 2, self.center + self.width / 2)
+
+
+@dataclass(frozen=True)
+class Peak:
+    center: float
+    power: float
+    width: float
+
+
+@dataclass(frozen=True)
+class Scan:
+    index: int  # canonical scan number, 0-based
+    variant: str
+    active: tuple[str, ...]  # names of transmitting channels (ground truth)
+    peaks: tuple[Peak, ...]
+
+
+def make_channels(spec: dict, rng: np.random.Generator) -> list[Channel]:
+    wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
+    channels = []
+    centers = [wb["first_center_mhz"] + i * wb["spacing_mhz"] for i in range(wb["count"])]
+    for i, c in enumerate(centers):
+        channels.append(Channel(
+            f"W{i + 1}", "wideband",
+            round(c + rng.normal(0, wb["center_jitter_mhz"] / 2), 3),
+            round(wb["width_mhz"] + rng.uniform(-wb["width_jitter_mhz"], wb["width_jitter_mhz"]), 3),
+            round(rng.uniform(*wb["power_dbm"]), 1)))
+    for i, (a, b) in enumerate(zip(centers, centers[1:])):
+        channels.append(Channel(
+            f"N{i + 1}", "narrowband",
+            round((a + b) / 2 + rng.normal(0, nb["center_jitter_mhz"] / 2), 3),
+            round(nb["width_mhz"] + rng.uniform(-nb["width_jitter_mhz"], nb["width_jitter_mhz"]), 3),
+            round(rng.uniform(*nb["power_dbm"]), 1)))
+    return channels
+
+
+def _eligible(channels: list[Channel], variants: list[dict], rng: np.random.Generator) -> list[set[str]]:
+    """Channels allowed to transmit in each variant; later variants keep earlier ones."""
+    wide = [c.name for c in channels if c.kind == "wideband"]
+    narrow = [c.name for c in channels if c.kind == "narrowband"]
+    wide_order = list(rng.permutation(wide))
+    narrow_order = list(rng.permutation(narrow))
+    return [set(wide_order[: v["wideband_active"]]) | set(narrow_order[: v["narrowband_active"]]) for v in variants]
+
+
+def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
+    """The channel grid and every scan of `schedule`, in canonical order."""
+    rng = np.random.default_rng(spec["seed"])
+    channels = make_channels(spec, rng)
+    variants = spec["schedules"][schedule]
+    eligible = _eligible(channels, variants, rng)
+    act, meas = spec["activity"], spec["measurement"]
+    low, high = spec["band"]["low_mhz"], spec["band"]["high_mhz"]
+    floor = spec["noise_floor_dbm"]
+    on = {c.name: bool(rng.random() < 0.6) for c in channels}
+    scans: list[Scan] = []
+    for v, allowed in zip(variants, eligible):
+        for _ in range(v["scans"]):
+            for c in channels:  # persistent on/off process
+                flip = act["p_active_to_dormant"] if on[c.name] else act["p_dormant_to_active"]
+                if rng.random() < flip:
+                    on[c.name] = not on[c.name]
+            active = [c for c in channels if c.name in allowed and on[c.name]]
+            if not active and allowed:  # a scan never shows an empty band in a live variant
+                active = [c for c in channels if c.name == sorted(allowed)[int(rng.integers(len(allowed)))]]
+            peaks = []
+            for c in active:
+                if rng.random() < meas["p_detect"]:
+                    peaks.append(Peak(c.center + rng.normal(0, meas["center_noise_mhz"]),
+                                      c.power + rng.normal(0, meas["power_noise_db"]),
+                                      max(0.3, c.width * (1 + rng.normal(0, meas["width_noise_rel"])))))
+            for _ in range(rng.poisson(meas["false_alarm_rate"])):
+                peaks.append(Peak(rng.uniform(low, high), floor + rng.uniform(*meas["false_alarm_snr_db"]),
+                                  rng.uniform(*meas["false_alarm_width_mhz"])))
+            if rng.random() < meas["spike_probability"]:
+                peaks.append(Peak(rng.uniform(low, high), rng.uniform(*meas["spike_power_dbm"]),
+                                  rng.uniform(*meas["spike_width_mhz"])))
+            peaks = [Peak(round(p.center, 2), round(p.power, 1), round(p.width, 2)) for p in peaks
+                     if low <= p.center <= high]
+            peaks.sort(key=lambda p: p.center)
+            scans.append(Scan(len(scans), v["name"], tuple(c.name for c in active), tuple(peaks)))
+    return channels, scans
+
+
+def merge_intervals(intervals, low: float, high: float) -> list[tuple[float, float]]:
+    """Union of intervals clipped to [low, high], as sorted disjoint intervals."""
+    clipped = sorted((max(low, a), min(high, b)) for a, b in intervals if min(high, b) > max(low, a))
+    merged: list[list[float]] = []
+    for a, b in clipped:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def measure(intervals: list[tuple[float, float]]) -> float:
+    return float(sum(b - a for a, b in intervals))
+
+
+def iou(reported, truth, low: float, high: float) -> float:
+    """Intersection over union, in MHz, of two sets of frequency intervals."""
+    a, b = merge_intervals(reported, low, high), merge_intervals(truth, low, high)
+    inter, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        inter += max(0.0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    union = measure(a) + measure(b) - inter
+    return inter / union if union > 0 else 0.0

@@ -1,0 +1,37 @@
+"""The wheel maps envs/, agents/ and tasks/ into the clbench namespace and works when installed."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_layout_and_fresh_venv_install(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q",
+                    "-w", str(tmp_path / "dist")], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("clbench-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert top <= {"clbench", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    for needed in ("clbench/envs/spectrum/spectrum_monitor.py", "clbench/agents/spectrum.py",
+                   "clbench/tasks/spectrum/default.yaml", "clbench/schemas/run_card.schema.json"):
+        assert needed in names
+
+    # a fresh venv that borrows the already-installed dependencies but not clbench's source tree
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True, system_site_packages=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
+    code = ("import clbench, gymnasium as gym, pathlib; "
+            "assert 'site-packages' in clbench.__file__ and 'venv' in clbench.__file__, clbench.__file__; "
+            "env = gym.make('clbench/SpectrumMonitor-v0'); print(env.unwrapped.r_max)")
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1.0"
+    cli = subprocess.run([str(env_dir / "bin" / "clbench"), "list", "--ids-only"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert cli.returncode == 0 and "clbench/SpectrumMonitor-v0" in cli.stdout
