@@ -79,7 +79,15 @@ class Agent:
         raise NotImplementedError(f"{type(self).__name__} cannot be resumed")
 
     def memory_event(self, event: str, **params) -> None:
-        """Lifecycle shocks (flush, recompact, partial-reset) for agents with memory."""
+        """Lifecycle shocks (clbench.shocks). The generic fallback handles `flush` by turning
+        this agent into a fresh one; agents with richer memory override this for the rest."""
+        fresh = getattr(self, "_fresh", None)
+        if event == "flush" and fresh is not None:
+            new = fresh()
+            new._fresh = fresh
+            self.__dict__.clear()
+            self.__dict__.update(new.__dict__)
+            return
         raise NotImplementedError(f"{type(self).__name__} does not support memory event {event!r}")
 
 
@@ -107,4 +115,11 @@ def make_agent(name: str, env, seed: int = 0, **kwargs) -> Agent:
         raise ValueError(f"unknown agent {name!r} for {base.env_id}; available: {', '.join(sorted(table))}")
     cls = load_object(table.get(name, name))
     latent = base.latent() if getattr(cls, "privileged", False) else None
-    return cls(base.spec_card, seed=seed, latent=latent, **kwargs)
+    card = base.spec_card
+
+    def fresh():
+        return cls(card, seed=seed, latent=latent, **kwargs)
+
+    agent = fresh()
+    agent._fresh = fresh  # lets the generic `flush` shock rebuild a memoryless agent
+    return agent

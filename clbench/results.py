@@ -145,11 +145,12 @@ def load_metadata(run_dir: str | Path) -> dict:
 
 def trajectory_path(run_dir: str | Path, task: str, system: str, mode: str, rollout: int,
                     instance_id: str | None = None) -> Path:
-    base = Path(run_dir) / "trajectories" / task / _safe(system)
+    base = Path(run_dir) / "trajectories" / task / safe_name(system)
     if instance_id is not None:
-        return base / mode / f"{_safe(instance_id)}.jsonl"
+        return base / mode / f"{safe_name(instance_id)}.jsonl"
     return base / f"{mode}-r{rollout}.jsonl"
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A file-name-safe form of a system or instance name."""
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)

@@ -1,60 +1,109 @@
-"""One evaluation: an agent on an env, stateful and/or stateless, into a run directory."""
+"""Evaluations: agents on envs, stateful and/or stateless, into one run directory.
+
+`run_many` plans the jobs of several (env, system) configurations, runs them together on one
+executor (so tasks, rollouts and the stateless pass share the workers), then writes the run
+card. `resume_run(dir)` continues an interrupted run from its config.json.
+"""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 from typing import Callable
 
+from clbench.executors import execute
+from clbench.progress import RunProgress
 from clbench.results import read_json, write_json_atomic
 from clbench.runcard import merge_metadata, task_params, write_run_card
-from clbench.runner import RunConfig, config_dict, execute, existing_keys, make_env, plan_jobs
+from clbench.runner import RunConfig, cached_env, config_dict, plan_jobs
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def record_config(out: Path, cfg: RunConfig) -> dict:
-    """config.json lists every (task, system) run that wrote into this directory."""
+def record_config(out: Path, cfgs: list[RunConfig], executor: str) -> dict:
+    """config.json lists every (env, system) run that wrote into this directory."""
     path = out / "config.json"
     conf = read_json(path) if path.exists() else {"format": 1, "runs": []}
-    entry = config_dict(cfg)
-    conf["runs"] = [r for r in conf["runs"] if not (r["env_id"] == cfg.env_id and r["system"] == cfg.system)]
-    conf["runs"].append(entry)
+    for cfg in cfgs:
+        conf["runs"] = [r for r in conf["runs"] if not (r["env_id"] == cfg.env_id and r["system"] == cfg.system)]
+        conf["runs"].append(config_dict(cfg))
+    conf["executor"] = executor
     write_json_atomic(path, conf)
     return conf
 
 
-def run(cfg: RunConfig, say: Callable[[str], None] = _say, resume: bool = False) -> dict:
-    """Play the planned jobs, then write and return the run card."""
-    out = Path(cfg.out)
+def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: bool = False,
+             executor: str = "local", ray_address: str | None = None, quiet: bool = False) -> dict:
+    """Play every configuration's jobs and return the run card (empty without both modes)."""
+    if not cfgs:
+        raise ValueError("nothing to run")
+    outs = {cfg.out for cfg in cfgs}
+    if len(outs) != 1:
+        raise ValueError(f"all configurations must write into one run directory, got {sorted(outs)}")
+    out = Path(cfgs[0].out)
     out.mkdir(parents=True, exist_ok=True)
-    env = make_env(cfg.env_id, **cfg.env_kwargs)
-    try:
+    jobs, expected = [], {}
+    for cfg in cfgs:
+        env = cached_env(cfg.env_id, cfg.env_kwargs)
         base = env.unwrapped
-        task = base.task
-        instance_ids = [s.instance_id for s in base.schedule.order(0)]
-        params = task_params(env)
-    finally:
-        env.close()
-    merge_metadata(out, task, params, {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs})
-    conf = record_config(out, cfg)
-    done = existing_keys(out, task, cfg.system) if resume else set()
-    jobs = plan_jobs(cfg, instance_ids, done)
-    say(f"{cfg.env_id}: {len(instance_ids)} instances, {cfg.rollouts if cfg.mode != 'stateless' else 0} stateful "
-        f"rollouts, mode {cfg.mode}, {len(jobs)} jobs on {cfg.workers} workers -> {out}")
+        ids = [s.instance_id for s in base.schedule.order(0)]
+        merge_metadata(out, base.task, task_params(env),
+                       {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs})
+        planned = plan_jobs(cfg, base.task, ids, resumable=getattr(base, "resumable", True), resume=resume)
+        jobs += planned
+        for job in planned:
+            n = len(ids) if job.mode == "stateful" else None
+            key = (base.task, cfg.system, job.mode, job.rollout)
+            if job.mode == "stateful":
+                done = int(job.resume_state["position"]) + 1 if job.resume_state else 0
+                expected[key] = n - done
+            else:
+                expected[key] = expected.get(key, 0) + len(job.instance_ids)
+        if not quiet:
+            say(f"{cfg.env_id} / {cfg.system}: {len(ids)} instances, mode {cfg.mode}, "
+                f"{sum(j.config is cfg for j in planned)} jobs" + (" (resumed)" if resume else ""))
+    conf = record_config(out, cfgs, executor)
+    workers = max(cfg.workers for cfg in cfgs)
+    if not quiet:
+        say(f"running {len(jobs)} jobs on {workers} {executor} workers -> {out}")
+
+    failures = []
 
     def on_done(job, records, error):
         if error:
-            say(f"  FAILED {job.mode} rollout {job.rollout}: {error}")
-            return
-        mean = sum(r["reward"] for r in records) / max(1, len(records))
-        what = f"rollout {job.rollout}" if job.mode == "stateful" else f"{len(records)} instances"
-        say(f"  done {job.mode} {what}: mean reward {mean:.3f}")
+            failures.append(error)
+            say(f"  FAILED {error}")
 
-    errors = execute(jobs, cfg.workers, on_done)
-    if errors:
-        raise RuntimeError(f"{len(errors)} job(s) failed: " + "; ".join(errors[:3]))
-    if cfg.mode != "both" and not resume:
+    # longest first: stateful rollouts of the biggest schedules keep the workers busy
+    jobs.sort(key=lambda j: -(len(cached_env(j.config.env_id, j.config.env_kwargs).unwrapped.schedule)
+                              if j.mode == "stateful" else len(j.instance_ids)))
+    with RunProgress(out, expected, quiet=quiet):
+        execute(jobs, workers, on_done, executor=executor, ray_address=ray_address)
+    if failures:
+        raise RuntimeError(f"{len(failures)} job(s) failed: " + "; ".join(failures[:3]) +
+                           f" (finished instances are saved; continue with --resume {out})")
+    if not any(cfg.mode == "both" for cfg in cfgs) and not resume:
         return {}
     return write_run_card(out, conf)
+
+
+def run(cfg: RunConfig, say: Callable[[str], None] = _say, resume: bool = False, **kwargs) -> dict:
+    return run_many([cfg], say=say, resume=resume, **kwargs)
+
+
+def configs_from_dir(run_dir: str | Path) -> tuple[list[RunConfig], str]:
+    conf = read_json(Path(run_dir) / "config.json")
+    cfgs = []
+    for entry in conf.get("runs", []):
+        entry = dict(entry, out=str(run_dir))
+        cfgs.append(RunConfig(**entry))
+    if not cfgs:
+        raise ValueError(f"{run_dir}/config.json lists no runs")
+    return cfgs, conf.get("executor", "local")
+
+
+def resume_run(run_dir: str | Path, **kwargs) -> dict:
+    cfgs, executor = configs_from_dir(run_dir)
+    kwargs.setdefault("executor", executor)
+    return run_many(cfgs, resume=True, **kwargs)

@@ -1,26 +1,26 @@
-"""The runner: stateful rollouts and the stateless pass, in parallel, written as they finish.
+"""The runner: stateful rollouts and the stateless pass as independent jobs, written as they finish.
 
 Jobs are independent units of work: one stateful rollout (the agent object lives through the
 whole schedule; a stateful stream never runs in parallel with itself) or one chunk of the
 stateless pass (each instance played by a fresh agent on an env jumped to that instance with
-`stateless=True`). Jobs run on a spawn process pool (`workers`), inline for workers=1.
-Every finished instance is appended to results.jsonl at once, with its step trajectory.
+`stateless=True`). Executors (clbench.executors) run jobs inline, on a spawn process pool or on
+Ray. Every finished instance is appended at once to results.jsonl with its step trajectory, and a
+stateful agent's `state_dict()` is saved at each instance boundary so an interrupted rollout
+resumes where it stopped (agents without one restart the rollout).
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing
 import os
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import gymnasium as gym
 
 from clbench.agent import make_agent
-from clbench.results import RESULTS_FILE, RECORD_FORMAT, append_lines, record_key, trajectory_path
+from clbench.results import (RECORD_FORMAT, RESULTS_FILE, append_lines, iter_jsonl, read_json, record_key,
+                             safe_name, trajectory_path, write_json_atomic)
 
 
 @dataclass
@@ -36,6 +36,7 @@ class RunConfig:
     env_kwargs: dict = field(default_factory=dict)
     agent_kwargs: dict = field(default_factory=dict)
     stateless_chunk: int = 0  # instances per stateless job; 0 = balance over workers
+    shocks: list = field(default_factory=list)  # lifecycle shocks "EVENT@K" (clbench.shocks)
 
     def __post_init__(self):
         if self.mode not in ("both", "stateful", "stateless"):
@@ -55,7 +56,27 @@ class Job:
     mode: str
     rollout: int
     instance_ids: list[str] | None = None  # stateless jobs
-    done_keys: frozenset = frozenset()  # (mode, rollout, instance_id) already in results
+    resume_state: dict | None = None  # stateful: {"position": P, "state": agent state} to continue after P
+
+    @property
+    def label(self) -> str:
+        return f"{self.config.env_id} {self.mode} rollout {self.rollout}"
+
+
+class LocalSink:
+    """Writes into the run directory directly (workers share the driver's filesystem)."""
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+
+    def append(self, rel: str, lines: list[dict]) -> None:
+        append_lines(self.out / rel, lines)
+
+    def put_json(self, rel: str, obj) -> None:
+        write_json_atomic(self.out / rel, obj)
+
+
+_ENVS: dict[tuple, gym.Env] = {}
 
 
 def make_env(env_id: str, **kwargs):
@@ -64,8 +85,12 @@ def make_env(env_id: str, **kwargs):
     return gym.make(env_id, **kwargs)
 
 
-def task_of(env) -> str:
-    return env.unwrapped.task
+def cached_env(env_id: str, kwargs: dict):
+    """One env per worker process and configuration: data (databases, generators) built once."""
+    key = (env_id, repr(sorted(kwargs.items())))
+    if key not in _ENVS:
+        _ENVS[key] = make_env(env_id, **kwargs)
+    return _ENVS[key]
 
 
 def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
@@ -91,13 +116,12 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
     except Exception as exc:  # a crashing agent loses the instance, not the run
         error = f"{type(exc).__name__}: {exc}"
         traj.append({"event": "error", "error": error, "traceback": traceback.format_exc(limit=8)})
-        reward = 0.0
     usage = agent.pop_usage()
-    if usage is not None and usage.errors:
-        error = error or "; ".join(usage.errors[:3])
-    raw = final_info.get("raw_metric") or {"name": "reward", "value": reward}
+    if usage is not None and usage.errors and error is None:
+        traj.append({"event": "model_errors", "errors": usage.errors})
+    raw = final_info.get("raw_metric") or {"name": "reward", "value": 0.0}
     return {
-        "reward": float(final_info.get("instance_reward", reward) if error is None else 0.0),
+        "reward": float(final_info.get("instance_reward", 0.0)) if error is None else 0.0,
         "raw_metric": raw,
         "solved": bool(final_info.get("solved", False)) if error is None else False,
         "steps": steps,
@@ -106,6 +130,8 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
         "tokens": usage.tokens() if usage is not None else None,
         "calls": usage.calls if usage is not None else None,
         "cost": usage.cost if usage is not None else None,
+        "model_errors": list(usage.errors) if usage is not None and usage.errors else None,
+        "details": final_info.get("details"),
         "error": error,
     }
 
@@ -114,7 +140,7 @@ def _record(job: Job, env, info: dict, outcome: dict) -> dict:
     cfg = job.config
     return {
         "format": RECORD_FORMAT,
-        "task": task_of(env),
+        "task": env.unwrapped.task,
         "env_id": cfg.env_id,
         "system": cfg.system,
         "mode": job.mode,
@@ -124,62 +150,163 @@ def _record(job: Job, env, info: dict, outcome: dict) -> dict:
         "position": info["position"],
         "variant": info["variant"],
         "variant_position": info["variant_position"],
-        **outcome,
+        **{k: v for k, v in outcome.items() if v is not None or k in ("error", "tokens", "cost")},
     }
 
 
-def run_job(job: Job) -> list[dict]:
-    """Run one job in this process; returns its records (also appended to results.jsonl)."""
-    cfg = job.config
-    out = Path(cfg.out)
-    env = make_env(cfg.env_id, **cfg.env_kwargs)
-    task = task_of(env)
+def rel(path: Path, out: Path) -> str:
+    return str(path.relative_to(out))
+
+
+def state_path(out: Path, task: str, system: str, rollout: int) -> Path:
+    """Where a stateful rollout's agent state is saved after each instance."""
+    return Path(out) / "state" / task / safe_name(system) / f"stateful-r{rollout}.json"
+
+
+def _run_stateful(job: Job, env, sink) -> list[dict]:
+    from clbench.shocks import apply_shocks
+
+    cfg, out = job.config, Path(job.config.out)
+    task = env.unwrapped.task
+    seed = cfg.seed + job.rollout
+    agent = make_agent(cfg.agent, env, seed=seed, **cfg.agent_kwargs)
+    n = len(env.unwrapped.schedule)
+    start = 0
+    if job.resume_state is not None:
+        agent.load_state_dict(job.resume_state["state"])
+        start = int(job.resume_state["position"]) + 1
+        obs, info = env.reset(seed=seed, options={"instance": start})
+    else:
+        obs, info = env.reset(seed=seed)
+    tpath = rel(trajectory_path(out, task, cfg.system, "stateful", job.rollout), out)
+    spath = rel(state_path(out, task, cfg.system, job.rollout), out)
     records = []
-    try:
-        if job.mode == "stateful":
-            seed = cfg.seed + job.rollout
-            agent = make_agent(cfg.agent, env, seed=seed, **cfg.agent_kwargs)
-            obs, info = env.reset(seed=seed)
-            n = len(env.unwrapped.order)
-            tpath = trajectory_path(out, task, cfg.system, "stateful", job.rollout)
-            for pos in range(n):
-                if pos:
-                    obs, info = env.reset()
-                traj: list[dict] = []
-                outcome = play_instance(env, agent, obs, info, traj)
-                rec = _record(job, env, info, outcome)
-                append_lines(tpath, traj)
-                append_lines(out / RESULTS_FILE, [rec])
-                records.append(rec)
-        else:
-            for iid in job.instance_ids:
-                if ("stateless", 0, iid) in job.done_keys:
-                    continue
-                agent = make_agent(cfg.agent, env, seed=cfg.seed, **cfg.agent_kwargs)
-                obs, info = env.reset(seed=cfg.seed, options={"instance": iid, "stateless": True})
-                traj = []
-                outcome = play_instance(env, agent, obs, info, traj)
-                rec = _record(job, env, info, outcome)
-                tpath = trajectory_path(out, task, cfg.system, "stateless", 0, instance_id=iid)
-                tpath.unlink(missing_ok=True)
-                append_lines(tpath, traj)
-                append_lines(out / RESULTS_FILE, [rec])
-                records.append(rec)
-    finally:
-        env.close()
+    for pos in range(start, n):
+        if pos > start:
+            obs, info = env.reset()
+        events = apply_shocks(agent, cfg.shocks, pos)
+        traj: list[dict] = [{"event": "shock", **e} for e in events]
+        outcome = play_instance(env, agent, obs, info, traj)
+        rec = _record(job, env, info, outcome)
+        if events:
+            rec["shocks"] = [e["event"] for e in events]
+        sink.append(tpath, traj)
+        sink.append(RESULTS_FILE, [rec])
+        state = agent.state_dict()
+        if state is not None:
+            sink.put_json(spath, {"position": pos, "state": state})
+        records.append(rec)
     return records
 
 
-def plan_jobs(cfg: RunConfig, instance_ids: list[str], done: set[tuple] | None = None) -> list[Job]:
-    """Stateful rollouts first (the longest jobs), then the stateless pass in chunks."""
-    done = done or set()
+def _run_stateless(job: Job, env, sink) -> list[dict]:
+    cfg, out = job.config, Path(job.config.out)
+    task = env.unwrapped.task
+    records = []
+    for iid in job.instance_ids:
+        agent = make_agent(cfg.agent, env, seed=cfg.seed, **cfg.agent_kwargs)
+        obs, info = env.reset(seed=cfg.seed, options={"instance": iid, "stateless": True})
+        traj: list[dict] = []
+        outcome = play_instance(env, agent, obs, info, traj)
+        rec = _record(job, env, info, outcome)
+        tpath = trajectory_path(out, task, cfg.system, "stateless", 0, instance_id=iid)
+        sink.append(rel(tpath, out), traj)
+        sink.append(RESULTS_FILE, [rec])
+        records.append(rec)
+    return records
+
+
+def run_job(job: Job, sink=None) -> list[dict]:
+    """Run one job in this process; its records are written through `sink` as they finish."""
+    cfg = job.config
+    sink = sink or LocalSink(cfg.out)
+    env = cached_env(cfg.env_id, cfg.env_kwargs)
+    if job.mode == "stateful":
+        return _run_stateful(job, env, sink)
+    return _run_stateless(job, env, sink)
+
+
+# ---------------------------------------------------------------- planning and resume
+def done_keys(out: Path, task: str, system: str) -> tuple[set[tuple], set[tuple]]:
+    """(mode, rollout, instance_id) recorded for task/system: (completed, errored)."""
+    path = out / RESULTS_FILE
+    ok, bad = set(), set()
+    if not path.exists():
+        return ok, bad
+    for _, rec in iter_jsonl(path):
+        try:
+            t, s, mode, k, iid = record_key(rec)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if t == task and s == system:
+            key = (mode, k, iid)
+            if rec.get("error"):
+                bad.add(key)
+                ok.discard(key)
+            else:
+                ok.add(key)
+                bad.discard(key)
+    return ok, bad
+
+
+def _truncate_trajectory(path: Path, keep_through: int) -> None:
+    """Keep the steps of instances at positions <= keep_through (drop a half-written tail)."""
+    if not path.exists():
+        return
+    kept, keep = [], False
+    for _, ev in iter_jsonl(path):
+        if ev.get("event") == "reset":
+            keep = ev.get("position", 1 << 30) <= keep_through
+        elif ev.get("event") == "shock":
+            keep = True  # shocks precede the reset of their instance; decided again at that reset
+        if keep:
+            kept.append(ev)
+    # shocks written just before a dropped instance are dropped with it
+    while kept and kept[-1].get("event") == "shock":
+        kept.pop()
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    append_lines(tmp, kept)
+    if tmp.exists():
+        os.replace(tmp, path)
+    else:
+        path.unlink()
+
+
+def plan_jobs(cfg: RunConfig, task: str, order_ids: list[str], resumable: bool, resume: bool = False) -> list[Job]:
+    """Stateful rollouts first (the longest jobs), then the stateless pass in chunks.
+
+    With resume, completed instances are skipped; a stateful rollout continues from the agent
+    state saved after its last completed instance, or restarts when that is impossible.
+    """
+    out = Path(cfg.out)
+    ok, bad = done_keys(out, task, cfg.system) if resume else (set(), set())
     jobs = []
     if cfg.mode in ("both", "stateful"):
         for k in range(cfg.rollouts):
-            if not all(("stateful", k, iid) in done for iid in instance_ids):
-                jobs.append(Job(cfg, "stateful", k))
+            order = [s for s in _order_ids(cfg, k, order_ids)]
+            done_pos = [p for p, iid in enumerate(order) if ("stateful", k, iid) in ok]
+            errored = any(("stateful", k, iid) in bad for iid in order)
+            if len(done_pos) == len(order) and not errored:
+                continue
+            tpath = trajectory_path(out, task, cfg.system, "stateful", k)
+            spath = state_path(out, task, cfg.system, k)
+            resume_state = None
+            if resume and resumable and not errored and spath.exists():
+                saved = read_json(spath)
+                p = int(saved["position"])
+                if all(("stateful", k, order[q]) in ok for q in range(p + 1)):
+                    resume_state = saved
+            if resume_state is None:
+                spath.unlink(missing_ok=True)
+                tpath.unlink(missing_ok=True)
+            else:
+                _truncate_trajectory(tpath, int(resume_state["position"]))
+            jobs.append(Job(cfg, "stateful", k, resume_state=resume_state))
     if cfg.mode in ("both", "stateless"):
-        todo = [i for i in instance_ids if ("stateless", 0, i) not in done]
+        todo = [i for i in order_ids if ("stateless", 0, i) not in ok]
+        for iid in todo:  # a half-written trajectory of an unfinished instance starts over
+            trajectory_path(out, task, cfg.system, "stateless", 0, instance_id=iid).unlink(missing_ok=True)
         if todo:
             size = cfg.stateless_chunk or max(1, -(-len(todo) // (cfg.workers * 2)))
             for s in range(0, len(todo), size):
@@ -187,52 +314,19 @@ def plan_jobs(cfg: RunConfig, instance_ids: list[str], done: set[tuple] | None =
     return jobs
 
 
-def execute(jobs: list[Job], workers: int, on_done: Callable[[Job, list[dict] | None, str | None], None]) -> list[str]:
-    """Run jobs locally (inline or on a spawn pool); returns the error messages of failed jobs."""
-    errors = []
-    if workers == 1 or len(jobs) <= 1:
-        for job in jobs:
-            try:
-                on_done(job, run_job(job), None)
-            except Exception as exc:
-                msg = f"{job.mode} rollout {job.rollout}: {type(exc).__name__}: {exc}"
-                errors.append(msg)
-                on_done(job, None, msg)
-        return errors
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        futures = {pool.submit(run_job, job): job for job in jobs}
-        for fut in cf.as_completed(futures):
-            job = futures[fut]
-            try:
-                on_done(job, fut.result(), None)
-            except Exception as exc:
-                msg = f"{job.mode} rollout {job.rollout}: {type(exc).__name__}: {exc}"
-                errors.append(msg)
-                on_done(job, None, msg)
-    return errors
+_ORDERS: dict = {}
+
+
+def _order_ids(cfg: RunConfig, rollout: int, canonical: list[str]) -> list[str]:
+    key = (cfg.env_id, repr(sorted(cfg.env_kwargs.items())), cfg.seed + rollout)
+    if key not in _ORDERS:
+        env = cached_env(cfg.env_id, cfg.env_kwargs)
+        _ORDERS[key] = [s.instance_id for s in env.unwrapped.schedule.order(cfg.seed + rollout)]
+    return _ORDERS[key]
 
 
 def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
-
-
-def existing_keys(out: Path, task: str, system: str) -> set[tuple]:
-    """(mode, rollout, instance_id) already recorded for task/system (for resume)."""
-    from clbench.results import iter_jsonl
-
-    path = out / RESULTS_FILE
-    if not path.exists():
-        return set()
-    keys = set()
-    for _, rec in iter_jsonl(path):
-        try:
-            t, s, mode, k, iid = record_key(rec)
-        except (KeyError, TypeError, ValueError):
-            continue
-        if t == task and s == system and not rec.get("error"):
-            keys.add((mode, k, iid))
-    return keys
 
 
 def config_dict(cfg: RunConfig) -> dict:

@@ -22,7 +22,7 @@ LLM_OPTIONS = ("memory", "model", "base_url", "api_key_env", "temperature", "max
 
 
 def add_run_arguments(p) -> None:
-    p.add_argument("--agent", required=True, help="agent name (see `clbench list`)")
+    p.add_argument("--agent", help="agent name (see `clbench list`)")
     p.add_argument("--system", default="", help="name of the system in results (default: the agent name)")
     p.add_argument("--rollouts", type=int, default=5, help="stateful rollouts (default 5)")
     p.add_argument("--mode", choices=["both", "stateful", "stateless"], default="both")
@@ -30,7 +30,12 @@ def add_run_arguments(p) -> None:
     p.add_argument("--workers", type=int, default=default_workers(), help="parallel worker processes")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
     p.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent keyword argument")
-    p.add_argument("--resume", action="store_true", help="keep finished instances of OUT and run the rest")
+    p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR (its config.json decides)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local", help="local process pool or Ray")
+    p.add_argument("--ray-address", help="Ray cluster address (default: start a local Ray instance)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--shock", action="append", default=[], metavar="EVENT@K",
+                   help="lifecycle shock before instance position K: flush@K, recompact@K, partial-reset[:F]@K")
     llm = p.add_argument_group("LLM agent (--agent llm)")
     llm.add_argument("--memory", help="memory system (see `clbench agents`)")
     llm.add_argument("--model", help="model name at the endpoint")
@@ -53,27 +58,45 @@ def config_from_args(args, env_id: str, out: str) -> RunConfig:
             agent_kwargs[name] = value
     return RunConfig(env_id=env_id, agent=args.agent, out=out, system=args.system, rollouts=args.rollouts,
                      mode=args.mode, seed=args.seed, workers=args.workers, env_kwargs=env_kwargs,
-                     agent_kwargs=agent_kwargs)
+                     agent_kwargs=agent_kwargs, shocks=list(args.shock))
+
+
+def run_and_report(args, cfgs) -> int:
+    """Run (or resume) and print the metrics table."""
+    from clbench.rollout import resume_run, run_many
+    from clbench.runcard import compute
+    from clbench.shocks import parse_shock
+    from clbench.summary import metrics_markdown
+
+    opts = {"executor": args.executor, "ray_address": args.ray_address, "quiet": args.quiet}
+    if args.resume:
+        out = args.resume
+        resume_run(out, **{k: v for k, v in opts.items() if k != "executor" or v != "local"})
+    else:
+        for cfg in cfgs:
+            for shock in cfg.shocks:
+                parse_shock(shock)
+        out = cfgs[0].out
+        run_many(cfgs, **opts)
+    if any(c.mode == "both" for c in cfgs) or args.resume:
+        print(metrics_markdown(compute(out)))
+    else:
+        print(f"records written to {out}/results.jsonl")
+    return 0
 
 
 def cmd_rollout(args) -> int:
-    from clbench.rollout import run
-    from clbench.runcard import compute
-    from clbench.summary import metrics_markdown
-
+    if args.resume:
+        return run_and_report(args, [])
+    if not args.env or not args.agent:
+        raise ValueError("--env and --agent are required (or --resume DIR)")
     out = args.out or f"runs/{args.env.split('/')[-1]}-{args.agent}"
-    cfg = config_from_args(args, args.env, out)
-    run(cfg, resume=args.resume)
-    if cfg.mode == "both" or args.resume:
-        print(metrics_markdown(compute(out)))
-    else:
-        print(f"{cfg.mode} records written to {out}/results.jsonl")
-    return 0
+    return run_and_report(args, [config_from_args(args, args.env, out)])
 
 
 def register(sub) -> None:
     p = sub.add_parser("rollout", help="run an agent stateful and stateless on one env and print the metrics")
-    p.add_argument("--env", required=True, help="env id, e.g. clbench/SpectrumMonitor-v0")
+    p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v0")
     p.add_argument("--out", default="", help="run directory (default runs/<env>-<agent>)")
     add_run_arguments(p)
     p.set_defaults(func=cmd_rollout)

@@ -1,0 +1,102 @@
+"""Progress of a run: rich bars on a terminal, plain lines otherwise, nothing when quiet.
+
+The display follows results.jsonl as it grows (whatever executor wrote it), so it shows per
+rollout the instances done, the mean reward so far, the ETA and, for LLM agents, tokens and cost.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+from clbench.results import RESULTS_FILE
+
+
+def plain_output() -> bool:
+    return bool(os.environ.get("CI")) or not sys.stderr.isatty()
+
+
+class RunProgress:
+    """Tracks (task, system, mode, rollout) streams; `expected` gives each stream's instance count."""
+
+    def __init__(self, out: Path, expected: dict[tuple, int], quiet: bool = False):
+        self.out = Path(out)
+        self.expected = expected
+        self.quiet = quiet
+        self.plain = plain_output()
+        self.offset = (self.out / RESULTS_FILE).stat().st_size if (self.out / RESULTS_FILE).exists() else 0
+        self.stats = {k: {"n": 0, "reward": 0.0, "tokens": 0, "cost": None} for k in expected}
+        self._stop = threading.Event()
+        self._thread = None
+        self._progress = None
+        self._bars = {}
+
+    def __enter__(self):
+        if not self.quiet and not self.plain:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[extra]}"), TimeRemainingColumn(), transient=False)
+            self._progress.start()
+            for key, total in self.expected.items():
+                task, system, mode, k = key
+                label = f"{task}/{system} {mode}" + (f" r{k}" if mode == "stateful" else "")
+                self._bars[key] = self._progress.add_task(label, total=total, extra="")
+        if not self.quiet:
+            self._thread = threading.Thread(target=self._follow, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        self._poll()
+        if self._progress is not None:
+            self._progress.stop()
+
+    def _follow(self):
+        while not self._stop.wait(0.5):
+            self._poll()
+
+    def _poll(self):
+        path = self.out / RESULTS_FILE
+        if not path.exists():
+            return
+        with open(path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        for line in data[: end + 1].splitlines():
+            try:
+                rec = json.loads(line)
+                key = (rec["task"], rec["system"], rec["mode"], int(rec["rollout"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if key in self.stats:
+                self._update(key, rec)
+
+    def _update(self, key, rec):
+        st = self.stats[key]
+        st["n"] += 1
+        st["reward"] += float(rec.get("reward") or 0.0)
+        tokens = rec.get("tokens") or {}
+        st["tokens"] += int(tokens.get("prompt", 0) or 0) + int(tokens.get("completion", 0) or 0)
+        if rec.get("cost") is not None:
+            st["cost"] = (st["cost"] or 0.0) + float(rec["cost"])
+        extra = f"mean reward {st['reward'] / st['n']:.3f}"
+        if st["tokens"]:
+            extra += f" | {st['tokens']} tok"
+        if st["cost"] is not None:
+            extra += f" | ${st['cost']:.4f}"
+        if self._progress is not None:
+            self._progress.update(self._bars[key], completed=st["n"], extra=extra)
+        elif st["n"] == self.expected[key] and not self.quiet:
+            task, system, mode, k = key
+            label = f"{task}/{system} {mode}" + (f" rollout {k}" if mode == "stateful" else " pass")
+            print(f"  done {label}: {st['n']} instances, {extra}", file=sys.stderr, flush=True)

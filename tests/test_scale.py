@@ -1,0 +1,96 @@
+"""Running at scale: SIGKILL + resume, the Ray executor, the suite command and shocks."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clbench.cli import main
+from clbench.results import load_records
+from clbench.rollout import run
+from clbench.runner import RunConfig
+
+ENV = "clbench/SpectrumMonitor-v0"
+
+
+def canonical(run_dir) -> list[str]:
+    drop = {"wall_time"}
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True)
+                  for r in load_records(run_dir))
+
+
+def _suite_cmd(out, agent):
+    return [sys.executable, "-m", "clbench.cli", "suite", "--agent", agent, "--tasks", "SpectrumMonitor",
+            "--rollouts", "3", "--workers", "2", "--quiet", "--out", str(out)]
+
+
+@pytest.mark.parametrize("agent", ["tests.slow_agents:SlowReference", "tests.slow_agents:SlowStatelessResume"])
+def test_sigkill_midway_then_resume_gives_the_same_records(tmp_path, agent):
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_suite_cmd(killed, agent), cwd=repo, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = killed / "results.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if results.exists() and results.read_bytes().count(b"\n") >= 150:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its workers, mid-write or not
+    proc.wait()
+    partial = results.read_bytes().count(b"\n")
+    assert 150 <= partial < 360, "the run must be killed midway"
+    resumed = subprocess.run([sys.executable, "-m", "clbench.cli", "suite", "--resume", str(killed), "--quiet"],
+                             cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    whole = tmp_path / "whole"
+    done = subprocess.run(_suite_cmd(whole, agent), cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert canonical(killed) == canonical(whole)
+    assert len(canonical(whole)) == 3 * 90 + 90
+    # trajectories of the resumed run hold each instance exactly once
+    traj = killed / "trajectories" / "spectrum"
+    for path in traj.rglob("stateful-r*.jsonl"):
+        resets = [json.loads(l)["position"] for l in path.read_text().splitlines() if '"event":"reset"' in l]
+        assert resets == list(range(90)), path
+
+
+def test_ray_executor_matches_local_pool(tmp_path):
+    pytest.importorskip("ray")
+    kw = dict(rollouts=2, workers=2, env_kwargs={"schedule": "short"})
+    run(RunConfig(ENV, "reference", str(tmp_path / "local"), **kw), say=lambda m: None, quiet=True)
+    run(RunConfig(ENV, "reference", str(tmp_path / "ray"), **kw), say=lambda m: None, quiet=True, executor="ray")
+    assert canonical(tmp_path / "local") == canonical(tmp_path / "ray")
+
+
+def test_suite_command_prints_summary(tmp_path, capsys):
+    assert main(["suite", "--agent", "reference", "--tasks", "SpectrumMonitor", "--rollouts", "2", "--workers", "1",
+                 "--env-arg", "schedule=short", "--quiet", "--out", str(tmp_path / "s")]) == 0
+    assert "| spectrum | reference | 2 |" in capsys.readouterr().out
+    assert main(["suite", "--agent", "reference", "--tasks", "NoSuchTask", "--out", str(tmp_path / "x")]) == 1
+
+
+def test_flush_shock_drops_reward_then_recovers(tmp_path):
+    card = run(RunConfig(ENV, "reference", str(tmp_path), rollouts=2, workers=1, mode="both",
+                         shocks=["flush@70"]), say=lambda m: None, quiet=True)
+    curve = card["tasks"]["spectrum/reference"]["curves"]["stateful"]["mean"]
+    before = sum(curve[64:70]) / 6
+    after = curve[70]
+    later = sum(curve[80:90]) / 10
+    assert after < before - 0.2
+    assert later > after + 0.2
+    shocked = [r for r in load_records(tmp_path) if r.get("shocks")]
+    assert {r["position"] for r in shocked} == {70}
+
+
+def test_bad_shock_is_a_clear_error(tmp_path, capsys):
+    assert main(["rollout", "--env", ENV, "--agent", "reference", "--shock", "explode@3",
+                 "--out", str(tmp_path)]) == 1
+    assert "bad shock" in capsys.readouterr().err
