@@ -136,9 +136,41 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     for name, values in per.items():
         out[name] = estimate(values, n_boot=n_boot)
     out["per_variant"] = _per_variant(tr, sl)
+    out["shocks"] = shock_effects(tr)
     out["curves"] = _curves(tr, sl)
     out["usage"] = _usage(tr)
     return out
+
+
+def shock_effects(tr: TaskRecords, before: int = 5) -> list[dict]:
+    """Reward just before and after each lifecycle shock, and how fast it recovers.
+
+    recovery = instances from the shock until the mean-over-rollouts stateful reward first gets
+    back to the pre-shock level (mean of the `before` instances preceding it); None if never.
+    """
+    positions = sorted({x["position"] for recs in tr.stateful.values() for x in recs if x.get("shocks")})
+    if not positions:
+        return []
+    n = max(len(v) for v in tr.stateful.values())
+    curve = np.full((len(tr.stateful), n), np.nan)
+    for row, k in enumerate(sorted(tr.stateful)):
+        for x in tr.stateful[k]:
+            curve[row, x["position"]] = float(x["reward"])
+    mean = np.nanmean(curve, axis=0)
+    effects = []
+    for p in positions:
+        pre = float(np.mean(mean[max(0, p - before):p])) if p else None
+        recovery = None
+        if pre is not None:
+            for q in range(p, n):
+                if mean[q] >= pre:
+                    recovery = q - p
+                    break
+        events = sorted({e for recs in tr.stateful.values() for x in recs if x["position"] == p
+                         for e in x.get("shocks", [])})
+        effects.append({"position": p, "events": events, "reward_before": pre, "reward_after": float(mean[p]),
+                        "recovery_instances": recovery})
+    return effects
 
 
 def _per_variant(tr: TaskRecords, sl: dict[str, float]) -> list[dict]:

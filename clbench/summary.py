@@ -51,6 +51,13 @@ def metrics_markdown(result: dict, variants: bool = True) -> str:
             parts.append(f"\nPer variant, {t['task']} / {t['system']}:\n")
             parts.append(markdown_table(["variant", "start", "instances", "stateful", "stateless", "gain"],
                                         variant_rows(t)))
+            if t.get("shocks"):
+                parts.append("\nLifecycle shocks:\n")
+                parts.append(markdown_table(
+                    ["position", "events", f"reward before", "reward after", "instances to recover"],
+                    [[str(e["position"]), ",".join(e["events"]), fmt(e["reward_before"]), fmt(e["reward_after"]),
+                      "never" if e["recovery_instances"] is None else str(e["recovery_instances"])]
+                     for e in t["shocks"]]))
             usage = t.get("usage") or {}
             if usage.get("tokens") or usage.get("cost") is not None:
                 tok = usage.get("tokens") or {}
