@@ -64,3 +64,18 @@ def metrics_markdown(result: dict, variants: bool = True) -> str:
                 parts.append(f"\nTokens: prompt {tok.get('prompt', 0)}, completion {tok.get('completion', 0)}, "
                              f"cached {tok.get('cached', 0)}; cost {fmt(usage.get('cost'), 4)} USD")
     return "\n".join(parts) + "\n"
+
+
+def print_markdown(text: str) -> None:
+    """Rich rendering on a terminal; the plain markdown when not a TTY or when CI is set."""
+    from clbench.progress import plain_output
+
+    import sys
+
+    if plain_output() or not sys.stdout.isatty():
+        print(text)
+        return
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console().print(Markdown(text))

@@ -66,7 +66,7 @@ def run_and_report(args, cfgs) -> int:
     from clbench.rollout import resume_run, run_many
     from clbench.runcard import compute
     from clbench.shocks import parse_shock
-    from clbench.summary import metrics_markdown
+    from clbench.summary import metrics_markdown, print_markdown
 
     opts = {"executor": args.executor, "ray_address": args.ray_address, "quiet": args.quiet}
     if args.resume:
@@ -79,7 +79,7 @@ def run_and_report(args, cfgs) -> int:
         out = cfgs[0].out
         run_many(cfgs, **opts)
     if any(c.mode == "both" for c in cfgs) or args.resume:
-        print(metrics_markdown(compute(out)))
+        print_markdown(metrics_markdown(compute(out)))
     else:
         print(f"records written to {out}/results.jsonl")
     return 0

@@ -1,0 +1,192 @@
+"""MemoryProbe-v0: recall facts planted across the sessions of one long assistant conversation."""
+from __future__ import annotations
+
+import re
+
+from clbench.actions import ActionError, ToolCall, tool_schema
+from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.schedule import Instance, Schedule, Slot, Variant
+from clbench.envs.memoryprobe.generator import generate
+from clbench.envs.memoryprobe.questions import Question, build_questions
+from clbench.envs.memoryprobe.text import values_match
+
+_ANSWER_LINE = re.compile(r"^\s*ANSWER\s+([A-Za-z0-9_-]+)\s*:[ \t]*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+CONVERSATION_START = "=== conversation: session {n} ==="
+CONVERSATION_END = "=== end of session {n} ==="
+
+
+class AnswerKey:
+    """The oracle's view: the answers of the current rollout's questions (never shown to agents)."""
+
+    def __init__(self, env: "MemoryProbeEnv"):
+        self._env = env
+
+    def answers(self, instance_id: str) -> dict[str, str]:
+        return {q.qid: q.answer for q in self._env.questions(instance_id)}
+
+
+class MemoryProbeEnv(InstanceSequenceEnv):
+    """
+    ## Description
+    One long conversation between a software team lead and an assistant, split into sessions
+    (one session = one instance). Amid ordinary team chat, facts are planted at known positions
+    in four categories (configuration values, decisions, measurements, named people), either
+    explicitly as a line `[FACT] key: value` or implicitly, said in passing in a sentence. Some
+    keys get new values in later sessions (version chains), some have near-identical twins
+    introduced at different times (confusable pairs, e.g. checkout-api vs checkout-app), and
+    running totals (accumulators) grow by increments over many sessions. Each session ends with
+    up to 5 recall questions about keys stated so far, their source session drawn uniformly over
+    the history and at most one about the session just played. The default schedule has 24
+    sessions in three variants of rising pressure (light, medium, heavy); a rollout seed
+    permutes sessions within a variant and the truth of every question is replayed from the
+    order played (a `set` states a value or a running total, an increment adds to it).
+    Agents are measured under a memory budget of 15% of the whole conversation's tokens
+    (stated in the brief and in every observation) for what they carry between sessions.
+
+    ## Action Space
+    `Text`: one reply answering all questions, one line each, `ANSWER <qid>: <value>` (other
+    lines are ignored), or the tool call `{"tool": "answer", "arguments": {"answers": {"<qid>":
+    "<value>", ...}}}`. Questions left out count as wrong.
+
+    ## Observation Space
+    `Text` (printable ASCII): a header (session number, pressure, memory budget), the session's
+    conversation between `=== conversation: session N ===` and `=== end of session N ===`, then
+    the questions `Q<i> [<qid>] <question>` and the answer format. After the answer: the score
+    and which answers were right (never the right values).
+
+    ## Rewards
+    Fraction of the session's questions answered correctly (case, spacing and thousands
+    separators ignored; a number may omit its unit), on the answering step; raw_metric =
+    ("recall_accuracy", value). r_max = 1.0 (the oracle); r_reference = the reference agent
+    (file-backed memory) played stateless, so it can only answer about the session in view.
+    The final info holds `details["question_outcomes"]` (kept in result records): per question
+    qid, key, category, structure, kind (explicit|implicit), depth (tokens back to the oldest
+    needed mention), age_sessions and correct, for `breakdown.accuracy_breakdown`.
+
+    ## Episode End
+    A session ends when a valid answer is given (all questions are answered in one step). An
+    invalid reply (no ANSWER lines, unknown question ids) costs a step; the budget is 2 steps,
+    after which the session scores 0.
+
+    ## Arguments
+    `schedule` ("default": light, medium and heavy variants of 8 sessions; "light", "medium",
+    "heavy": 12 sessions of one preset; "short": 3 light + 3 heavy sessions for tests), `cycle`,
+    `render_mode` ("ansi").
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    env_id = "clbench/MemoryProbe-v0"
+    task = "memoryprobe"
+    domain = "memoryprobe"
+    reward_text = "Fraction of the session's recall questions answered correctly; 1.0 is perfect."
+    action_grammar = ("Answer every question in one reply, one line each: ANSWER <qid>: <value> "
+                      '(or the tool call {"tool": "answer", "arguments": {"answers": {"<qid>": "<value>"}}}). '
+                      "Leave out questions you cannot answer.")
+    max_steps = 2
+    max_invalid_repeats = 2
+    agents = {
+        "truncation": "clbench.agents.memoryprobe:TruncationAgent",
+        "sliding-summary": "clbench.agents.memoryprobe:SlidingSummaryAgent",
+        "memory-bank": "clbench.agents.memoryprobe:MemoryBankAgent",
+        "file-state": "clbench.agents.memoryprobe:FileStateAgent",
+        "reference": "clbench.agents.memoryprobe:MemoryProbeReference",
+        "oracle": "clbench.agents.memoryprobe:MemoryProbeOracle",
+    }
+
+    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+        self.total_tokens = self.conversation.total_tokens
+        self.budget_tokens = int(self.spec_data["budget_fraction"] * self.total_tokens)
+        self.brief = (
+            "You are an assistant in one long conversation with a software team lead, split into sessions. "
+            "Facts come up along the way: configuration values, decisions, measurements and who does what; "
+            "some are pasted as '[FACT] key: value' lines, others said in passing; values change over time, "
+            "some names are nearly identical, and some quantities are running totals. At the end of each "
+            "session you are asked about facts from this and earlier sessions; answer with the current values. "
+            f"Memory budget: {self.budget_tokens} tokens (15% of the {self.total_tokens}-token conversation) "
+            "for what you carry between sessions.")
+        self._question_cache: dict[tuple[int, tuple[str, ...]], list[list[Question]]] = {}
+        self._current: list[Question] = []
+
+    def _build_schedule(self, name: str) -> Schedule:
+        if name not in self.spec_data["schedules"]:
+            raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
+        self.conversation = generate(self.spec_data, name)
+        variants = []
+        for v in self.spec_data["schedules"][name]:
+            insts = tuple(Instance(s.instance_id, v["name"], s) for s in self.conversation.sessions
+                          if s.variant == v["name"])
+            variants.append(Variant(v["name"], insts, v.get("description", "")))
+        return Schedule(name, variants)
+
+    # ------------------------------------------------------------------ ground truth (runner/oracle only)
+    def _questions_by_position(self) -> list[list[Question]]:
+        if not self._order:
+            raise RuntimeError("call reset(seed=...) first: questions depend on the rollout's order")
+        order = tuple(s.instance_id for s in self._order)
+        cache_key = (int(self.rollout_seed or 0), order)
+        if cache_key not in self._question_cache:
+            self._question_cache[cache_key] = build_questions(
+                self.conversation, list(order), self.spec_data["questions"], cache_key[0])
+        return self._question_cache[cache_key]
+
+    def questions(self, instance_id: str) -> list[Question]:
+        """The questions asked at the end of `instance_id` in the current rollout."""
+        return self._questions_by_position()[self._find(instance_id)]
+
+    def instance_facts(self, instance_id: str) -> list[dict]:
+        """The latent facts the questions of `instance_id` need (current rollout order), with their
+        values and the mentions that state them. For the runner's probes; never shown to agents."""
+        return [q.fact() for q in self.questions(instance_id)]
+
+    def latent(self) -> AnswerKey:
+        return AnswerKey(self)
+
+    # ------------------------------------------------------------------ hooks
+    @property
+    def tools(self) -> list[dict]:
+        return [tool_schema(
+            "answer", "Answer the session's recall questions: a map from question id to answer.",
+            {"answers": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 500},
+                         "maxProperties": 50}})]
+
+    def _enter(self, slot: Slot, fresh: bool) -> str:
+        session = slot.instance.payload
+        self._current = self.questions(slot.instance_id)
+        n = slot.position + 1
+        lines = [
+            f"MemoryProbe | session {n} of {len(self._order)} | pressure: {slot.variant}",
+            f"Memory budget: {self.budget_tokens} tokens (15% of the {self.total_tokens}-token conversation) "
+            "for what you carry between sessions; this session is always in view.",
+            CONVERSATION_START.format(n=n), session.text, CONVERSATION_END.format(n=n),
+            "Recall questions (about this and earlier sessions; give current values):",
+        ]
+        lines += [f"Q{i + 1} [{q.qid}] {q.text}" for i, q in enumerate(self._current)]
+        lines.append(self.action_grammar)
+        return "\n".join(lines)
+
+    def _parse_text(self, text: str) -> ToolCall:
+        found = _ANSWER_LINE.findall(text)
+        if not found:
+            raise ActionError(f"no ANSWER lines found. {self.action_grammar}")
+        return ToolCall("answer", {"answers": {qid: value for qid, value in found}})
+
+    def _act(self, call: ToolCall) -> Outcome:
+        if call.tool != "answer":
+            raise ActionError(f"unknown tool {call.tool!r}; use answer")
+        answers = call.arguments.get("answers")
+        if not isinstance(answers, dict):
+            raise ActionError('"answers" must map question ids to answers')
+        legal = {q.qid for q in self._current}
+        unknown = sorted(set(answers) - legal)
+        if unknown:
+            raise ActionError(f"unknown question ids {unknown[:5]}; this session's ids: {', '.join(sorted(legal))}")
+        results = [(q, values_match(q.answer, str(answers.get(q.qid, "")))) for q in self._current]
+        right = sum(ok for _, ok in results)
+        score = right / len(results) if results else 1.0
+        marks = ", ".join(f"{q.qid} {'right' if ok else 'wrong'}" for q, ok in results)
+        return Outcome(f"Scored {right} of {len(results)} correct: {marks}.", done=True, reward=score,
+                       raw_metric=("recall_accuracy", score), solved=right == len(results),
+                       extra={"details": {"question_outcomes": [q.outcome(ok) for q, ok in results]}})

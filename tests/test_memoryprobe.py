@@ -1,0 +1,326 @@
+"""MemoryProbe-v0: env contract, truth replay, grammar, memory strategies and the must-show numbers."""
+from __future__ import annotations
+
+import gc
+import json
+import re
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import clbench  # noqa: F401
+from clbench.agent import make_agent
+from clbench.agents.memoryprobe import FileStateAgent, extract, parse_observation
+from clbench.commands.calibrate import stateless_mean
+from clbench.envs.memoryprobe.breakdown import accuracy_breakdown, run_breakdowns
+from clbench.envs.memoryprobe.text import count_tokens, normalize_key, values_match
+from clbench.rollout import run
+from clbench.runner import RunConfig
+
+ENV = "clbench/MemoryProbe-v0"
+STRATEGIES = ["truncation", "sliding-summary", "memory-bank", "file-state"]
+
+
+@pytest.fixture(scope="module")
+def env():
+    return gym.make(ENV).unwrapped
+
+
+def play(env, agent, seed: int, upto: int | None = None, before=None) -> list[float]:
+    """Stateful play of positions 0..upto-1; `before(pos)` runs before each instance."""
+    obs, info = env.reset(seed=seed)
+    rewards = []
+    for pos in range(upto or len(env.order)):
+        if pos:
+            obs, info = env.reset()
+        if before:
+            before(pos)
+        obs, r, term, trunc, info = env.step(agent.act(obs, info))
+        assert term and not trunc, obs
+        agent.end_instance(r, info)
+        rewards.append(r)
+    return rewards
+
+
+# ---------------------------------------------------------------- env contract
+def test_check_env_registration_and_spec(env):
+    check_env(env)
+    assert gym.make("clbench:clbench/MemoryProbe-v0").unwrapped.env_id == ENV
+    card = env.spec_card
+    assert card.instances == 24 and [v["instances"] for v in card.variants] == [8, 8, 8]
+    assert [v["name"] for v in card.variants] == ["light", "medium", "heavy"]
+    assert env.budget_tokens == int(0.15 * env.total_tokens)
+    assert f"Memory budget: {env.budget_tokens} tokens" in card.brief
+    assert env.total_tokens == sum(count_tokens(s.text) for s in env.conversation.sessions)
+
+
+def test_generation_is_seeded_and_pressure_rises(env):
+    again = gym.make(ENV).unwrapped
+    assert [s.text for s in again.conversation.sessions] == [s.text for s in env.conversation.sessions]
+    stats = {}
+    for v in ("light", "medium", "heavy"):
+        ms = [m for s in env.conversation.sessions if s.variant == v for m in s.mentions]
+        n = sum(s.variant == v for s in env.conversation.sessions)
+        stats[v] = (len(ms) / n, sum(not m.explicit for m in ms) / len(ms))
+    assert stats["light"][0] < stats["medium"][0] < stats["heavy"][0]
+    assert stats["light"][1] < stats["medium"][1] < stats["heavy"][1]
+    keys = env.conversation.keys.values()
+    assert {k.category for k in keys} == {"config", "decision", "measurement", "entity"}
+    twins = [k for k in keys if k.twin_of]
+    assert len(twins) >= 4 and all(k.twin_of in env.conversation.keys for k in twins)
+    assert sum(k.accumulator for k in keys) == 4
+    sets = {}
+    for s in env.conversation.sessions:
+        for m in s.mentions:
+            sets[m.key] = sets.get(m.key, 0) + (m.op == "set")
+    assert max(sets.values()) >= 3  # version chains
+    # every mention is in its session's text at the stated token offset
+    for s in env.conversation.sessions:
+        for m in s.mentions:
+            at = s.text.index(m.text)
+            assert count_tokens(s.text[:at]) == m.offset
+
+
+def _replay_truth(env, order, upto):
+    """Independent replay: last set wins, adds after the last set accumulate."""
+    value, adds = {}, {}
+    sessions = {s.instance_id: s for s in env.conversation.sessions}
+    for iid in order[:upto + 1]:
+        for m in sessions[iid].mentions:
+            if m.op == "set":
+                value[m.key], adds[m.key] = m.value, 0
+            elif m.key in value:
+                adds[m.key] += int(m.value)
+    return {k: (str(int(v) + adds[k]) if env.conversation.keys[k].accumulator else v) for k, v in value.items()}
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_question_truth_follows_the_order_played(env, seed):
+    env.reset(seed=seed)
+    order = [s.instance_id for s in env.order]
+    if seed:
+        assert order != [s.instance_id for s in env.schedule.order(0)]
+    structures = set()
+    for pos, iid in enumerate(order):
+        truth = _replay_truth(env, order, pos)
+        qs = env.questions(iid)
+        assert 1 <= len(qs) <= 5
+        if pos >= 2:  # at most one question about the session just played
+            assert sum(any(n.position == pos for n in q.needs) for q in qs) <= 1
+        for q in qs:
+            assert q.answer == truth[q.key]
+            assert all(n.position <= pos for n in q.needs) and q.depth > 0
+            assert q.kind == ("explicit" if all(n.mention.explicit for n in q.needs) else "implicit")
+            structures.add(q.structure)
+    assert structures == {"plain", "chain", "confusable", "accumulator"}
+
+
+def test_observation_and_info_hide_the_answers(env):
+    obs, info = env.reset(seed=1)
+    for pos in range(len(env.order)):
+        if pos:
+            obs, info = env.reset()
+        session = env.slot.instance.payload
+        qs = env.questions(info["instance_id"])
+        wordy = [q.answer for q in qs if re.search(r"[A-Za-z]{3}", q.answer)]  # names, decisions, regions
+        assert not any(a in obs.replace(session.text, "") for a in wordy)
+        _, _, term, _, final = env.step(f"ANSWER {qs[0].qid}: no idea")
+        assert term and final["details"]["question_outcomes"]
+        assert not any(a in json.dumps(final) for a in wordy)
+
+
+def test_reward_is_fraction_correct_in_both_grammars(env):
+    obs, info = env.reset(seed=0)
+    oracle = make_agent("oracle", env)
+    answers = oracle.latent.answers(info["instance_id"])
+    qids = list(answers)
+    assert len(qids) >= 3
+    _, r, term, _, fin = env.step(f"Sure.\nANSWER {qids[0]}: {answers[qids[0]]}\nANSWER {qids[1]}: wrong\n")
+    share = 1 / len(qids)
+    assert term and r == pytest.approx(share) and fin["raw_metric"] == {"name": "recall_accuracy", "value": share}
+    outcomes = fin["details"]["question_outcomes"]
+    assert [o["correct"] for o in outcomes] == [True] + [False] * (len(qids) - 1)
+    assert {"qid", "key", "category", "structure", "kind", "depth", "age_sessions", "correct"} == set(outcomes[0])
+    env.reset(options={"instance": info["instance_id"], "stateless": True})
+    call = {"tool": "answer", "arguments": {"answers": {q: a.upper() + " " for q, a in answers.items()}}}
+    _, r, term, _, fin = env.step(json.dumps(call))
+    assert term and r == 1.0 and fin["solved"]
+
+
+def test_invalid_replies_cost_a_step_then_score_zero(env):
+    obs, info = env.reset(seed=0)
+    obs, r, term, trunc, info = env.step("I think the timeout was 30s")
+    assert "Invalid action" in obs and "ANSWER <qid>" in obs and not (term or trunc) and info["steps_left"] == 1
+    obs, r, term, trunc, info = env.step("ANSWER q99-9: 30s")
+    assert "unknown question ids" in obs and (term or trunc) and r == 0.0 and info["instance_reward"] == 0.0
+
+
+def test_values_match_rules():
+    assert values_match("30s", "30S") and values_match("30s", "30") and values_match("1240", "1,240")
+    assert values_match("Priya Nair", "priya  nair.") and values_match("966 ms", "966ms")
+    assert not values_match("30s", "30 ms") and not values_match("30s", "") and not values_match("Kafka", "NATS")
+    assert not values_match("0.8%", "8%") and values_match("0.8%", "0.80")
+
+
+def test_instance_facts_for_the_probes(env):
+    with pytest.raises(RuntimeError, match="reset"):
+        gym.make(ENV, schedule="short").unwrapped.instance_facts("session-01")
+    _, info = env.reset(seed=2)
+    for pos, slot in enumerate(env.order):
+        facts = env.instance_facts(slot.instance_id)
+        assert [f["qid"] for f in facts] == [q.qid for q in env.questions(slot.instance_id)]
+        for f in facts:
+            assert f["mentions"] and all(m["position"] <= pos for m in f["mentions"])
+            assert f["key"] in f["question"] and f["value"]
+
+
+# ---------------------------------------------------------------- extraction and agents
+def test_extraction_exact_for_explicit_fallible_for_implicit(env):
+    hits = {True: [0, 0], False: [0, 0]}
+    for s in env.conversation.sessions:
+        found = {(f.key, f.op, f.value) for f in extract(s.text)}
+        for m in s.mentions:
+            hits[m.explicit][0] += (m.key, m.op, m.value) in found
+            hits[m.explicit][1] += 1
+    assert hits[True][0] == hits[True][1]
+    assert 0.4 < hits[False][0] / hits[False][1] < 0.9
+
+
+def test_agents_parse_every_question(env):
+    obs, info = env.reset(seed=0)
+    for pos in range(6):
+        if pos:
+            obs, info = env.reset()
+        text, questions = parse_observation(obs)
+        assert text == env.slot.instance.payload.text
+        assert [(q.qid, q.key) for q in env.questions(info["instance_id"])] == questions
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_memory_stays_within_budget(env, name):
+    agent = make_agent(name, env, seed=0)
+    assert agent.budget == env.budget_tokens
+
+    def check(pos):
+        if name != "file-state":
+            assert agent.memory_tokens() <= env.budget_tokens
+        else:
+            assert agent.context_tokens <= env.budget_tokens
+
+    play(env, agent, seed=0, before=check)
+    assert agent.memory_tokens() > 0.5 * env.budget_tokens or name == "file-state"
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_memory_events(env, name):
+    base = make_agent(name, env, seed=0)
+    ref = play(env, base, seed=0)
+    flushed = make_agent(name, env, seed=0)
+    sizes = {}
+
+    def shock(pos):
+        if pos == 12:
+            sizes["before"] = flushed.memory_tokens()
+            flushed.memory_event("flush")
+            sizes["after"] = flushed.memory_tokens()
+
+    got = play(env, flushed, seed=0, before=shock)
+    assert sizes["before"] > 0 and sizes["after"] == 0
+    assert got[:12] == ref[:12] and sum(got[12:15]) < sum(ref[12:15])
+    agent = make_agent(name, env, seed=0)
+    play(env, agent, seed=0, upto=10)
+    size = agent.memory_tokens()
+    agent.memory_event("recompact")
+    after = agent.memory_tokens()
+    assert after == size if name == "file-state" else after < size
+    agent.memory_event("partial-reset", fraction=0.5)
+    assert 0.2 * after < agent.memory_tokens() < 0.8 * after
+    agent.memory_event("partial-reset", fraction=1.0)
+    assert agent.memory_tokens() == 0
+    with pytest.raises(ValueError, match="known: flush"):
+        agent.memory_event("defragment")
+    with pytest.raises(ValueError, match="fraction"):
+        agent.memory_event("partial-reset", fraction=1.5)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_state_dict_resumes_exactly(env, name):
+    a = make_agent(name, env, seed=4)
+    obs, info = env.reset(seed=4)
+    replies_a, replies_b, b = [], [], None
+    for pos in range(len(env.order)):
+        if pos:
+            obs, info = env.reset()
+        if pos == 9:
+            b = make_agent(name, env, seed=99)
+            b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+        if b is not None:
+            replies_b.append(b.act(obs, info))
+        replies_a.append(a.act(obs, info))
+        env.step(replies_a[-1])
+    assert replies_b == replies_a[9:]
+
+
+def test_file_state_writes_json_in_its_own_directory(env):
+    agent = make_agent("file-state", env, seed=0)
+    other = make_agent("file-state", env, seed=0)
+    assert agent.dir != other.dir and not list(other.dir.iterdir())
+    play(env, agent, seed=0, upto=4)
+    files = sorted(p.name for p in agent.dir.iterdir())
+    assert files and all(f.endswith(".json") for f in files)
+    stored = {k for f in agent.dir.iterdir() for k in json.loads(f.read_text())}
+    explicit = {normalize_key(m.key) for slot in env.order[:4] for m in slot.instance.payload.mentions
+                if m.explicit and m.op == "set"}
+    assert explicit and explicit <= stored
+    path = agent.dir
+    del agent
+    gc.collect()
+    assert not path.exists()
+    fixed = FileStateAgent(env.spec_card, directory=str(other.dir / "mine"))
+    assert fixed.dir.is_dir()
+
+
+def test_oracle_scores_r_max_and_reference_r_reference(env):
+    assert stateless_mean(ENV, "oracle") == pytest.approx(env.r_max, abs=1e-6)
+    assert stateless_mean(ENV, "reference") == pytest.approx(env.r_reference, abs=1e-6)
+    assert env.r_max == 1.0 and env.r_reference < 0.3
+
+
+def test_random_agent_scores_nothing(env):
+    obs, info = env.reset(seed=0)
+    agent = make_agent("random", env, seed=1)
+    assert play(env, agent, seed=0, upto=5) == [0.0] * 5
+
+
+# ---------------------------------------------------------------- breakdown and must-show
+def test_breakdown_quartiles_and_kinds():
+    rows = [{"depth": d, "kind": "explicit" if d % 2 else "implicit", "category": "config",
+             "structure": "plain", "correct": d < 50} for d in range(1, 101)]
+    b = accuracy_breakdown([{"details": {"question_outcomes": rows[:60]}}, *rows[60:]])
+    assert b["overall"] == {"n": 100, "accuracy": 0.49}
+    assert [q["n"] for q in b["by_depth_quartile"]] == [25, 25, 25, 25]
+    assert [q["accuracy"] for q in b["by_depth_quartile"]] == [1.0, 24 / 25, 0.0, 0.0]
+    assert b["by_kind"]["explicit"]["n"] == 50
+    fixed = accuracy_breakdown(rows, edges=[10, 20, 30])
+    assert [q["n"] for q in fixed["by_depth_quartile"]] == [10, 10, 10, 70]
+
+
+def test_must_show_strategy_ordering_amnesia_and_implicit(tmp_path):
+    out = tmp_path / "mp"
+    for name in STRATEGIES:
+        card = run(RunConfig(ENV, name, str(out), rollouts=5, workers=1), say=lambda m: None)
+    tasks = card["tasks"]
+    ci = {n: tasks[f"memoryprobe/{n}"]["mean_reward"]["ci"] for n in STRATEGIES}
+    # file-state > memory-bank > sliding-summary > truncation, with disjoint 95% CIs
+    for worse, better in zip(STRATEGIES, STRATEGIES[1:]):
+        assert ci[better][0] > ci[worse][1], (better, ci[better], worse, ci[worse])
+    bd = run_breakdowns(out)
+    for name in STRATEGIES:
+        b = bd[(name, "stateful")]
+        assert b["by_kind"]["implicit"]["accuracy"] < b["by_kind"]["explicit"]["accuracy"]
+    quart = [q["accuracy"] for q in bd[("truncation", "stateful")]["by_depth_quartile"]]
+    assert quart[0] > 0.8 and quart[2] < 0.1 and quart[3] == 0.0  # amnesia beyond its window
+    assert bd[("file-state", "stateful")]["by_depth_quartile"][3]["accuracy"] > 0.8
+    for name in STRATEGIES:
+        assert tasks[f"memoryprobe/{name}"]["normalized_gain"]["ci"][0] > 0
