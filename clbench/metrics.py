@@ -224,7 +224,7 @@ def _usage(tr: TaskRecords) -> dict:
         if tokens:
             have_tokens = True
             for k in total:
-                total[k] += int(tokens.get(k, 0) or 0)
+                total[k] += int((rec.get("calls") if k == "calls" else tokens.get(k, 0)) or 0)
         if rec.get("cost") is not None:
             cost += float(rec["cost"])
             have_cost = True

@@ -1,23 +1,61 @@
-"""`clbench report DIR`: the metrics table from saved results."""
+"""`clbench report DIR [--format md|html|json] [--conventions ...]`: tables and plots of a run directory.
+
+Plots go to DIR/plots/ (unless --no-plots); the HTML report goes to DIR/report.html (or --out) and
+embeds the tables and plots in one file.
+"""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
+
+
+def _json_payload(report) -> dict:
+    out: dict = {"conventions": list(report.conventions)}
+    if "clbench" in report.conventions:
+        out["tasks"] = report.clbench["tasks"]
+        out["aggregate"] = report.clbench["aggregate"]
+        out["costs"] = [{"task": t, "system": s, **c} for (t, s), c in sorted(report.costs.items())]
+    if report.upstream is not None:
+        out["upstream"] = report.upstream
+    return out
 
 
 def cmd_report(args) -> int:
-    from clbench.runcard import compute
-    from clbench.summary import metrics_markdown
+    from clbench.reporting import figures as F
+    from clbench.reporting import html, model, tables
 
-    result = compute(args.dir)
+    report = model.build(args.dir, conventions=args.conventions, n_boot=args.n_boot)
+    figures = F.render(report) if (args.format == "html" or not args.no_plots) else None
+    written = []
+    if figures is not None and not args.no_plots:
+        try:
+            written = F.write(figures, Path(args.dir) / F.PLOTS_DIR)
+        except OSError as exc:  # a read-only results folder still gets its report
+            print(f"clbench report: plots not written: {exc}", file=sys.stderr)
     if args.format == "json":
-        print(json.dumps({"tasks": result["tasks"], "aggregate": result["aggregate"]}, indent=2, default=float))
+        print(json.dumps(_json_payload(report), indent=2, default=float))
+    elif args.format == "html":
+        out = Path(args.out) if args.out else Path(args.dir) / "report.html"
+        out.write_text(html.render(report, figures), encoding="utf-8")
+        print(out)
     else:
-        print(metrics_markdown(result))
+        print(tables.markdown(report, [str(p) for p in written]), end="")
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="metrics table of a run directory")
+    from clbench.reporting import CHOICES
+
+    p = sub.add_parser("report", help="tables and plots of a run directory")
     p.add_argument("dir", help="run directory")
-    p.add_argument("--format", choices=["md", "json"], default="md")
+    p.add_argument("--format", choices=["md", "html", "json"], default="md",
+                   help="md (stdout), html (one self-contained file, see --out) or json (stdout)")
+    p.add_argument("--conventions", choices=CHOICES, default="auto",
+                   help="clbench (paired by instance id, bootstrap CIs, split), upstream (the original "
+                        "CL-Bench's sums, standard errors and external reference) or both; auto = both for "
+                        "directories made by import-upstream, clbench otherwise")
+    p.add_argument("--out", help="HTML file to write (default DIR/report.html)")
+    p.add_argument("--no-plots", action="store_true", help="do not write PNGs to DIR/plots/")
+    p.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default 10000)")
     p.set_defaults(func=cmd_report)
