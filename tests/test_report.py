@@ -151,8 +151,9 @@ def test_compare_sorts_by_the_chosen_aggregate(tmp_path, capsys):
                  "--plots", str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
-    assert rows[0].startswith("| 1 | B | 50.0 / 60.0 | 50.0 / 60.0 | 50.0 | 60.0 |")
-    assert rows[1].startswith("| 2 | A | 87.5 / 50.0 |")
+    # identical rollouts: each cell's bootstrap CI collapses onto its mean
+    assert rows[0].startswith("| 1 | B | 50.0 [50.0, 50.0] / 60.0 [60.0, 60.0] | 50.0 [50.0, 50.0] / 60.0 [60.0, 60.0] | 50.0 | 60.0 |")
+    assert rows[1].startswith("| 2 | A | 87.5 [87.5, 87.5] / 50.0 [50.0, 50.0] |")
     assert (tmp_path / "p" / "pareto-normalized-gain-vs-cost.png").read_bytes().startswith(PNG)
 
 
