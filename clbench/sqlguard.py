@@ -42,12 +42,26 @@ class QueryResult:
     error: str | None = None
 
 
+_SHARED: dict[str, duckdb.DuckDBPyConnection] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 def connect_readonly(path: str, memory_limit: str = "1GB") -> duckdb.DuckDBPyConnection:
-    """Open `path` read-only for an agent; configuration locked afterwards."""
-    config = dict(HARDENED_CONFIG, memory_limit=memory_limit)
-    con = duckdb.connect(str(path), read_only=True, config=config)
-    con.execute("SET lock_configuration = true")
-    return con
+    """A hardened read-only cursor on `path`, configuration locked.
+
+    DuckDB keeps one database instance per file and process, and a locked instance cannot be
+    configured again, so every caller gets its own cursor on one shared hardened connection.
+    """
+    key = str(path)
+    with _SHARED_LOCK:
+        con = _SHARED.get(key)
+        if con is None:
+            config = dict(HARDENED_CONFIG, memory_limit=memory_limit)
+            con = duckdb.connect(key, read_only=True, config=config)
+            con.execute("SET TimeZone = 'UTC'")  # answers must not depend on the host's zone
+            con.execute("SET lock_configuration = true")
+            _SHARED[key] = con
+        return con.cursor()
 
 
 def check_readonly(con: duckdb.DuckDBPyConnection, sql: str) -> None:
@@ -65,7 +79,8 @@ def check_readonly(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         raise QueryRejected(f"only read-only SELECT queries are allowed (got a {kind.name} statement)")
 
 
-def format_rows(columns: list[str], rows: list[tuple], total: int, max_rows: int, max_chars: int) -> str:
+def format_rows(columns: list[str], rows: list[tuple], total: int, max_rows: int, max_chars: int,
+                more: bool = False) -> str:
     """Rows as a pipe-separated table with a truncation note when capped."""
     lines = [" | ".join(columns)]
     for row in rows[:max_rows]:
@@ -73,7 +88,7 @@ def format_rows(columns: list[str], rows: list[tuple], total: int, max_rows: int
     text = "\n".join(lines)
     notes = []
     if total > max_rows:
-        notes.append(f"showing {max_rows} of {total} rows")
+        notes.append(f"showing {max_rows} of {'more than ' if more else ''}{total} rows")
     if len(text) > max_chars:
         text = text[:max_chars]
         notes.append(f"output cut at {max_chars} characters")
@@ -97,9 +112,12 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float = 10.0,
         columns = [d[0] for d in cur.description] if cur.description else []
         rows = cur.fetchmany(max_rows + 1)
         total = len(rows)
+        more = False
         if total > max_rows:
-            # count the rest without materialising it in Python
-            total = max_rows + 1 + len(cur.fetchmany(100_000))
+            # count the rest up to a cap without materialising it all in Python
+            extra = len(cur.fetchmany(100_000))
+            total = max_rows + 1 + extra
+            more = extra == 100_000
     except duckdb.InterruptException:
         elapsed = time.perf_counter() - start
         msg = f"query interrupted after the {timeout:g} s time limit"
@@ -111,5 +129,5 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float = 10.0,
     finally:
         timer.cancel()
     elapsed = time.perf_counter() - start
-    text = format_rows(columns, rows, total, max_rows, max_chars)
+    text = format_rows(columns, rows, total, max_rows, max_chars, more)
     return QueryResult(True, text, columns, rows[:max_rows], total, elapsed)

@@ -1,0 +1,100 @@
+"""DBExplore-v0 speed: cold database build, cached load and query-step latency.
+
+    python benchmarks/bench_dbexplore.py [--quick]
+
+Targets (default scale, 2 cores): cold build of both releases < 20 s, cached load < 1 s,
+median step < 10 ms for catalog queries. Prints medians and their ratio to the target.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+
+CATALOG_QUERIES = [
+    "SELECT table_name, comment FROM duckdb_tables()",
+    "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE table_name = 'fdbk_g2'",
+    "DESCRIBE items_g1",
+    "SELECT * FROM items_g3 LIMIT 5",
+]
+
+
+def _row(what: str, median: float, target: float | None, unit: str, n: int) -> str:
+    if target is None:
+        return f"| {what} | {n} | {median:.4g} {unit} | - | - |"
+    return f"| {what} | {n} | {median:.4g} {unit} | {target:g} {unit} | {median / target:.2f} |"
+
+
+def cold_build(scale: float, repeats: int) -> list[float]:
+    from clbench.env import load_task_spec
+    from clbench.envs.dbexplore.cache import database_paths
+
+    spec = load_task_spec("dbexplore")
+    times = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            database_paths(spec, scale, tmp)
+            times.append(time.perf_counter() - t)
+    return times
+
+
+def cached_load(scale: float, repeats: int, cache_dir: str) -> list[float]:
+    """Env creation, cache lookup, opening both releases and entering a question."""
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
+
+    gym.make("clbench/DBExplore-v0", scale=scale, cache_dir=cache_dir).unwrapped.database_paths()  # warm
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        env = gym.make("clbench/DBExplore-v0", scale=scale, cache_dir=cache_dir)
+        env.reset(seed=0)
+        env.reset(options={"instance": "q21", "stateless": True})
+        times.append(time.perf_counter() - t)
+        env.close()
+    return times
+
+
+def step_latency(scale: float, rounds: int, cache_dir: str, queries: list[str]) -> list[float]:
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
+
+    env = gym.make("clbench/DBExplore-v0", scale=scale, cache_dir=cache_dir)
+    times = []
+    env.reset(seed=0)
+    for _ in range(rounds):
+        for sql in queries:
+            if len(times) % 15 == 0:  # a fresh question before the query budget runs out
+                env.reset(options={"instance": "q01"})
+            t = time.perf_counter()
+            env.step("QUERY: " + sql)
+            times.append(time.perf_counter() - t)
+    env.close()
+    return times
+
+
+def main(quick: bool = False) -> None:
+    scale = 1.0
+    repeats = 1 if quick else 3
+    print(f"DBExplore-v0 at scale {scale}\n| what | n | median | target | ratio |\n|---|---|---|---|---|")
+    build = cold_build(scale, repeats)
+    print(_row("cold build, both releases", statistics.median(build), 20.0, "s", len(build)))
+    with tempfile.TemporaryDirectory() as cache:
+        load = cached_load(scale, 3 if quick else 10, cache)
+        print(_row("cached load (make + 2 releases)", statistics.median(load), 1.0, "s", len(load)))
+        cat = step_latency(scale, 10 if quick else 50, cache, CATALOG_QUERIES)
+        print(_row("step, catalog queries", statistics.median(cat) * 1e3, 10.0, "ms", len(cat)))
+        summ = step_latency(scale, 2 if quick else 5, cache, ["SUMMARIZE fdbk_g1", "SUMMARIZE items_g2"])
+        print(_row("step, SUMMARIZE of a 150k-row table", statistics.median(summ) * 1e3, None, "ms", len(summ)))
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    main(quick=p.parse_args().quick)
+    sys.exit(0)

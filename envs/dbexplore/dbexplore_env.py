@@ -1,0 +1,250 @@
+"""DBExplore-v0: answer questions about an unfamiliar, obfuscated DuckDB database with SQL."""
+from __future__ import annotations
+
+import re
+
+from clbench.actions import ActionError, ToolCall, parse_prefixed, tool_schema
+from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.schedule import Instance, Schedule, Slot, Variant
+from clbench.sqlguard import run_query
+from clbench.envs.dbexplore.cache import database_paths
+from clbench.envs.dbexplore.connections import close_connection, open_connection
+from clbench.envs.dbexplore.generator import schema_map
+from clbench.envs.dbexplore.migration import migrated_map
+from clbench.envs.dbexplore.questions import Question, load_questions
+
+_COMMANDS = {"QUERY": ("query_sql", "sql"), "ANSWER": ("answer", "value")}
+_COMMAND_LINE = re.compile(r"^[ \t]*(?:QUERY|ANSWER)\b", re.IGNORECASE | re.MULTILINE)
+_FENCED = re.compile(r"^```[a-zA-Z]*\s*(.*?)\s*```$", re.DOTALL)
+
+
+class DBExploreEnv(InstanceSequenceEnv):
+    """
+    ## Description
+    An analyst answers 40 questions about an unfamiliar product-review database (DuckDB,
+    read-only) by issuing SQL. Three product groups (office products, electronics, musical
+    instruments; ~50k products each at scale 1.0 with power-law review counts) share ten tables
+    with abbreviated names (`items_g1`, `fdbk_g2`, `tax_g1`, `attr_g3`, columns like `prc`, `rtg`,
+    `vrf`, `ts`, `hlp_ct`) that hide per-group conventions: electronics prices in integer cents,
+    review times as epoch milliseconds, epoch seconds or ISO text, verified flags encoded three
+    ways, no attributes table for electronics, no taxonomy table for instruments, stale review
+    statistics for part of the items. These conventions are the latent structure. After question
+    20 the database is migrated (release 2): new current-price column for electronics, a partial
+    re-audited verification column for office reviews, instrument review dates split into year
+    and month with part of the old values nulled, the instrument attributes table renamed to
+    `attr_g3_legacy` (rows dropped) with a new canonical table. Post-migration questions say that
+    a migration happened, not what changed.
+
+    ## Action Space
+    `Text`: `QUERY: <one read-only SQL statement>` or `ANSWER: <value>`, or the JSON tool calls
+    `{"tool": "query_sql", "arguments": {"sql": ...}}` / `{"tool": "answer", "arguments": {"value": ...}}`.
+    Only single SELECT-type statements run (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, FROM); the
+    connection has external access disabled and its configuration locked. Each query has a time
+    limit (10 s) and its result is capped (50 rows, 4000 characters) with a note.
+
+    ## Observation Space
+    `Text` (printable ASCII): at the start of a question the brief (role, budget, grammar), the
+    database release (with a migration notice after the migration), the question and its answer
+    type; after each query its result or the verbatim SQL error and the queries left.
+
+    ## Rewards
+    A correct answer scores `1 - max(0, queries - 1) / 15` (the query computing the answer is free,
+    so an analyst who knows the schema scores 1.0); a wrong answer, a 16th query or no answer
+    scores 0. Integers must match exactly, floats within max(tolerance, 1% relative), text case-
+    and space-insensitively. raw_metric = ("queries_used", n). r_max = 1.0 (oracle).
+
+    ## Episode End
+    One episode is one question. It terminates on an answer, or with reward 0 on a 16th query or
+    after 3 invalid actions in a row. Invalid actions (unparseable replies, empty queries, answers
+    of the wrong type) do not use up the query budget. Every SQL statement sent counts, including
+    rejected and failing ones.
+
+    ## Arguments
+    `schedule` ("default": 20 questions on release 1, then 20 on release 2), `scale` (database
+    size, 1.0 = ~50k products per group; tests use ~0.02), `cache_dir` (where built database files
+    are cached; default the user cache dir), `query_timeout` (seconds per query, default 10),
+    `cycle`, `render_mode` ("ansi").
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    env_id = "clbench/DBExplore-v0"
+    task = "dbexplore"
+    domain = "dbexplore"
+    brief = (
+        "You are a data analyst. Answer questions about an unfamiliar product-review database (DuckDB SQL, "
+        "read-only) by querying it. Nothing about the schema is documented except what the database itself "
+        "holds (catalog functions such as duckdb_tables() and duckdb_columns(), DESCRIBE, SUMMARIZE, sample "
+        "rows). Tables, columns and value formats may differ between product groups. Questions come one at a "
+        "time; what you learn about the database stays true until it is migrated."
+    )
+    reward_text = ("correct answer: 1 - max(0, queries - 1)/15 (the query that computes the answer is free); "
+                   "wrong answer, a 16th query or no answer: 0")
+    action_grammar = ("Reply with exactly one of: 'QUERY: <one SQL SELECT statement>' or 'ANSWER: <value>' "
+                      "(or the JSON tool calls query_sql {\"sql\": ...} / answer {\"value\": ...}).")
+    max_steps = 16  # 15 queries plus the answer (set from the task spec in __init__)
+    max_invalid_repeats = 3
+    invalid_action_costs_step = False
+    agents = {
+        "reference": "clbench.agents.dbexplore:DBExploreReference",
+        "oracle": "clbench.agents.dbexplore:DBExploreOracle",
+    }
+
+    def __init__(self, schedule: str = "default", scale: float = 1.0, cache_dir: str | None = None,
+                 query_timeout: float | None = None, cycle: bool = False, render_mode: str | None = None):
+        self.questions, self.facts = load_questions()
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+        self.scale = float(scale)
+        if not 0 < self.scale <= 10:
+            raise ValueError(f"scale must be in (0, 10], got {scale}")
+        self.cache_dir = cache_dir
+        spec = self.spec_data
+        self.budget = int(spec["query_budget"])
+        self.max_steps = self.budget + 1  # the queries plus the answer
+        self.query_timeout = float(query_timeout if query_timeout is not None else spec["query_timeout_s"])
+        self._paths: dict[int, str] | None = None
+        self._cons: dict[int, tuple] = {}  # release -> (path, agent connection, answer connection)
+        self._answers: dict[str, object] = {}
+        self._question: Question | None = None
+        self._release = 1
+        self._queries = 0
+
+    # ------------------------------------------------------------------ schedule and ground truth
+    def _build_schedule(self, name: str) -> Schedule:
+        spec = self.spec_data["schedules"]
+        if name not in spec:
+            raise ValueError(f"unknown schedule {name!r}; known: {sorted(spec)}")
+        variants = []
+        for v in spec[name]:
+            insts = []
+            for qid in v["questions"]:
+                q = self.questions[qid]
+                if q.release != v["release"]:
+                    raise ValueError(f"{qid} is a release-{q.release} question in release-{v['release']} variant")
+                insts.append(Instance(qid, v["name"], q))
+            variants.append(Variant(v["name"], tuple(insts), v.get("description", "")))
+        return Schedule(name, variants)
+
+    def latent(self) -> dict:
+        """Group maps (see logical.py) of both releases: where each group keeps what."""
+        first = schema_map(self.spec_data)
+        return {"releases": {"1": first, "2": migrated_map(self.spec_data, first)}}
+
+    def instance_facts(self, instance_id: str) -> list[str]:
+        """Latent facts (ids of questions.yaml `facts`) the question depends on; for the runner only."""
+        if instance_id not in self.questions:
+            raise KeyError(f"unknown instance id {instance_id!r}")
+        return list(self.questions[instance_id].facts)
+
+    @property
+    def tools(self) -> list[dict]:
+        return [
+            tool_schema("query_sql", "Run one read-only SQL query (uses one query of the budget).",
+                        {"sql": {"type": "string", "minLength": 1}}),
+            tool_schema("answer", "Submit the final answer to the question (ends the question).",
+                        {"value": {"type": ["string", "number"]}}),
+        ]
+
+    # ------------------------------------------------------------------ database access
+    def database_paths(self) -> dict[int, str]:
+        """Both releases' database files (built and cached on first use)."""
+        if self._paths is None:
+            self._paths = {r: str(p) for r, p in database_paths(self.spec_data, self.scale, self.cache_dir).items()}
+        return self._paths
+
+    def _connections(self, release: int) -> tuple:
+        if release not in self._cons:
+            path = self.database_paths()[release]
+            self._cons[release] = (path, open_connection(path), open_connection(path))
+        return self._cons[release]
+
+    def _truth(self, q: Question):
+        if q.qid not in self._answers:
+            self._answers[q.qid] = q.answer(self._connections(q.release)[2])
+        return self._answers[q.qid]
+
+    def close(self):
+        for path, agent_con, answer_con in self._cons.values():
+            close_connection(path, agent_con)
+            close_connection(path, answer_con)
+        self._cons.clear()
+        super().close()
+
+    # ------------------------------------------------------------------ hooks
+    def _enter(self, slot: Slot, fresh: bool) -> str:
+        # The agent can write nothing (read-only SQL), so `fresh` needs no wiping here.
+        q: Question = slot.instance.payload
+        self._question, self._release, self._queries = q, q.release, 0
+        self._connections(q.release)
+        self._truth(q)
+        lines = [
+            self.brief,
+            f"Budget: {self.budget} queries for this question. Reward if your answer is correct: "
+            f"1 - max(0, queries - 1)/{self.budget} (the query that computes the answer is free); a wrong answer, "
+            f"a query beyond the budget or no answer scores 0.",
+            self.action_grammar,
+            f"Database: release {q.release}.",
+        ]
+        if q.release > 1:
+            lines.append(f"Notice: the database was migrated since release {q.release - 1}; "
+                         "what changed is not documented.")
+        lines += [f"Question {slot.position + 1} of {len(self.schedule)}: {q.text}",
+                  f"Answer type: {q.describe_type()}"]
+        return "\n".join(lines)
+
+    def _parse_text(self, text: str) -> ToolCall:
+        call = parse_prefixed(text, _COMMANDS)
+        if call is None:
+            m = _COMMAND_LINE.search(text)  # prose first, then the command on its own line
+            call = parse_prefixed(text[m.start():], _COMMANDS) if m else None
+        if call is None:
+            raise ActionError(f"could not parse the reply. {self.action_grammar}")
+        return call
+
+    def _act(self, call: ToolCall) -> Outcome:
+        if call.tool == "query_sql":
+            return self._query(call.arguments.get("sql"))
+        if call.tool == "answer":
+            return self._answer(call.arguments.get("value"))
+        raise ActionError(f"unknown tool {call.tool!r}; use query_sql or answer")
+
+    def _query(self, sql) -> Outcome:
+        if not isinstance(sql, str):
+            raise ActionError("the query must be a string of SQL")
+        sql = sql.strip()
+        fenced = _FENCED.match(sql)
+        if fenced:
+            sql = fenced.group(1).strip()
+        if not sql:
+            raise ActionError(f"empty query. {self.action_grammar}")
+        if self._queries >= self.budget:
+            return Outcome(f"Query budget of {self.budget} exceeded; the question scores 0.", done=True, reward=0.0,
+                           raw_metric=("queries_used", self._queries + 1), solved=False)
+        self._queries += 1
+        spec = self.spec_data
+        try:
+            text = run_query(self._connections(self._release)[1], sql, timeout=self.query_timeout,
+                             max_rows=int(spec["result_max_rows"]), max_chars=int(spec["result_max_chars"])).text
+        except Exception as exc:  # e.g. a value Python cannot represent: agent SQL must never crash step()
+            text = f"Error: {type(exc).__name__}: {exc}"
+        left = self.budget - self._queries
+        return Outcome(f"{text}\n[query {self._queries} of {self.budget} used; {left} left]")
+
+    def _answer(self, value) -> Outcome:
+        q = self._question
+        if value is None or isinstance(value, bool):
+            raise ActionError(f"the answer must be a {q.answer_type} value")
+        try:
+            given = q.parse(value)
+        except ValueError as exc:
+            raise ActionError(f"{exc}. Answer type: {q.describe_type()}") from None
+        correct = q.is_correct(given, self._truth(q))
+        reward = 1.0 - max(0, self._queries - 1) / self.budget if correct else 0.0
+        verdict = "correct" if correct else "incorrect"
+        return Outcome(f"Your answer {given!r} is {verdict}. Queries used: {self._queries}. Reward: {reward:.4f}",
+                       done=True, reward=reward, raw_metric=("queries_used", self._queries), solved=correct)
+
+    def _on_invalid_cap(self) -> Outcome:
+        return Outcome(f"Too many invalid actions in a row ({self.max_invalid_repeats}); the question scores 0.",
+                       done=True, reward=0.0, raw_metric=("queries_used", self._queries), solved=False)
