@@ -94,3 +94,13 @@ def test_bad_shock_is_a_clear_error(tmp_path, capsys):
     assert main(["rollout", "--env", ENV, "--agent", "reference", "--shock", "explode@3",
                  "--out", str(tmp_path)]) == 1
     assert "bad shock" in capsys.readouterr().err
+
+
+def test_flush_shock_on_dbexplore_reference_dips_and_recovers(tmp_path):
+    card = run(RunConfig("clbench/DBExplore-v0", "reference", str(tmp_path), rollouts=1, workers=2,
+                         env_kwargs={"scale": 0.02}, shocks=["flush@30"]), say=lambda m: None, quiet=True)
+    effects = card["tasks"]["dbexplore/reference"]["shocks"]
+    assert [e["position"] for e in effects] == [30]
+    e = effects[0]
+    assert e["reward_after"] < e["reward_before"] - 0.1  # it must rediscover the schema
+    assert e["recovery_instances"] is not None and e["recovery_instances"] <= 9
