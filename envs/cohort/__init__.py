@@ -1,0 +1,6 @@
+"""Survival estimation across heterogeneous studies: report 36 cohorts' survival from biased,
+differently coded studies of one latent population (see cohort_env.CohortStudiesEnv)."""
+
+REGISTRATIONS = [
+    {"id": "clbench/CohortStudies-v0", "entry_point": "clbench.envs.cohort.cohort_env:CohortStudiesEnv"},
+]

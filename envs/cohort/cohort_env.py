@@ -1,0 +1,389 @@
+"""CohortStudies-v0: survival estimation across heterogeneous studies."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import platformdirs
+
+from clbench.actions import ActionError, ToolCall, extract_json, tool_schema, validate_call
+from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
+from clbench.envs.cohort import views
+from clbench.envs.cohort.codings import quote_ident, sql_literal
+from clbench.envs.cohort.km import km_at
+from clbench.envs.cohort.population import Population
+from clbench.envs.cohort.scoring import information_gain_bits
+from clbench.envs.cohort.studies import Study, StudyData, write_database
+from clbench.schedule import Instance, Schedule, Slot, Variant
+from clbench.sqlguard import QueryRejected, check_readonly, connect_readonly, run_query
+
+QUERY_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Built:
+    """One study instance as built in the env's temp dir."""
+
+    data: StudyData
+    path: Path
+    baseline: np.ndarray  # overall sample KM at the time points (the flat baseline)
+    truth: np.ndarray  # (cohorts, time points) population survival of the region
+
+
+class ExpressionRejected(ValueError):
+    """A group expression that is not a single scalar SQL expression over the patients table."""
+
+
+def check_expression(expr: str) -> str:
+    """Validate a group expression with DuckDB's parser; return its normalised text."""
+    if not expr.strip():
+        raise ExpressionRejected("empty expression")
+    try:
+        parsed = str(duckdb.SQLExpression(expr))
+    except duckdb.Error as exc:
+        raise ExpressionRejected(f"not a single SQL expression ({str(exc).splitlines()[0]})") from None
+    bare = re.sub(r"'(?:[^']|'')*'", "''", parsed)
+    if re.search(r"\bselect\b", bare, re.IGNORECASE):
+        raise ExpressionRejected("subqueries are not allowed; use columns of the patients table")
+    return parsed
+
+
+class CohortStudiesEnv(InstanceSequenceEnv):
+    """
+    ## Description
+    An epidemiologist studies a fictional disease. Each instance is one study of one region:
+    after exploring the study's patients table (a read-only DuckDB database), the agent
+    publishes survival at 12, 24 and 36 months for 36 predefined cohorts defined on standard
+    variables (single variables, pairs, triples), including cohorts the study cannot observe.
+    Latent structure: four patient types with Weibull survival drive survival in every study;
+    regions differ in their type mix; covariates depend on the type. Five studies (HERALD,
+    MERIDIAN, MOSAIC, FORGE, CADENCE; one variant each, 4 regions each, 20 instances) enroll
+    biased samples, measure partly overlapping variables, name and code them their own way
+    (cognition scales, categorical vs numeric biomarkers, genotype codings, units) and carry
+    distractor columns. Column descriptions (with a `[standard: ...]` tag) are the only bridge
+    between studies; an agent that pools what earlier studies showed can report cohorts the
+    current study cannot observe.
+
+    ## Action Space
+    `Text`: a JSON tool call `{"tool": name, "arguments": {...}}` or the text grammar
+    `TOOL_NAME: {json arguments}` (also `query_sql: SELECT ...`,
+    `estimate_survival_by_group: <expression>`, or a bare tool name for tools without
+    arguments). Tools: `get_database_metadata`, `get_data_summary`, `query_sql` (one read-only
+    SELECT, hardened DuckDB, 10 s, 50 rows), `estimate_survival_by_group` (lifelines
+    Kaplan-Meier at 12/24/36 months for the groups of one SQL expression, typically a CASE;
+    `group_expressions` takes up to 12 at once), `submit_cohort_report` (`{"survival":
+    {"C01": [S12, S24, S36], ..., "C36": [...]}}`, 108 probabilities in [0, 1]).
+
+    ## Observation Space
+    `Text` (printable ASCII): the instance brief (standard variables, cohorts, tools), then each
+    tool's output or an error saying what was wrong.
+
+    ## Rewards
+    Information gain in bits over the flat baseline that reports the study's overall Kaplan-Meier
+    survival for every cohort: mean binary KL(true || baseline) - mean KL(true || report) over
+    36 cohorts x 3 time points, all probabilities clipped to [0.001, 0.999]. "True" is the exact
+    population survival of the cohort in the study's region under the latent Weibull mixture.
+    0 on every other step; no score is shown. raw_metric = ("information_gain_bits", value).
+    r_max is the oracle's (true survival) mean; r_reference the stateless reference's mean.
+
+    ## Episode End
+    Terminates when a valid report is submitted (a report is final). 20 tool calls per instance,
+    the report included; invalid calls (unknown tool, bad arguments, malformed report) cost a
+    call and 3 in a row end the instance; running out of calls truncates it. Without a report
+    the instance scores 0 (the same as reporting the baseline).
+
+    ## Arguments
+    `schedule` ("default": 5 studies x 4 regions; "short": 1 instance per study), `cycle`,
+    `render_mode` ("ansi"), `cache_dir` (where study databases are cached; default
+    `platformdirs.user_cache_dir("clbench")/cohort`, keyed by generator version, seed and a hash
+    of the spec; files are written to a temp name and renamed, so parallel workers can share it).
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    env_id = "clbench/CohortStudies-v0"
+    task = "cohort"
+    domain = "cohort"
+    brief = (
+        "You are an epidemiologist studying a fictional chronic disease. Each instance gives you one study's "
+        "patients table (DuckDB, read-only). Report, for each of 36 predefined cohorts defined on standard "
+        "variables, the survival probability at 12, 24 and 36 months in the study's region's population - "
+        "including cohorts this study cannot observe. Studies sample their populations with biases, measure "
+        "different variables and name and code them differently; each column description ends with a "
+        "[standard: ...] tag stating how the column relates to a standard variable. The same kinds of patients "
+        "appear in every study."
+    )
+    reward_text = (
+        "Information gain in bits over the flat baseline that reports the study's overall Kaplan-Meier survival "
+        "for every cohort: mean binary KL(true || baseline) - mean KL(true || report) over 36 cohorts x 3 time "
+        "points, probabilities clipped to [0.001, 0.999]. True = population survival of the cohort in the region."
+    )
+    action_grammar = (
+        'Call a tool with JSON {"tool": "query_sql", "arguments": {"sql": "SELECT ..."}} or as text '
+        "`TOOL_NAME: {json arguments}` (e.g. `get_database_metadata`, `query_sql: SELECT count(*) FROM patients`, "
+        "`estimate_survival_by_group: CASE WHEN age_yrs >= 75 THEN 'old' ELSE 'young' END`). Finish with "
+        'submit_cohort_report {"survival": {"C01": [S12, S24, S36], ..., "C36": [S12, S24, S36]}}.'
+    )
+    max_steps = 20
+    invalid_action_costs_step = True
+    max_invalid_repeats = 3
+    agents = {
+        "reference": "clbench.agents.cohort:CohortReference",
+        "oracle": "clbench.agents.cohort:CohortOracle",
+    }
+
+    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
+                 cache_dir: str | None = None):
+        spec = load_task_spec(self.domain)
+        self.points = [int(p) for p in spec["time_points_months"]]
+        self.eps = float(spec["smoothing_eps"])
+        self.max_steps = int(spec["max_tool_calls"])
+        self.max_expressions = int(spec["max_expressions_per_call"])
+        self.max_groups = int(spec["max_groups_per_expression"])
+        self.population = Population(spec["population"])
+        self.cohorts = {cid: self.population.conditions(text) for cid, text in spec["cohorts"].items()}
+        self.cohort_texts = dict(spec["cohorts"])
+        self.studies = {s["name"]: Study(s, self.population) for s in spec["studies"]}
+        # Study tables are regenerated in memory (cheap, deterministic; the env needs them for the
+        # baseline and summaries); only the DuckDB files are cached, at a path that depends on
+        # nothing but the spec, so even the path an agent can see through SQL is reproducible.
+        self.cache_dir = Path(cache_dir) if cache_dir else Path(platformdirs.user_cache_dir("clbench")) / "cohort"
+        self._built: dict[str, Built] = {}
+        self._con: duckdb.DuckDBPyConnection | None = None
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+
+    # ------------------------------------------------------------------ schedule and instances
+    def _build_schedule(self, name: str) -> Schedule:
+        schedules = self.spec_data["schedules"]
+        if name not in schedules:
+            raise ValueError(f"unknown schedule {name!r}; known: {sorted(schedules)}")
+        per_study = int(schedules[name]["instances_per_study"])
+        variants = []
+        for s in self.spec_data["studies"]:
+            insts = tuple(Instance(f"{s['name']}-{i + 1}", s["name"], {"study": s["name"], **inst})
+                          for i, inst in enumerate(s["instances"][:per_study]))
+            variants.append(Variant(s["name"], insts, s["title"]))
+        return Schedule(name, variants)
+
+    def _truth(self, region: str) -> np.ndarray:
+        return np.array([self.population.cohort_survival(region, conds, self.points) for conds in self.cohorts.values()])
+
+    def build(self, instance: Instance) -> Built:
+        """Build (once per env) the study database of an instance."""
+        if instance.instance_id not in self._built:
+            p = instance.payload
+            data = self.studies[p["study"]].build(p["region"], int(p["seed"]))
+            path = self.database_path(instance)
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_database(data.table, path)  # temp file + atomic rename: safe for parallel workers
+            baseline = np.array(km_at(data.months, data.events, self.points), dtype=float)
+            self._built[instance.instance_id] = Built(data, path, baseline, self._truth(p["region"]))
+        return self._built[instance.instance_id]
+
+    def database_path(self, instance: Instance) -> Path:
+        """Cache path keyed by generator version, seed and a hash of everything the table depends on."""
+        p = instance.payload
+        study = next(s for s in self.spec_data["studies"] if s["name"] == p["study"])
+        content = json.dumps({"population": self.spec_data["population"], "study": study, "instance": p},
+                             sort_keys=True, default=str)
+        key = hashlib.sha256(content.encode()).hexdigest()[:12]
+        version = self.spec_data["generator_version"]
+        return self.cache_dir / f"v{version}" / f"{instance.instance_id}-{p['seed']}-{key}.duckdb"
+
+    def latent(self) -> dict:
+        """True survival per instance and cohort (for the oracle only)."""
+        out = {}
+        for v in self.schedule.variants:
+            for inst in v.instances:
+                truth = self._truth(inst.payload["region"])
+                out[inst.instance_id] = {cid: [float(x) for x in row] for cid, row in zip(self.cohorts, truth)}
+        return {"truth": out, "time_points_months": list(self.points)}
+
+    def _enter(self, slot: Slot, fresh: bool) -> str:
+        # The database is read-only and agents write nothing, so `fresh` needs no extra work.
+        self._close_connection()
+        self._current = self.build(slot.instance)
+        self._con = connect_readonly(str(self._current.path))
+        study = self.studies[slot.instance.payload["study"]]
+        lines = [
+            f"Instance {slot.position + 1} of {len(self._order)}: study {study.name} ({study.spec['title']}), "
+            f"region {slot.instance.payload['region']}.",
+            self.brief,
+            "",
+            "Standard variables:",
+            *[f"- {v.describe()}" for v in self.population.variables.values()],
+            "",
+            f"Cohorts (report survival at {', '.join(map(str, self.points))} months for every one):",
+            *[f"{cid}: {text}" for cid, text in self.cohort_texts.items()],
+            "",
+            f"Tools ({self.max_steps} calls for this instance, the report included): "
+            + "; ".join(f"{t['function']['name']}: {t['function']['description']}" for t in self.tools),
+            self.action_grammar,
+        ]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ actions
+    @property
+    def tools(self) -> list[dict]:
+        expr = {"type": "string", "minLength": 1, "maxLength": 4000}
+        probs = {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}, "minItems": 3, "maxItems": 3}
+        return [
+            tool_schema("get_database_metadata", "The study's design, enrollment, region and every column of the "
+                        "patients table with its type and description.", {}),
+            tool_schema("get_data_summary", "Per-column summaries of the patients table and the overall "
+                        "Kaplan-Meier survival at 12/24/36 months (the flat baseline).", {}),
+            tool_schema("query_sql", "Run one read-only SELECT on the patients table (DuckDB SQL; 10 s limit; "
+                        "at most 50 rows shown).", {"sql": {"type": "string", "minLength": 1, "maxLength": 20000}}),
+            tool_schema("estimate_survival_by_group",
+                        "Kaplan-Meier survival (lifelines) at 12, 24 and 36 months for each group of patients given "
+                        "by a SQL expression over the patients table, typically CASE WHEN ... THEN 'label' END "
+                        "(NULL = left out; at most 40 groups). Pass one `group_expression` or up to 12 "
+                        "`group_expressions`.",
+                        {"group_expression": expr,
+                         "group_expressions": {"type": "array", "items": expr, "minItems": 1, "maxItems": 12}},
+                        required=[]),
+            tool_schema("submit_cohort_report", "Submit the final report: for every cohort C01..C36 the survival "
+                        "probabilities at 12, 24 and 36 months. Ends the instance.",
+                        {"survival": {"type": "object", "additionalProperties": probs}}),
+        ]
+
+    def _parse_text(self, text: str) -> ToolCall:
+        stripped = text.strip()
+        names = [t["function"]["name"] for t in self.tools]
+        m = re.match(r"^(\w+)\s*(?::\s*(.*))?\Z", stripped, re.DOTALL)
+        if m and m.group(1).lower() in names:
+            name, rest = m.group(1).lower(), (m.group(2) or "").strip()
+            if not rest:
+                return ToolCall(name, {})
+            if rest.startswith("{"):
+                obj = extract_json(rest)
+                if not isinstance(obj, dict):
+                    raise ActionError(f"{name}: the arguments after ':' are not a JSON object")
+                return validate_call(ToolCall(name, obj), self.tools)
+            if name == "query_sql":
+                return ToolCall(name, {"sql": rest})
+            if name == "estimate_survival_by_group":
+                return ToolCall(name, {"group_expression": rest})
+            raise ActionError(f"{name} takes JSON arguments, e.g. `{name}: {{...}}`")
+        if re.match(r"^(select|with|from)\b", stripped, re.IGNORECASE):
+            return ToolCall("query_sql", {"sql": stripped})
+        raise ActionError(f"could not read the action. Tools: {', '.join(names)}. {self.action_grammar}")
+
+    def _act(self, call: ToolCall) -> Outcome:
+        handler = {
+            "get_database_metadata": self._metadata,
+            "get_data_summary": self._summary,
+            "query_sql": self._query,
+            "estimate_survival_by_group": self._estimate,
+            "submit_cohort_report": self._submit,
+        }.get(call.tool)
+        if handler is None:
+            raise ActionError(f"unknown tool {call.tool!r}")
+        return handler(call.arguments)
+
+    def _metadata(self, args: dict) -> Outcome:
+        study = self.studies[self._slot.instance.payload["study"]]
+        types = {r[0]: r[1] for r in self._con.execute("DESCRIBE patients").fetchall()}
+        return Outcome(views.metadata_text(study, self._slot.instance.payload["region"], self._slot.instance_id,
+                                           len(self._current.data.table), types))
+
+    def _summary(self, args: dict) -> Outcome:
+        d = self._current.data
+        return Outcome(views.summary_text(d.table, list(self._current.baseline), int(d.events.sum()), self.points))
+
+    def _query(self, args: dict) -> Outcome:
+        res = run_query(self._con, args["sql"], timeout=QUERY_TIMEOUT_S)
+        return Outcome(res.text)
+
+    def _estimate(self, args: dict) -> Outcome:
+        exprs = list(args.get("group_expressions") or [])
+        if "group_expression" in args:
+            exprs.insert(0, args["group_expression"])
+        if not exprs:
+            raise ActionError("estimate_survival_by_group needs `group_expression` (a string) or "
+                              "`group_expressions` (a list of up to 12 strings)")
+        if len(exprs) > self.max_expressions:
+            raise ActionError(f"at most {self.max_expressions} expressions per call (got {len(exprs)})")
+        study = self.studies[self._slot.instance.payload["study"]]
+        t, e = study.time, study.event
+        per_month = float(t["per_month"])
+        blocks = [f"Kaplan-Meier survival (lifelines) at {', '.join(map(str, self.points))} months; "
+                  f"time = {t['column']}, death when {e['column']} = {sql_literal(e['dead'])}."]
+        for expr in exprs:
+            try:
+                parsed = check_expression(expr)
+                rows = self._fetch_groups(parsed, t["column"], e["column"], e["dead"])
+            except (ExpressionRejected, QueryRejected, duckdb.Error) as exc:
+                blocks.append(f"Expression: {expr}\nError: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                continue
+            blocks.append(self._km_block(expr, rows, per_month))
+        return Outcome("\n\n".join(blocks))
+
+    def _fetch_groups(self, expr: str, time_col: str, event_col: str, dead) -> list[tuple]:
+        sql = (f"SELECT {quote_ident(time_col)}, ({quote_ident(event_col)} = {sql_literal(dead)}), "
+               f"CAST((\n{expr}\n) AS VARCHAR) FROM patients")
+        check_readonly(self._con, sql)
+        timer = threading.Timer(QUERY_TIMEOUT_S, self._con.interrupt)
+        timer.start()
+        try:
+            return self._con.execute(sql).fetchall()
+        except duckdb.InterruptException:
+            raise ExpressionRejected(f"evaluation interrupted after the {QUERY_TIMEOUT_S:g} s time limit") from None
+        finally:
+            timer.cancel()
+
+    def _km_block(self, expr: str, rows: list[tuple], per_month: float) -> str:
+        labels = np.array([r[2] for r in rows], dtype=object)
+        keep = np.array([lb is not None for lb in labels], dtype=bool)
+        distinct = sorted(set(labels[keep].tolist()))
+        if len(distinct) > self.max_groups:
+            return f"Expression: {expr}\nError: {len(distinct)} groups; at most {self.max_groups} are allowed"
+        months = np.array([r[0] for r in rows], dtype=float) / per_month
+        events = np.array([bool(r[1]) for r in rows], dtype=bool)
+        groups = []
+        for label in distinct:
+            m = keep & (labels == label)
+            groups.append((label, int(m.sum()), int(events[m].sum()), km_at(months[m], events[m], self.points)))
+        return views.km_table(expr, groups, int((~keep).sum()), self.points)
+
+    def _submit(self, args: dict) -> Outcome:
+        report = args.get("survival")
+        if not isinstance(report, dict):
+            raise ActionError('submit_cohort_report needs {"survival": {"C01": [S12, S24, S36], ...}}')
+        missing = [c for c in self.cohorts if c not in report]
+        unknown = [c for c in report if c not in self.cohorts]
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append(f"missing cohorts: {', '.join(missing)}")
+            if unknown:
+                parts.append(f"unknown cohorts: {', '.join(map(str, unknown[:10]))}")
+            raise ActionError("; ".join(parts) + f". Report all of {', '.join(self.cohorts)} with 3 probabilities each")
+        values = np.array([report[c] for c in self.cohorts], dtype=float)
+        if values.shape != (len(self.cohorts), len(self.points)) or not np.all(np.isfinite(values)):
+            raise ActionError(f"each cohort needs {len(self.points)} finite probabilities in [0, 1]")
+        if values.min() < 0 or values.max() > 1:
+            raise ActionError("probabilities must lie in [0, 1]")
+        gain = information_gain_bits(self._current.truth, self._current.baseline, values, self.eps)
+        return Outcome(f"Report recorded for {len(self.cohorts)} cohorts. This instance is over.", done=True,
+                       reward=gain, raw_metric=("information_gain_bits", gain), solved=gain > 0)
+
+    # ------------------------------------------------------------------ cleanup
+    def _close_connection(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def close(self):
+        self._close_connection()
+        self._built.clear()
+        super().close()
+
