@@ -11,6 +11,7 @@ A domain subclasses `InstanceSequenceEnv` and implements four hooks:
 from __future__ import annotations
 
 import importlib.resources
+import re
 import string
 from dataclasses import asdict, dataclass, field
 from functools import cache
@@ -27,15 +28,15 @@ from clbench.schedule import Schedule, Slot
 
 # Everything an env emits is printable ASCII; anything else is escaped by `sanitize`.
 CHARSET = string.printable
-_CHARSET_SET = frozenset(CHARSET)
+_OUTSIDE = re.compile("[^" + re.escape(CHARSET) + "]")
 MAX_OBS_CHARS = 200_000
 MAX_ACTION_CHARS = 100_000
 
 
 def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
     """Escape characters outside CHARSET (as \\uXXXX) and cap the length with a note."""
-    if not all(c in _CHARSET_SET for c in text):
-        text = "".join(c if c in _CHARSET_SET else f"\\u{ord(c):04x}" for c in text)
+    if _OUTSIDE.search(text):
+        text = _OUTSIDE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     if len(text) > limit:
         note = f"\n[... output truncated: {len(text) - limit + 200} characters omitted]"
         text = text[: limit - 200] + note
@@ -259,6 +260,7 @@ class InstanceSequenceEnv(gym.Env):
                 capped = self._on_invalid_cap()
                 capped.observation = outcome.observation + "\n" + capped.observation
                 outcome = capped
+                self._invalid_streak = 0  # the cap acted (e.g. folded for the agent): count afresh
         else:
             self._invalid_streak = 0
         if outcome.costs_step or outcome.done:

@@ -135,7 +135,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     }
     for name, values in per.items():
         out[name] = estimate(values, n_boot=n_boot)
-    out["per_variant"] = _per_variant(tr, sl)
+    out["per_variant"] = _per_variant(tr, sl, window)
     out["shocks"] = shock_effects(tr)
     out["curves"] = _curves(tr, sl)
     out["usage"] = _usage(tr)
@@ -173,21 +173,27 @@ def shock_effects(tr: TaskRecords, before: int = 5) -> list[dict]:
     return effects
 
 
-def _per_variant(tr: TaskRecords, sl: dict[str, float]) -> list[dict]:
+def _per_variant(tr: TaskRecords, sl: dict[str, float], window: float = DEFAULT_WINDOW) -> list[dict]:
+    """Per variant: stateful and stateless means, gain, and the gain inside the adaptation window
+    (how fast the agent adapts after the boundary; shows faster recovery on returning conditions)."""
     rows: dict[str, dict] = {}
     for recs in tr.stateful.values():
+        inside = _window_positions(recs, window)
         for x in recs:
-            row = rows.setdefault(x["variant"], {"variant": x["variant"], "start": x["position"], "sf": [], "ids": set()})
+            row = rows.setdefault(x["variant"], {"variant": x["variant"], "start": x["position"], "sf": [], "ids": set(),
+                                                 "early": []})
             row["start"] = min(row["start"], x["position"])
             row["sf"].append(float(x["reward"]))
             row["ids"].add(x["instance_id"])
+            if x["position"] in inside:
+                row["early"].append(float(x["reward"]) - sl[x["instance_id"]])
     result = []
     for row in sorted(rows.values(), key=lambda r: r["start"]):
         mean_sf = float(np.mean(row["sf"]))
         mean_sl = float(np.mean([sl[i] for i in row["ids"]]))
         result.append({"variant": row["variant"], "start": row["start"], "instances": len(row["ids"]),
                        "mean_reward_stateful": mean_sf, "mean_reward_stateless": mean_sl,
-                       "mean_gain": mean_sf - mean_sl})
+                       "mean_gain": mean_sf - mean_sl, "window_gain": float(np.mean(row["early"]))})
     return result
 
 

@@ -10,6 +10,7 @@ resumes where it stopped (agents without one restart the rollout).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import time
 import traceback
@@ -89,8 +90,20 @@ def cached_env(env_id: str, kwargs: dict):
     """One env per worker process and configuration: data (databases, generators) built once."""
     key = (env_id, repr(sorted(kwargs.items())))
     if key not in _ENVS:
+        if not _ENVS:
+            atexit.register(close_cached_envs)
         _ENVS[key] = make_env(env_id, **kwargs)
     return _ENVS[key]
+
+
+def close_cached_envs() -> None:
+    """Close every cached env (sandboxes, connections) when the worker process exits."""
+    while _ENVS:
+        _, env = _ENVS.popitem()
+        try:
+            env.close()
+        except Exception:  # closing is best effort at exit
+            pass
 
 
 def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:

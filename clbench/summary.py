@@ -37,7 +37,7 @@ def headline_rows(task_results: list[dict]) -> list[list[str]]:
 
 def variant_rows(t: dict) -> list[list[str]]:
     return [[v["variant"], str(v["start"]), str(v["instances"]), fmt(v["mean_reward_stateful"]),
-             fmt(v["mean_reward_stateless"]), fmt(v["mean_gain"])] for v in t["per_variant"]]
+             fmt(v["mean_reward_stateless"]), fmt(v["mean_gain"]), fmt(v.get("window_gain"))] for v in t["per_variant"]]
 
 
 def metrics_markdown(result: dict, variants: bool = True) -> str:
@@ -49,7 +49,8 @@ def metrics_markdown(result: dict, variants: bool = True) -> str:
     if variants:
         for t in result["tasks"]:
             parts.append(f"\nPer variant, {t['task']} / {t['system']}:\n")
-            parts.append(markdown_table(["variant", "start", "instances", "stateful", "stateless", "gain"],
+            parts.append(markdown_table(["variant", "start", "instances", "stateful", "stateless", "gain",
+                                         "gain in adaptation window"],
                                         variant_rows(t)))
             if t.get("shocks"):
                 parts.append("\nLifecycle shocks:\n")

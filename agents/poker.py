@@ -1,0 +1,367 @@
+"""Scripted agents for Poker-v0: `PokerReference` (learns each named opponent) and `PokerOracle`.
+
+Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`:
+one sound default strategy and one exploit per opponent style (never bluff a calling station
+but value-bet it thin and big; bet and steal against fit-or-fold and give up to its bets;
+float a loose-aggressive player's flop bets and take the pot when it checks the turn, but
+respect its turn and river bets).
+
+- reference, stateful: counts, per opponent name, how often it folds to bets, calls, and
+  bets or raises by street, and what it showed down with; once the counts point to a style it
+  plays that style's exploit, and remembers it when the opponent returns. Stateless (a fresh
+  agent per hand) it has no counts and plays the default.
+- oracle: knows each opponent's exact policy (`latent`) but not the hidden cards. At every
+  decision it keeps the opponent holdings consistent with the policy and the actions seen so
+  far, samples them with the unseen board cards, and plays each candidate action out on a
+  betting model (its own exploit afterwards, the opponent's true policy), choosing the action
+  with the best mean chip result (the exploit's own choice unless another is clearly better).
+"""
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+
+import numpy as np
+
+from clbench.agent import Agent
+from clbench.envs.poker.betting import Betting
+from clbench.envs.poker.cards import FULL_DECK, parse_card
+from clbench.envs.poker.opponents import make_opponent
+from clbench.envs.poker.policy import CALL, CHECK, RAISE, Act, Decision, Policy, Spot
+from clbench.envs.poker.strength import all_combos, strength
+from clbench.envs.poker.table import STREETS
+
+BOARD_LEN = (0, 3, 4, 5)
+STATION, FIT_OR_FOLD, LAG = "calling_station", "fit_or_fold", "loose_aggressive"
+
+
+# ------------------------------------------------------------------ reading the table
+def hand_cards(table: dict) -> tuple[tuple, tuple]:
+    return tuple(parse_card(c) for c in table["hole"]), tuple(parse_card(c) for c in table["board"])
+
+
+def table_acts(table: dict) -> list[tuple[int, int, str, int]]:
+    """The hand's betting as (street, player, kind, total); the agent is player 0."""
+    return [(STREETS.index(st), 0 if who == "you" else 1, kind, total) for st, who, kind, total in table["history"]]
+
+
+def replay(table: dict) -> Betting:
+    """The betting model at the current point of the hand."""
+    b = Betting(0 if table["button"] else 1, table["stack"], *table["blinds"])
+    for _, _, kind, total in table_acts(table):
+        b.apply(Decision(kind, total))
+    return b
+
+
+def table_spot(table: dict) -> Spot:
+    hole, board = hand_cards(table)
+    history = tuple(Act(st, p == 0, kind, total) for st, p, kind, total in table_acts(table))
+    return Spot(hole, board, table["pot"], table["to_call"], table["my_bet"], table["my_stack"],
+                table["opp_stack"], table["min_raise"], table["max_raise"], table["button"], table["blinds"][1],
+                history)
+
+
+def action_text(d: Decision) -> str:
+    return f"RAISE {d.total}" if d.kind == RAISE else d.kind
+
+
+# ------------------------------------------------------------------ playbooks
+def bet_share(s: Spot) -> float:
+    """The bet faced, as a share of the pot before it."""
+    return s.to_call / max(1, s.pot - s.to_call)
+
+
+class DefaultPlay(Policy):
+    """A sound, opponent-agnostic strategy: tight preflop, bets made hands, c-bets half the time."""
+
+    name = "default"
+
+    def decide(self, s: Spot) -> Decision:
+        return self.preflop(s) if s.street == 0 else self.postflop(s)
+
+    def preflop(self, s: Spot) -> Decision:
+        pct = s.strength.pct
+        if not s.raises:
+            if s.to_call:
+                return s.raise_times(2.5) if pct >= 0.45 else s.check_or_fold()
+            return s.raise_times(3.5) if pct >= 0.7 else s.check_or_call()
+        if s.raises == 1:
+            if pct >= 0.92:
+                return s.raise_times(3)
+            small = s.my_bet + s.to_call <= 3.5 * s.big_blind
+            return s.check_or_call() if pct >= (0.5 if small else 0.7) else s.check_or_fold()
+        if pct >= 0.96 and s.raises < 4:
+            return s.raise_times(2.5)
+        return s.check_or_call() if pct >= 0.85 else s.check_or_fold()
+
+    def postflop(self, s: Spot) -> Decision:
+        st = s.strength
+        if not s.to_call:
+            if st.tier >= 3:
+                return s.bet_pot({5: 0.75, 4: 0.66}.get(st.tier, 0.5)) if st.tier >= 4 or s.street < 3 else s.check_or_call()
+            if st.draw and s.street < 3 or s.aggressor and s.street == 1 and st.code < 50:
+                return s.bet_pot(0.5)
+            return s.check_or_call()
+        if st.tier >= 5:
+            return s.raise_times(3) if s.raises < 3 else s.check_or_call()
+        share = bet_share(s)
+        keep = (st.tier >= 4 or st.tier == 3 and share <= 1.0 or st.tier == 2 and s.street < 3 and share <= 0.7
+                or st.draw and s.to_call <= 0.3 * (s.pot + s.to_call))
+        return s.check_or_call() if keep else s.check_or_fold()
+
+
+class VsStation(DefaultPlay):
+    """Against a calling station: see cheap flops, value-bet every made hand big, never bluff."""
+
+    name = STATION
+
+    def preflop(self, s: Spot) -> Decision:
+        if not s.raises:
+            return s.raise_times(4) if s.strength.pct >= 0.5 else s.check_or_call()
+        return super().preflop(s)
+
+    def postflop(self, s: Spot) -> Decision:
+        if s.to_call:
+            return super().postflop(s)
+        size = {5: 1.0, 4: 0.75, 3: 0.6, 2: 0.4}.get(s.strength.tier)
+        return s.bet_pot(size) if size else s.check_or_call()
+
+
+class VsFitOrFold(DefaultPlay):
+    """Against fit-or-fold: raise every button, re-raise its opens, bet whenever it has not shown
+    interest after the flop, and give up to its bets and raises (it only has strong hands)."""
+
+    name = FIT_OR_FOLD
+
+    def preflop(self, s: Spot) -> Decision:
+        pct = s.strength.pct
+        if not s.raises and s.to_call:
+            return s.raise_times(2.5)
+        if s.raises == 1 and not s.button:
+            return s.raise_times(3) if pct >= 0.3 else (s.check_or_call() if pct >= 0.15 else s.check_or_fold())
+        if s.raises >= 2:
+            return s.check_or_call() if pct >= 0.93 else s.check_or_fold()
+        return super().preflop(s)
+
+    def postflop(self, s: Spot) -> Decision:
+        st = s.strength
+        if s.to_call:
+            return s.check_or_call() if st.tier >= 5 else s.check_or_fold()
+        if st.tier >= 4:
+            return s.bet_pot(0.66)
+        interested = any(not a.mine and a.street >= 1 and a.kind in (CALL, RAISE) for a in s.history)
+        return s.check_or_call() if interested else s.bet_pot(0.4)
+
+
+class VsLooseAggressive(DefaultPlay):
+    """Against loose-aggressive: call its flop bets light, bet the turn and river when it checks,
+    raise only monsters, and fold to its turn and river bets without one."""
+
+    name = LAG
+
+    def preflop(self, s: Spot) -> Decision:
+        pct = s.strength.pct
+        if s.raises == 1 and not s.button:
+            return s.raise_times(3) if pct >= 0.75 else (s.check_or_call() if pct >= 0.3 else s.check_or_fold())
+        if s.raises == 2 and s.button:
+            return s.raise_times(2.5) if pct >= 0.9 else (s.check_or_call() if pct >= 0.55 else s.check_or_fold())
+        if not s.raises and s.to_call:
+            return s.raise_times(2.5) if pct >= 0.35 else s.check_or_fold()
+        return super().preflop(s)
+
+    def postflop(self, s: Spot) -> Decision:
+        st = s.strength
+        if s.street == 1:
+            if not s.to_call:
+                return s.bet_pot(0.75) if st.tier >= 5 and s.button else s.check_or_call()
+            if st.tier >= 5 and s.raises < 2:
+                return s.raise_times(3)
+            return s.check_or_call() if bet_share(s) <= 1.0 else s.check_or_fold()
+        if s.to_call:
+            return s.check_or_call() if st.tier >= 5 else s.check_or_fold()
+        if st.tier >= 5:
+            return s.bet_pot(0.75)
+        return s.check_or_call() if st.tier >= 3 else s.bet_pot(0.5)
+
+
+PLAYBOOKS: dict[str, Policy] = {p.name: p for p in (DefaultPlay(), VsStation(), VsFitOrFold(), VsLooseAggressive())}
+
+
+# ------------------------------------------------------------------ opponent modelling
+class OpponentModel:
+    """Counts of one opponent's observed behaviour, and the style they point to."""
+
+    MIN_EVIDENCE = 3  # actions behind a rate
+    MIN_HANDS = 4  # hands seen before judging a style (a few hands of cards say little)
+
+    def __init__(self, counts: dict | None = None):
+        self.counts = Counter(counts or {})
+
+    def observe(self, table: dict) -> None:
+        """Update from a finished hand's public record (its betting and any showdown)."""
+        c = self.counts
+        c["hands"] += 1
+        b = Betting(0 if table["button"] else 1, table["stack"], *table["blinds"])
+        shown = table.get("opp_hole")
+        opp_hole = tuple(parse_card(x) for x in shown) if shown else None
+        board = tuple(parse_card(x) for x in table["board"])
+        for street, player, kind, total in table_acts(table):
+            if player == 1:
+                to_call = b.legal()[0]
+                opened = any(st == street and k == RAISE for st, _, k, _ in b.log)
+                if to_call and (opened or street > 0):
+                    c["faced"] += 1
+                    c[f"faced_{kind}"] += 1
+                    if opp_hole and kind == CALL and street > 0:
+                        held = strength(opp_hole, board[:BOARD_LEN[street]])
+                        c["sd_weak_calls"] += held.tier <= 1 and not held.draw
+                else:
+                    c[f"open_chances_{street}"] += 1
+                    c[f"opened_{street}"] += kind == RAISE
+            b.apply(Decision(kind, total))
+
+    def rate(self, hits: str, chances: str) -> float | None:
+        n = self.counts[chances]
+        return self.counts[hits] / n if n >= self.MIN_EVIDENCE else None
+
+    def style(self) -> str | None:
+        c = self.counts
+        if c["hands"] < self.MIN_HANDS:
+            return None
+        chances = c["open_chances_0"] + c["open_chances_1"]
+        aggression = (c["opened_0"] + c["opened_1"]) / chances if chances >= self.MIN_EVIDENCE else None
+        folds = self.rate("faced_FOLD", "faced")
+        if aggression is not None and aggression >= 0.6:
+            return LAG
+        if folds is not None and folds >= 0.3:
+            return FIT_OR_FOLD
+        if folds is not None and folds <= 0.05 and c["faced_RAISE"] == 0 and (aggression or 0.0) <= 0.1:
+            return STATION
+        if c["sd_weak_calls"] and not c["faced_FOLD"] and not c["faced_RAISE"]:
+            return STATION
+        return None
+
+
+class PokerReference(Agent):
+    """Models every named opponent from what it sees and plays the matching exploit."""
+
+    name = "reference"
+
+    def __init__(self, card, seed: int = 0, latent=None):
+        super().__init__(card, seed=seed)
+        self.models: dict[str, OpponentModel] = {}
+
+    def playbook(self, opponent: str) -> Policy:
+        model = self.models.get(opponent)
+        return PLAYBOOKS.get(model.style() if model else None, PLAYBOOKS["default"])
+
+    def act(self, observation: str, info: dict) -> str:
+        table = info["table"]
+        if table["over"]:
+            return CHECK
+        spot = table_spot(table)
+        return action_text(spot.legalize(self.playbook(table["opponent"]).decide(spot)))
+
+    def end_instance(self, reward: float, info: dict) -> None:
+        table = info.get("table")
+        if table and table["over"]:
+            self.models.setdefault(table["opponent"], OpponentModel()).observe(table)
+
+    def state_dict(self) -> dict:
+        return {"models": {name: dict(m.counts) for name, m in self.models.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.models = {name: OpponentModel(c) for name, c in state["models"].items()}
+
+
+# ------------------------------------------------------------------ the oracle
+class PokerOracle(Agent):
+    """Best-responds to the opponent's known policy, without seeing hidden or future cards."""
+
+    name = "oracle"
+    privileged = True
+
+    def __init__(self, card, seed: int = 0, latent=None, samples: int = 160, margin_bb: float = 0.25, z: float = 2.0):
+        super().__init__(card, seed=seed, latent=latent)
+        if not latent:
+            raise ValueError("the oracle needs the env's latent structure (make it with make_agent)")
+        specs = latent["opponents"]
+        self.opponents = {name: make_opponent(spec) for name, spec in specs.items()}
+        self.styles = {name: spec["style"] for name, spec in specs.items()}
+        self.samples, self.margin_bb, self.z = samples, margin_bb, z
+        self._posterior: tuple[int, list] = (0, [])
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        self._posterior = (0, [])
+
+    def act(self, observation: str, info: dict) -> str:
+        table = info["table"]
+        if table["over"]:
+            return CHECK
+        return action_text(self.decide(table, info["instance_id"]))
+
+    def decide(self, table: dict, instance_id: str) -> Decision:
+        opponent = self.opponents[table["opponent"]]
+        base = PLAYBOOKS[self.styles[table["opponent"]]]
+        hole, board = hand_cards(table)
+        betting = replay(table)
+        spot = betting.spot(hole, board)
+        choice = spot.legalize(base.decide(spot))
+        # bets up to the pot: enough to exploit, without staking whole stacks on one sampled guess
+        candidates = {choice, spot.check_or_call(), spot.check_or_fold(), spot.bet_pot(0.5), spot.bet_pot(1.0)}
+        if len(candidates) == 1:
+            return choice
+        combos = self.consistent_holdings(table, opponent, hole, board)
+        rng = np.random.default_rng([zlib.crc32(instance_id.encode()), len(table["history"])])
+        seen = set(hole) | set(board)
+        order = sorted(candidates)
+        chips = np.zeros((self.samples, len(order)))
+        for i in range(self.samples):  # the same sampled cards for every candidate (paired comparison)
+            opp = combos[int(rng.integers(len(combos)))]
+            rest = [c for c in FULL_DECK if c not in seen and c not in opp]
+            runout = board + tuple(rest[j] for j in rng.choice(len(rest), 5 - len(board), replace=False))
+            for j, d in enumerate(order):
+                chips[i, j] = self.play_out(betting.copy(), d, (hole, opp), runout, base, opponent)
+        # leave the exploit only for a clear improvement: mean gain above the margin and z standard errors
+        gains = chips - chips[:, [order.index(choice)]]
+        mean, se = gains.mean(axis=0), gains.std(axis=0) / np.sqrt(self.samples)
+        lower = np.minimum(mean - self.z * se, mean - self.margin_bb * table["blinds"][1])
+        best = int(np.argmax(lower))
+        return order[best] if lower[best] > 0 else choice
+
+    @staticmethod
+    def play_out(b: Betting, first: Decision, holes, board, hero: Policy, opponent: Policy) -> int:
+        """The hero's chips after `first` and the rest of the hand with both policies."""
+        b.apply(first)
+        players = (hero, opponent)
+        while not b.over:
+            p = b.to_act
+            spot = b.spot(holes[p], board[:BOARD_LEN[b.street]])
+            b.apply(spot.legalize(players[p].decide(spot)))
+        return b.payoff(0, holes, board)
+
+    def consistent_holdings(self, table: dict, opponent: Policy, hole: tuple, board: tuple) -> list:
+        """Opponent holdings that would have made every opponent action seen so far (uniform prior)."""
+        done, combos = self._posterior
+        if not combos:
+            combos = all_combos(hole)
+        acts = table_acts(table)
+        b = Betting(0 if table["button"] else 1, table["stack"], *table["blinds"])
+        for i, (street, player, kind, total) in enumerate(acts):
+            if player == 1 and i >= done:
+                shown = board[:BOARD_LEN[street]]
+                seen = (kind, total if kind == RAISE else 0)
+                combos = [c for c in combos if not set(c) & set(shown)
+                          and self._would_play(b, opponent, c, shown) == seen]
+            b.apply(Decision(kind, total))
+        combos = [c for c in combos if not set(c) & set(board)]
+        if not combos:
+            raise RuntimeError("no opponent holding explains the actions seen: the policy model is wrong")
+        self._posterior = (len(acts), combos)
+        return combos
+
+    @staticmethod
+    def _would_play(b: Betting, opponent: Policy, holding: tuple, shown: tuple) -> tuple[str, int]:
+        spot = b.spot(holding, shown)
+        d = spot.legalize(opponent.decide(spot))
+        return d.kind, d.total

@@ -1,0 +1,111 @@
+"""Poker-v0 speed: hands per second of the env with scripted agents vs a bare texasholdem loop.
+
+    python benchmarks/bench_poker.py [--quick]
+
+Both sides play the same hands (the default schedule's 120 deals) with the same moves. The env
+side is `gym.make` + a scripted agent (the stateful reference, and a check/call agent that
+costs next to nothing), with observations, parsing, the opponent's policy and info dicts. The
+bare side replays every recorded move of both players on `TexasHoldEm` with the same cards and
+nothing else. Target: the env at least half as fast as the bare library (ratio >= 0.5).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+TARGET = 0.5
+
+
+class CheckCall:
+    """A scripted agent with no thinking: check when free, else call."""
+
+    def begin_instance(self, observation, info):
+        pass
+
+    def act(self, observation, info):
+        return "CALL" if info["table"]["to_call"] else "CHECK"
+
+    def end_instance(self, reward, info):
+        pass
+
+
+def env_pass(agent_name: str) -> tuple[float, list]:
+    """Seconds for one stateful pass over the default schedule, and every hand's moves."""
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
+    from clbench.agent import make_agent
+
+    env = gym.make("clbench/Poker-v0")
+    agent = CheckCall() if agent_name == "check/call" else make_agent(agent_name, env, seed=0)
+    hands = []
+    t = time.process_time()
+    obs, info = env.reset(seed=0)
+    for pos in range(len(env.unwrapped.order)):
+        if pos:
+            obs, info = env.reset()
+        agent.begin_instance(obs, info)
+        done = False
+        while not done:
+            obs, reward, term, trunc, info = env.step(agent.act(obs, info))
+            done = term or trunc
+        agent.end_instance(reward, info)
+        hands.append((env.unwrapped.slot.instance.payload, list(env.unwrapped.hand_log)))
+    elapsed = time.process_time() - t
+    env.close()
+    return elapsed, hands
+
+
+def bare_pass(hands: list, ask_moves: bool = False) -> float:
+    """Seconds to replay the same hands, move for move, on the library alone.
+
+    ask_moves=True: before each move the loop asks the library for the legal moves, as any
+    player loop on the library must to choose one; False: moves only (the strictest baseline).
+    """
+    from texasholdem.game.action_type import ActionType
+    from texasholdem.game.game import TexasHoldEm
+
+    from clbench.envs.poker.cards import StackedDeck
+
+    kinds = {k.name: k for k in ActionType}
+    t = time.process_time()
+    for spec, moves in hands:
+        game = TexasHoldEm(buyin=1000, big_blind=10, small_blind=5, max_players=2)
+        game.btn_loc = 1 if spec.agent_button else 0
+        game.start_hand()
+        game.hands[0], game.hands[1] = list(spec.deal.agent), list(spec.deal.opponent)
+        game._deck = StackedDeck(spec.deal.board)
+        for _, _, kind, total in moves:
+            if ask_moves:
+                game.get_available_moves()
+            game.take_action(kinds[kind], total=total if kind == "RAISE" else None)
+        assert not game.is_hand_running()
+    return time.process_time() - t
+
+
+def main(quick: bool = False) -> None:
+    repeats = 3 if quick else 7
+    print("| what | hands | median s (CPU) | hands/s | env speed / bare speed | target |\n|---|---|---|---|---|---|")
+    for agent in ("check/call", "reference"):
+        times: dict[str, list[float]] = {"env": [], "moves": [], "asking": []}
+        hands = []
+        for _ in range(repeats):  # interleaved, so a busy machine slows all three alike
+            seconds, hands = env_pass(agent)
+            times["env"].append(seconds)
+            times["moves"].append(bare_pass(hands))
+            times["asking"].append(bare_pass(hands, ask_moves=True))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        n = len(hands)
+        print(f"| env + {agent} agent | {n} | {med['env']:.4f} | {n / med['env']:.0f} | | |")
+        for key, label in (("moves", "moves only"), ("asking", "asks legal moves, then moves")):
+            print(f"| bare texasholdem loop, {label} | {n} | {med[key]:.4f} | {n / med[key]:.0f} | "
+                  f"{med[key] / med['env']:.2f} | >= {TARGET} |")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="fewer repeats")
+    main(quick=p.parse_args().quick)
+    sys.exit(0)

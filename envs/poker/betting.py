@@ -1,0 +1,115 @@
+"""A fast model of heads-up no-limit betting, for look-ahead (the oracle's simulations).
+
+It follows the library's rules for two players with equal stacks (which every hand of this
+env has): blinds, min-raise = the largest raise of the street (at least the big blind),
+all-in raises, who acts when, and when a betting round closes. The env itself always plays on
+the library; tests check that this model agrees with it move for move.
+"""
+from __future__ import annotations
+
+from clbench.envs.poker.policy import CALL, FOLD, RAISE, Act, Decision, Spot
+from clbench.envs.poker.strength import hand_rank
+
+
+class Betting:
+    """The public betting state of one hand; players are 0 and 1."""
+
+    __slots__ = ("button", "big_blind", "start", "stacks", "bets", "pot", "street", "to_act", "last_raise",
+                 "acted", "folded", "over", "log", "views")
+
+    def __init__(self, button: int, stack: int, small_blind: int, big_blind: int):
+        self.button, self.big_blind, self.start = button, big_blind, stack
+        self.stacks = [stack, stack]
+        self.bets = [0, 0]
+        self.bets[button], self.bets[1 - button] = small_blind, big_blind
+        self.stacks[button] -= small_blind
+        self.stacks[1 - button] -= big_blind
+        self.pot = 0  # collected from finished streets
+        self.street = 0
+        self.to_act = button
+        self.last_raise = 0
+        self.acted = [False, False]
+        self.folded: int | None = None
+        self.over = False  # no more betting: a fold, or the showdown is due
+        self.log: list[tuple[int, int, str, int]] = []  # (street, player, kind, total), like HandTable.log
+        self.views: tuple[tuple[Act, ...], tuple[Act, ...]] = ((), ())  # the log as each player sees it
+
+    def copy(self) -> "Betting":
+        b = Betting.__new__(Betting)
+        for name in Betting.__slots__:
+            value = getattr(self, name)
+            setattr(b, name, list(value) if isinstance(value, list) else value)
+        return b
+
+    def legal(self) -> tuple[int, int, int]:
+        """(to_call, min_raise, max_raise) for the player to act; raises are 0 when not allowed."""
+        p = self.to_act
+        to_call = self.bets[1 - p] - self.bets[p]
+        low = self.bets[1 - p] + max(self.big_blind, self.last_raise)
+        high = self.bets[p] + self.stacks[p]
+        if high < low:
+            low = high if self.stacks[p] > to_call else 0
+            high = low
+        return to_call, low, high
+
+    def spot(self, hole: tuple, board: tuple) -> Spot:
+        """The decision of the player to act, who holds `hole`, on `board`."""
+        p = self.to_act
+        to_call, low, high = self.legal()
+        return Spot(hole, board, self.pot + self.bets[0] + self.bets[1], to_call, self.bets[p], self.stacks[p],
+                    self.stacks[1 - p], low, high, p == self.button, self.big_blind, self.views[p])
+
+    def apply(self, d: Decision) -> None:
+        p, o = self.to_act, 1 - self.to_act
+        total = 0
+        if d.kind == FOLD:
+            self.folded, self.over = p, True
+        elif d.kind == CALL:
+            total = self.bets[o]
+            self._put(p, total - self.bets[p])
+        elif d.kind == RAISE:
+            total = d.total
+            self.last_raise = max(self.last_raise, total - self.bets[o])
+            self._put(p, total - self.bets[p])
+            self.acted[o] = False
+        self.log.append((self.street, p, d.kind, total))
+        mine, theirs = Act(self.street, True, d.kind, total), Act(self.street, False, d.kind, total)
+        self.views = (self.views[0] + (mine if p == 0 else theirs,), self.views[1] + (mine if p == 1 else theirs,))
+        self.acted[p] = True
+        if self.over:
+            return
+        if d.kind == RAISE or not self.acted[o]:
+            self.to_act = o
+        else:
+            self._close_round()
+
+    def _put(self, p: int, amount: int) -> None:
+        amount = min(amount, self.stacks[p])
+        self.stacks[p] -= amount
+        self.bets[p] += amount
+
+    def _close_round(self) -> None:
+        self.pot += self.bets[0] + self.bets[1]
+        self.bets = [0, 0]
+        if self.street == 3 or 0 in self.stacks:
+            self.over = True
+            return
+        self.street += 1
+        self.to_act = 1 - self.button
+        self.last_raise = 0
+        self.acted = [False, False]
+
+    def payoff(self, player: int, holes, board) -> int:
+        """`player`'s chip result once the hand is over (`board` complete for a showdown)."""
+        if self.folded is not None:
+            return self.result(player, 1 - self.folded)
+        mine, theirs = hand_rank(holes[player], board), hand_rank(holes[1 - player], board)
+        return self.result(player, player if mine < theirs else (None if mine == theirs else 1 - player))
+
+    def result(self, player: int, winner: int | None) -> int:
+        """`player`'s chip result once the hand is over, given who takes the pot (None: split)."""
+        pot = self.pot + self.bets[0] + self.bets[1]
+        if self.folded is not None:
+            winner = 1 - self.folded
+        won = pot // 2 if winner is None else (pot if winner == player else 0)
+        return self.stacks[player] + won - self.start

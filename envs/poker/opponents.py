@@ -1,0 +1,125 @@
+"""The rule-based opponents: deterministic, exploitable policies.
+
+Each is a pure function of its own cards (through `strength.Strength`), the board and the
+public betting, with the thresholds in tasks/poker/default.yaml:
+
+- `CallingStation`: checks when it can, calls every bet (any size, all-in too); never bets,
+  raises or folds.
+- `FitOrFold`: raises a fixed share of its buttons and folds the rest; defends its big blind
+  only with strong hands; after the flop bets and continues only with top pair or better and
+  raises only two pair or better; folds middle pairs and draws to any bet.
+- `LooseAggressive`: opens most buttons, re-raises and defends wide, bets every flop and calls
+  flop bets with almost anything; on the turn and river it bets, calls and raises only strong
+  made hands.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from clbench.envs.poker.policy import Decision, Policy, Spot
+
+PRE, FLOP = 0, 1
+
+
+@dataclass(frozen=True)
+class CallingStation(Policy):
+    style = "calling_station"
+
+    def decide(self, s: Spot) -> Decision:
+        return s.check_or_call()
+
+
+@dataclass(frozen=True)
+class FitOrFold(Policy):
+    style = "fit_or_fold"
+    open_pct: float = 0.45  # share of button hands it raises (the rest it folds)
+    iso_pct: float = 0.15  # share it raises in the big blind after a limp
+    defend_pct: float = 0.22  # share it calls a raise with
+    reraise_pct: float = 0.05  # share it re-raises with
+    open_size: float = 3.0  # preflop raises, in big blinds / times the bet
+    big_raise_bb: float = 6.0  # a raise to more than this is met like a re-raise
+    continue_tier: int = 3  # after the flop: call bets with this tier or better
+    value_tier: int = 4  # bet with this tier or better; needed to call overbets
+    raise_tier: int = 5
+    bet_fraction: float = 0.66
+
+    def decide(self, s: Spot) -> Decision:
+        st = s.strength
+        if s.street == PRE:
+            if not s.raises:
+                if s.to_call:  # unopened button
+                    return s.raise_times(self.open_size) if st.pct >= 1 - self.open_pct else s.check_or_fold()
+                return s.raise_times(self.open_size) if st.pct >= 1 - self.iso_pct else s.check_or_call()
+            if st.pct >= 1 - self.reraise_pct and s.raises < 3:
+                return s.raise_times(self.open_size)
+            small = s.raises == 1 and s.my_bet + s.to_call <= self.big_raise_bb * s.big_blind
+            keep = self.defend_pct if small else 2 * self.reraise_pct
+            return s.check_or_call() if st.pct >= 1 - keep else s.check_or_fold()
+        if not s.to_call:
+            return s.bet_pot(self.bet_fraction) if st.tier >= self.value_tier else s.check_or_call()
+        if st.tier >= self.raise_tier and s.raises < 3:
+            return s.raise_times(3)
+        overbet = s.to_call > s.pot - s.to_call
+        need = self.value_tier if overbet else self.continue_tier
+        return s.check_or_call() if st.tier >= need else s.check_or_fold()
+
+
+@dataclass(frozen=True)
+class LooseAggressive(Policy):
+    style = "loose_aggressive"
+    open_pct: float = 0.85
+    iso_pct: float = 0.6
+    threebet_pct: float = 0.3
+    call_pct: float = 0.8  # share it continues with against one raise (incl. re-raises)
+    fourbet_pct: float = 0.08
+    continue_pct: float = 0.5  # share it continues with against two or more raises
+    open_size: float = 3.0
+    big_raise_bb: float = 8.0  # a single raise to more than this is met like a re-raise
+    flop_fraction: float = 0.66  # it bets every flop it can, this share of the pot
+    late_fraction: float = 0.75
+    late_value_tier: int = 4  # turn/river: bet and call with this tier or better
+    late_raise_tier: int = 5
+
+    def decide(self, s: Spot) -> Decision:
+        st = s.strength
+        if s.street == PRE:
+            if not s.raises:
+                if s.to_call:
+                    return s.raise_times(self.open_size) if st.pct >= 1 - self.open_pct else s.check_or_fold()
+                return s.raise_times(self.open_size + 1) if st.pct >= 1 - self.iso_pct else s.check_or_call()
+            if s.raises == 1 and s.my_bet + s.to_call <= self.big_raise_bb * s.big_blind:
+                if st.pct >= 1 - self.threebet_pct:
+                    return s.raise_times(self.open_size)
+                return s.check_or_call() if st.pct >= 1 - self.call_pct else s.check_or_fold()
+            if st.pct >= 1 - self.fourbet_pct and s.raises < 4:
+                return s.raise_times(2.5)
+            return s.check_or_call() if st.pct >= 1 - self.continue_pct else s.check_or_fold()
+        if s.street == FLOP:
+            if not s.to_call:
+                return s.bet_pot(self.flop_fraction)
+            if st.tier >= self.late_value_tier and s.raises < 2:
+                return s.raise_times(3)
+            loose = st.tier >= 1 or st.draw or st.overcards or s.to_call * 2 <= s.pot - s.to_call
+            return s.check_or_call() if loose else s.check_or_fold()
+        if not s.to_call:
+            return s.bet_pot(self.late_fraction) if st.tier >= self.late_value_tier else s.check_or_call()
+        if st.tier >= self.late_raise_tier and s.raises < 2:
+            return s.raise_times(3)
+        return s.check_or_call() if st.tier >= self.late_value_tier else s.check_or_fold()
+
+
+STYLES = {cls.style: cls for cls in (CallingStation, FitOrFold, LooseAggressive)}
+
+
+def make_opponent(spec: dict) -> Policy:
+    """Build an opponent from its YAML spec: {style: ..., <threshold>: value, ...}."""
+    spec = dict(spec)
+    style = spec.pop("style", None)
+    if style not in STYLES:
+        raise ValueError(f"unknown opponent style {style!r}; known: {sorted(STYLES)}")
+    cls = STYLES[style]
+    known = {f.name for f in fields(cls)}
+    unknown = set(spec) - known
+    if unknown:
+        raise ValueError(f"{style}: unknown parameters {sorted(unknown)}; known: {sorted(known)}")
+    return cls(**spec)

@@ -1,0 +1,237 @@
+"""Poker-v0: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from clbench.actions import ActionError, ToolCall, tool_schema
+from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.envs.poker.cards import Deal, deal_hands, names
+from clbench.envs.poker.opponents import make_opponent
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, KINDS, RAISE, Decision
+from clbench.envs.poker.table import AGENT, HandTable
+from clbench.envs.poker.view import HandView
+from clbench.schedule import Instance, Schedule, Slot, Variant
+
+
+@dataclass(frozen=True)
+class HandSpec:
+    """Env-private payload of one instance."""
+
+    deal: Deal
+    opponent: str
+    agent_button: bool
+    met_before: int  # hands against this opponent in earlier variants of the schedule
+
+
+_ACTION = re.compile(r"(?:action\s*[:=]\s*)?(fold|check|call|raise|bet|all[-_ ]?in)(?:\s+(?:to\s+)?(\d+))?\s*[.!]?",
+                     re.IGNORECASE)
+
+
+class PokerEnv(InstanceSequenceEnv):
+    """
+    ## Description
+    Heads-up no-limit Texas hold'em (the `texasholdem` library is the referee) against
+    rule-based, fully deterministic opponents. One episode is one hand: both stacks start at
+    1000 chips, blinds 5/10, and the agent is on the button in every other hand of a variant.
+    Each opponent has a name, shown every hand, and a fixed exploitable style that is never
+    described: the latent structure to learn is each named opponent's policy, which recurs
+    later in the schedule. Default schedule (120 hands, five variants): Mara (20 hands), Dex
+    (30), Mara again (10), Quinn (35), Dex again (25); a calling station, a loose-aggressive
+    player and a fit-or-fold player, in some order the agent has to find out. Each variant
+    deals from its own seed; rollouts permute the hands within a variant.
+
+    ## Action Space
+    `Text`: `FOLD`, `CHECK`, `CALL`, `RAISE <total>` (raise *to* that many chips this betting
+    round; `BET <total>` is the same, `ALL-IN` raises to the whole stack), case-insensitive,
+    on the last line of the reply; or the tool call
+    `{"tool": "act", "arguments": {"action": "RAISE", "total": 120}}`. Once the hand is over
+    (the opponent folded before the agent acted), any reply collects the result.
+
+    ## Observation Space
+    `Text` (printable ASCII): hand number, opponent (announced when new or returning), blinds,
+    position, hole cards, board, this hand's betting so far, pot, stacks, amount to call and the
+    legal actions with the raise range; at hand end the showdown (both hands when shown) and
+    the chip result. `info["table"]` holds the same public state as a dict.
+
+    ## Rewards
+    The agent's chip profit in big blinds, on the step that ends the hand (0 before).
+    raw_metric = ("chips", profit in chips); solved = profit > 0. r_max is the oracle's mean
+    on the default schedule (it knows each opponent's policy, not the hidden cards);
+    r_reference the stateless reference agent's mean.
+
+    ## Episode End
+    The hand ends when a player folds or at the showdown (terminated). An illegal or
+    unreadable action changes nothing and costs no step; the observation names the legal
+    moves; after 3 in a row the table folds for the agent (or checks when checking is free)
+    and says so. The budget is 30 actions per hand; when it runs out the agent checks or folds
+    to the end of the hand (truncated).
+
+    ## Arguments
+    `schedule`: "default" (120 hands), "station", "fit_or_fold", "loose_aggressive" (one
+    opponent, 40 hands each), "short" (12 hands, three opponents, for tests); `cycle`;
+    `render_mode` ("ansi").
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    env_id = "clbench/Poker-v0"
+    task = "poker"
+    domain = "poker"
+    brief = (
+        "You play heads-up no-limit Texas hold'em, one hand per episode, against opponents who each play a "
+        "fixed style. Every hand starts with 1000 chips each and blinds 5/10, so hands are independent; the "
+        "opponent's name is shown, and the same opponent may come back later. Win as many chips as you can."
+    )
+    reward_text = "Chip profit of the hand in big blinds (10 chips), given when the hand ends."
+    action_grammar = (
+        "Reply FOLD, CHECK, CALL or RAISE <total> (raise to that total bet this round; BET <total> and ALL-IN "
+        'also work), or {"tool": "act", "arguments": {"action": "RAISE", "total": 120}}.'
+    )
+    max_steps = 30
+    invalid_action_costs_step = False
+    max_invalid_repeats = 3
+    agents = {
+        "reference": "clbench.agents.poker:PokerReference",
+        "oracle": "clbench.agents.poker:PokerOracle",
+    }
+
+    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+        spec = self.spec_data
+        self.stack = int(spec["stack"])
+        self.small_blind, self.big_blind = int(spec["blinds"]["small"]), int(spec["blinds"]["big"])
+        self.opponents = {name: make_opponent(p) for name, p in spec["opponents"].items()}
+        self._table: HandTable | None = None
+        self._view: HandView | None = None
+
+    # ---------------------------------------------------------------- schedule and latent
+    def _build_schedule(self, name: str) -> Schedule:
+        schedules = self.spec_data["schedules"]
+        if name not in schedules:
+            raise ValueError(f"unknown schedule {name!r}; known: {sorted(schedules)}")
+        variants, met = [], {}
+        for i, v in enumerate(schedules[name]):
+            opp, count = v["opponent"], int(v["hands"])
+            if opp not in self.spec_data["opponents"]:
+                raise ValueError(f"schedule {name!r}: unknown opponent {opp!r}")
+            vname = f"{i + 1}-{opp}"
+            insts = tuple(
+                Instance(f"{vname}-h{k + 1:02d}", vname, HandSpec(deal, opp, k % 2 == 0, met.get(opp, 0)))
+                for k, deal in enumerate(deal_hands(int(v["seed"]), count))
+            )
+            variants.append(Variant(vname, insts, f"{count} hands against {opp}"))
+            met[opp] = met.get(opp, 0) + count
+        return Schedule(name, variants)
+
+    def latent(self) -> dict:
+        """Each opponent's exact policy (style and thresholds): for the oracle only."""
+        return {"opponents": {name: dict(p) for name, p in self.spec_data["opponents"].items()}}
+
+    @property
+    def tools(self) -> list[dict]:
+        return [tool_schema(
+            "act", "Take your poker action for this turn.",
+            {"action": {"type": "string", "enum": list(KINDS),
+                        "description": "FOLD, CHECK, CALL or RAISE (a first bet is a RAISE too)"},
+             "total": {"type": "integer", "minimum": 0, "maximum": self.stack,
+                       "description": "RAISE only: your total bet in this betting round after raising"}},
+            required=["action"])]
+
+    # ---------------------------------------------------------------- episode hooks
+    def _enter(self, slot: Slot, fresh: bool) -> str:
+        hand: HandSpec = slot.instance.payload
+        self._table = HandTable(hand.deal, hand.agent_button, self.opponents[hand.opponent], self.stack,
+                                self.small_blind, self.big_blind)
+        self._table.play_opponent()
+        self._view = HandView(self._table, {
+            "hand": slot.position + 1, "hands": len(self._order), "opponent": hand.opponent,
+            "button": hand.agent_button, "blinds": [self.small_blind, self.big_blind], "stack": self.stack,
+            "hole": names(hand.deal.agent).split(),
+        })
+        text = self._view.header(hand.met_before, slot.variant_position == 0) + "\n" + self._view.text(title=False)
+        if self._table.over:
+            return text + "\nThe hand is already over; reply anything (e.g. CHECK) to collect the result."
+        return text + "\n" + self.action_grammar
+
+    def parse_action(self, action: str) -> ToolCall:
+        if self._table is not None and self._table.over:  # nothing left to decide: any reply collects
+            return ToolCall("act", {"action": CHECK})
+        return super().parse_action(action)
+
+    def _parse_text(self, text: str) -> ToolCall:
+        lines = [ln.strip().strip("`*") for ln in text.strip().splitlines() if ln.strip()]
+        m = _ACTION.fullmatch(lines[-1]) if lines else None
+        if not m:
+            raise ActionError(f"could not read an action. {self._view.legal_text()} {self.action_grammar}")
+        word = m.group(1).upper()
+        args = {"action": RAISE if word in ("RAISE", "BET") else word}
+        if word.startswith("ALL"):
+            legal = self._table.legal()
+            args = {"action": RAISE, "total": legal.max_raise} if legal.max_raise else {"action": CALL}
+        elif m.group(2) is not None:
+            args["total"] = int(m.group(2))
+        return ToolCall("act", args)
+
+    def _act(self, call: ToolCall) -> Outcome:
+        table = self._table
+        if table.over:
+            return self._finish("")
+        if call.tool != "act":
+            raise ActionError(f"unknown tool {call.tool!r}; use act")
+        kind, total = call.arguments.get("action"), call.arguments.get("total")
+        if isinstance(total, float) and total.is_integer():  # JSON writers often send 120.0
+            total = int(total)
+        if kind not in KINDS:
+            raise ActionError(f"unknown action {kind!r}. {self._view.legal_text()}")
+        if kind == RAISE and not isinstance(total, int):
+            raise ActionError(f"RAISE needs a total, e.g. RAISE {table.legal().min_raise or 0}. "
+                              f"{self._view.legal_text()}")
+        decision = Decision(kind, int(total) if kind == RAISE else 0)
+        problem = table.legal().check(decision)
+        if problem:
+            raise ActionError(f"{problem}. {self._view.legal_text()}")
+        return self._advance(decision, "")
+
+    def _advance(self, decision: Decision, note: str) -> Outcome:
+        self._table.apply(decision)
+        self._table.play_opponent()
+        if self._table.over:
+            return self._finish(note)
+        self._view.refresh()
+        return Outcome(note + self._view.text())
+
+    def _on_invalid_cap(self) -> Outcome:
+        decision = Decision(CHECK) if self._table.legal().can_check else Decision(FOLD)
+        self._invalid_streak = 0  # the forced move resolves the streak (the base class keeps counting)
+        note = f"{self.max_invalid_repeats} invalid actions in a row: the table plays {decision.kind} for you.\n"
+        return self._advance(decision, note)
+
+    def _on_budget_exhausted(self) -> Outcome:
+        table = self._table
+        while not table.over:
+            if table.to_act == AGENT:
+                table.apply(Decision(CHECK) if table.legal().can_check else Decision(FOLD))
+            table.play_opponent()
+        return self._finish(f"The budget of {self.max_steps} actions is used up: you check or fold to the end.\n")
+
+    def _finish(self, note: str) -> Outcome:
+        profit = self._view.refresh()["result"]
+        return Outcome(note + self._view.text(), done=True, reward=profit / self.big_blind,
+                       raw_metric=("chips", float(profit)), solved=profit > 0)
+
+    def _info(self) -> dict:
+        info = super()._info()
+        if self._table is not None:
+            info["table"] = self.public_state()
+        return info
+
+    def public_state(self) -> dict:
+        """Everything the agent may know about the current hand (the observation, as a dict)."""
+        return dict(self._view.snap)
+
+    @property
+    def hand_log(self) -> list[tuple[int, int, str, int]]:
+        """This hand's moves so far as (street, player, kind, total); the agent is player 0."""
+        return list(self._table.log) if self._table else []

@@ -1,0 +1,120 @@
+"""What a player sees when it must act (`Spot`) and what it answers (`Decision`).
+
+Opponents, the scripted agents' playbooks and the oracle's look-ahead all speak this one
+language, so a policy can be played by the env (on the library's game), simulated (on
+`betting.Betting`) or reasoned about, unchanged.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from clbench.envs.poker.strength import Strength, strength
+
+FOLD, CHECK, CALL, RAISE = "FOLD", "CHECK", "CALL", "RAISE"
+KINDS = (FOLD, CHECK, CALL, RAISE)
+_STREET_OF_BOARD = {0: 0, 3: 1, 4: 2, 5: 3}
+
+
+class Decision(NamedTuple):
+    kind: str
+    total: int = 0  # RAISE only: the total this player's bet is raised *to* on this street
+
+
+class Act(NamedTuple):
+    """One action of a hand's betting history, seen from one player (`mine`)."""
+
+    street: int
+    mine: bool
+    kind: str
+    total: int = 0
+
+
+class Spot:
+    """A player's decision point: its own hand features and the public betting state."""
+
+    __slots__ = ("hole", "board", "pot", "to_call", "my_bet", "stack", "opp_stack", "min_raise", "max_raise",
+                 "button", "big_blind", "history", "_strength")
+
+    def __init__(self, hole: tuple, board: tuple, pot: int, to_call: int, my_bet: int, stack: int, opp_stack: int,
+                 min_raise: int, max_raise: int, button: bool, big_blind: int, history: tuple):
+        self.hole = hole  # this player's two cards
+        self.board = board
+        self._strength: Strength | None = None
+        self.pot = pot  # every chip in the middle, this street's bets included
+        self.to_call = to_call
+        self.my_bet = my_bet  # chips this player put in on this street
+        self.stack = stack  # chips behind
+        self.opp_stack = opp_stack
+        self.min_raise = min_raise  # smallest legal RAISE total, 0 when raising is not allowed
+        self.max_raise = max_raise  # largest legal RAISE total (all-in), 0 when not allowed
+        self.button = button
+        self.big_blind = big_blind
+        self.history = history  # tuple[Act, ...], oldest first
+
+    @property
+    def strength(self) -> Strength:
+        """This player's hand features, computed when a policy first asks (some never do)."""
+        if self._strength is None:
+            self._strength = strength(self.hole, self.board)
+        return self._strength
+
+    @property
+    def street(self) -> int:
+        return _STREET_OF_BOARD[len(self.board)]
+
+    @property
+    def raises(self) -> int:
+        """Bets and raises made on this street so far (blinds excluded)."""
+        return sum(1 for a in self.history if a.street == self.street and a.kind == RAISE)
+
+    @property
+    def aggressor(self) -> bool:
+        """This player made the last bet or raise of the previous streets (e.g. the preflop raiser)."""
+        for a in reversed(self.history):
+            if a.street < self.street and a.kind == RAISE:
+                return a.mine
+        return False
+
+    def opp_acts(self, kind: str, street: int | None = None) -> int:
+        return sum(1 for a in self.history if not a.mine and a.kind == kind and (street is None or a.street == street))
+
+    # ---- decisions, always legal for this spot
+    def check_or_call(self) -> Decision:
+        return Decision(CALL) if self.to_call else Decision(CHECK)
+
+    def check_or_fold(self) -> Decision:
+        return Decision(FOLD) if self.to_call else Decision(CHECK)
+
+    def raise_to(self, total: float) -> Decision:
+        """RAISE to `total`, clipped to the legal range; CHECK/CALL when raising is not allowed."""
+        if not self.max_raise:
+            return self.check_or_call()
+        return Decision(RAISE, int(min(max(round(total), self.min_raise), self.max_raise)))
+
+    def bet_pot(self, fraction: float) -> Decision:
+        """Bet or raise by `fraction` of the pot as it would be after calling."""
+        facing = self.my_bet + self.to_call
+        return self.raise_to(facing + fraction * (self.pot + self.to_call))
+
+    def raise_times(self, factor: float) -> Decision:
+        """Raise to `factor` times the current bet (preflop: times the big blind if unopened)."""
+        return self.raise_to(factor * max(self.my_bet + self.to_call, self.big_blind))
+
+    def legalize(self, d: Decision) -> Decision:
+        """The nearest legal decision: no free folds, no checking a bet, raises clipped."""
+        if d.kind == RAISE:
+            return self.raise_to(d.total)
+        if d.kind == FOLD and not self.to_call:
+            return Decision(CHECK)
+        if d.kind in (CHECK, CALL):
+            return self.check_or_call()
+        return d
+
+
+class Policy:
+    """A deterministic strategy: a pure function of the spot."""
+
+    name = "policy"
+
+    def decide(self, spot: Spot) -> Decision:
+        raise NotImplementedError

@@ -1,0 +1,146 @@
+"""One heads-up hand played on the `texasholdem` library with our seeded cards.
+
+The library is the referee: it posts blinds, checks every move, moves the button, builds the
+side pots and settles the showdown with its evaluator. We only choose the cards (overwriting
+the ones its own deck dealt, as its history import does) and keep a compact betting log.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from texasholdem.evaluator import evaluator
+from texasholdem.game.action_type import ActionType
+from texasholdem.game.game import TexasHoldEm
+
+from clbench.envs.poker.betting import Betting
+from clbench.envs.poker.cards import Deal, StackedDeck
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Decision, Policy, Spot
+from clbench.envs.poker.strength import hand_rank
+
+AGENT, OPPONENT = 0, 1
+STREETS = ("preflop", "flop", "turn", "river")
+_TYPE = {FOLD: ActionType.FOLD, CHECK: ActionType.CHECK, CALL: ActionType.CALL, RAISE: ActionType.RAISE}
+
+
+class Legal(NamedTuple):
+    """The moves open to the player to act."""
+
+    to_call: int
+    min_raise: int  # 0 when raising is not allowed
+    max_raise: int
+
+    @property
+    def can_check(self) -> bool:
+        return self.to_call == 0
+
+    def check(self, d: Decision) -> str | None:
+        """None if `d` is legal, else what is wrong with it."""
+        if d.kind == CHECK and self.to_call:
+            return f"cannot CHECK: there is a bet of {self.to_call} to call"
+        if d.kind == CALL and not self.to_call:
+            return "cannot CALL: there is no bet to call (CHECK instead)"
+        if d.kind == RAISE:
+            if not self.max_raise:
+                return "cannot RAISE: raising is closed in this betting round"
+            if not self.min_raise <= d.total <= self.max_raise:
+                return (f"cannot RAISE to {d.total}: the total must be between {self.min_raise} and "
+                        f"{self.max_raise} (your whole bet on this street after the raise)")
+        return None
+
+
+class HandTable:
+    """A single hand: agent is player 0, the opponent player 1.
+
+    The library plays the hand: it checks and executes every move, deals the board and settles
+    the pot. A `Betting` model follows each move and answers the frequent read-only questions
+    (legal moves, pot, bets), which the library answers only slowly; tests check they agree.
+    """
+
+    def __init__(self, deal: Deal, agent_button: bool, opponent: Policy, stack: int, small_blind: int, big_blind: int):
+        self.deal = deal
+        self.opponent = opponent
+        self.stack = stack
+        game = TexasHoldEm(buyin=stack, big_blind=big_blind, small_blind=small_blind, max_players=2)
+        button = AGENT if agent_button else OPPONENT
+        game.btn_loc = 1 - button  # the library moves the button one seat on when a hand starts
+        game.start_hand()
+        # our cards replace the library's shuffle (the history shares the `hands` dict)
+        game.hands[AGENT] = list(deal.agent)
+        game.hands[OPPONENT] = list(deal.opponent)
+        game._deck = StackedDeck(deal.board)
+        self.game = game
+        self.button = button
+        self.betting = Betting(button, stack, small_blind, big_blind)
+        self.holes = (tuple(deal.agent), tuple(deal.opponent))
+        self.all_in: set[int] = set()  # indices into `log` of moves that put a player all-in
+
+    # ---- state
+    @property
+    def log(self) -> list[tuple[int, int, str, int]]:
+        """The moves so far as (street, player, kind, total)."""
+        return self.betting.log
+
+    @property
+    def over(self) -> bool:
+        return not self.game.is_hand_running()
+
+    @property
+    def to_act(self) -> int | None:
+        return None if self.over else self.betting.to_act
+
+    @property
+    def street(self) -> int:
+        return self.betting.street
+
+    @property
+    def board(self) -> list:
+        return list(self.game.board)
+
+    @property
+    def pot(self) -> int:
+        b = self.betting
+        return b.pot + b.bets[0] + b.bets[1]
+
+    def bet(self, player: int) -> int:
+        return self.betting.bets[player] if not self.over else 0
+
+    def chips(self, player: int) -> int:
+        return self.game.players[player].chips if self.over else self.betting.stacks[player]
+
+    def legal(self) -> Legal:
+        return Legal(*self.betting.legal())
+
+    def spot(self) -> Spot:
+        b = self.betting
+        return b.spot(self.holes[b.to_act], tuple(self.game.board))
+
+    # ---- moves
+    def apply(self, d: Decision) -> None:
+        """Play a legal decision for the player to act (the library re-validates it)."""
+        p = self.betting.to_act
+        self.game.take_action(_TYPE[d.kind], total=d.total if d.kind == RAISE else None)
+        self.betting.apply(d)
+        if d.kind in (CALL, RAISE) and self.betting.stacks[p] == 0:
+            self.all_in.add(len(self.log) - 1)
+
+    def play_opponent(self) -> None:
+        """Let the opponent act until it is the agent's turn or the hand is over."""
+        while not self.over and self.betting.to_act == OPPONENT:
+            spot = self.spot()
+            self.apply(spot.legalize(self.opponent.decide(spot)))
+
+    # ---- result
+    def profit(self) -> int:
+        """The agent's chip result once the hand is over."""
+        return self.chips(AGENT) - self.stack
+
+    def showdown(self) -> bool:
+        settle = self.game.hand_history.settle if self.game.hand_history else None
+        return bool(settle) and any(rank != -1 for _, rank, _ in settle.pot_winners.values())
+
+    def hand_name(self, player: int) -> str:
+        """'Two Pair', 'Flush', ... (a winner's rank comes from the library's settlement)."""
+        for _, rank, winners in self.game.hand_history.settle.pot_winners.values():
+            if rank != -1 and player in winners:
+                return evaluator.rank_to_string(rank)
+        return evaluator.rank_to_string(hand_rank(self.holes[player], tuple(self.board)))

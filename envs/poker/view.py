@@ -1,0 +1,119 @@
+"""What the agent sees of a hand: one public snapshot (a dict, `info["table"]`) and its text.
+
+The snapshot is rebuilt after every move and the observation is rendered from it, so the text
+and the dict always say the same thing. Neither holds the opponent's cards before a showdown.
+Each move is put into words once and kept (rendering stays cheap as a hand grows).
+"""
+from __future__ import annotations
+
+from clbench.envs.poker.cards import card_name, names
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE
+from clbench.envs.poker.table import AGENT, OPPONENT, STREETS, HandTable
+
+_WHO = {AGENT: "you", OPPONENT: "opponent"}
+
+
+class HandView:
+    """The agent's view of one `HandTable`; `static` is what is fixed for the hand."""
+
+    def __init__(self, table: HandTable, static: dict):
+        self.table = table
+        self.static = static
+        self.opp = static["opponent"]
+        self.history: list[list] = []  # [street, "you"|"opponent", kind, total]
+        small, big = static["blinds"]
+        sb, bb = ("you", self.opp) if static["button"] else (self.opp, "you")
+        self._streets = {"preflop": [f"{sb} post{'' if sb == 'you' else 's'} {small}, "
+                                     f"{bb} post{'' if bb == 'you' else 's'} {big}"]}
+        self._opened: set[str] = set()
+        self.snap: dict = {}
+        self.refresh()
+
+    def refresh(self) -> dict:
+        """Catch up with the table's moves and rebuild the snapshot."""
+        t, b = self.table, self.table.betting
+        for i in range(len(self.history), len(b.log)):
+            st, p, kind, total = b.log[i]
+            self.history.append([STREETS[st], _WHO[p], kind, total])
+            self._streets.setdefault(STREETS[st], []).append(self._phrase(STREETS[st], p, kind, total, i))
+        snap = dict(self.static)
+        snap.update(board=[card_name(c) for c in t.game.board], street=STREETS[b.street],
+                    pot=b.pot + b.bets[0] + b.bets[1], history=list(self.history), over=t.over, to_call=None,
+                    min_raise=None, max_raise=None, showdown=False, opp_hole=None, hand_names=None, result=None)
+        if t.over:
+            shown = t.showdown()
+            snap.update(my_bet=0, opp_bet=0, my_stack=t.chips(AGENT), opp_stack=t.chips(OPPONENT), showdown=shown,
+                        result=t.profit(), folded=None if shown else _WHO[b.log[-1][1]])
+            if shown:
+                snap.update(opp_hole=names(t.holes[OPPONENT]).split(),
+                            hand_names=[t.hand_name(AGENT), t.hand_name(OPPONENT)])
+        else:
+            snap.update(my_bet=b.bets[AGENT], opp_bet=b.bets[OPPONENT], my_stack=b.stacks[AGENT],
+                        opp_stack=b.stacks[OPPONENT])
+            if b.to_act == AGENT:
+                snap["to_call"], snap["min_raise"], snap["max_raise"] = b.legal()
+        self.snap = snap
+        return snap
+
+    def _phrase(self, street: str, player: int, kind: str, total: int, index: int) -> str:
+        s = "" if player == AGENT else "s"
+        if kind == RAISE:
+            verb = f"raise{s} to {total}" if (street == "preflop" or street in self._opened) else f"bet{s} {total}"
+            self._opened.add(street)
+        else:
+            verb = {FOLD: f"fold{s}", CHECK: f"check{s}", CALL: f"call{s} {total}"}[kind]
+        return ("you " if player == AGENT else f"{self.opp} ") + verb + (" (all-in)" if index in self.table.all_in else "")
+
+    # ---- text
+    def header(self, met_before: int, first_of_variant: bool) -> str:
+        snap, opp = self.snap, self.opp
+        lines = [f"Hand {snap['hand']} of {snap['hands']} against {opp}. Blinds {snap['blinds'][0]}/"
+                 f"{snap['blinds'][1]}; both stacks start at {snap['stack']}."]
+        if first_of_variant:
+            lines.append(f"{opp} returns: you played {met_before} hands against {opp} earlier." if met_before
+                         else f"New opponent: {opp} sits down.")
+        lines.append("You are on the button (small blind): you act first before the flop and last after it."
+                     if snap["button"] else
+                     "You are in the big blind: you act last before the flop and first after it.")
+        return "\n".join(lines)
+
+    def text(self, title: bool = True) -> str:
+        """The hand as it stands; `title` starts with the hand number, opponent and position."""
+        snap, opp = self.snap, self.opp
+        board = " ".join(snap["board"]) or "-"
+        lines = [f"Hand {snap['hand']} of {snap['hands']} against {opp}; you are "
+                 f"{'on the button' if snap['button'] else 'in the big blind'}."] if title else []
+        lines += [f"Your cards: {' '.join(snap['hole'])}",
+                 f"Board: {board}" + (f" ({snap['street']})" if snap["board"] and not snap["over"] else ""),
+                 "Betting so far:", *(f"  {st}: " + "; ".join(acts) for st, acts in self._streets.items())]
+        if snap["over"]:
+            lines += self.result_lines()
+        else:
+            lines.append(f"Pot: {snap['pot']}. Behind: you {snap['my_stack']}, {opp} {snap['opp_stack']}. "
+                         f"Bet this round: you {snap['my_bet']}, {opp} {snap['opp_bet']}.")
+            lines.append(f"To call: {snap['to_call']}. {self.legal_text()}")
+        return "\n".join(lines)
+
+    def result_lines(self) -> list[str]:
+        snap, opp = self.snap, self.opp
+        profit = snap["result"]
+        if snap["showdown"]:
+            mine, theirs = snap["hand_names"]
+            lines = [f"Showdown: you show {' '.join(snap['hole'])} ({mine}); {opp} shows "
+                     f"{' '.join(snap['opp_hole'])} ({theirs})."]
+        else:
+            lines = [("You fold" if snap["folded"] == "you" else f"{opp} folds") + "; the cards are not shown."]
+        outcome = "you win" if profit > 0 else (f"{opp} wins" if profit < 0 else "split pot")
+        lines.append(f"Hand over: {outcome}. Result: {profit:+d} chips "
+                     f"({profit / snap['blinds'][1]:+.1f} big blinds).")
+        return lines
+
+    def legal_text(self) -> str:
+        snap = self.snap
+        if snap["over"] or snap["to_call"] is None:
+            return "The hand is over; any reply continues."
+        to_call, low, high = snap["to_call"], snap["min_raise"], snap["max_raise"]
+        moves = ["FOLD", "CHECK"] if not to_call else ["FOLD", f"CALL (puts in {to_call} more)"]
+        if high:
+            moves.append(f"RAISE <total> with total {low}..{high} (RAISE {high} = all-in)")
+        return "Legal actions: " + " | ".join(moves) + "."

@@ -1,0 +1,370 @@
+"""Poker-v0: env contract, the library as referee, dealing, hidden cards, opponents, agents."""
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from texasholdem.game.action_type import ActionType
+
+import clbench
+from clbench.agent import make_agent
+from clbench.commands.calibrate import stateless_mean
+from clbench.env import load_task_spec
+from clbench.metrics import estimate
+from clbench.runner import play_instance
+from clbench.agents.poker import PokerReference, hand_cards
+from clbench.envs.poker.betting import Betting
+from clbench.envs.poker.cards import deal_hands, names, parse_card
+from clbench.envs.poker.opponents import make_opponent
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Decision
+from clbench.envs.poker.strength import preflop_pct, strength
+from clbench.envs.poker.table import HandTable
+
+ENV_ID = "clbench/Poker-v0"
+SPEC = load_task_spec("poker")
+
+
+def make(schedule: str = "default"):
+    return gym.make(ENV_ID, schedule=schedule)
+
+
+def cards(text: str) -> tuple:
+    return tuple(parse_card(c) for c in text.split())
+
+
+def shows(text: str, card_list) -> bool:
+    """Whether any of the cards is written in `text` as a card (not inside a word)."""
+    return any(re.search(rf"(?<![A-Za-z0-9]){name}(?![A-Za-z0-9])", text) for name in names(card_list).split())
+
+
+def play(env, agent, seed: int = 0, stateless: bool = False) -> dict[str, float]:
+    """Rewards by instance id: one stateful pass (one agent) or the stateless pass (fresh agents)."""
+    rewards = {}
+    order = env.unwrapped.schedule.order(seed)
+    obs, info = env.reset(seed=seed)
+    for slot in order:
+        if stateless:
+            agent = make_agent("reference", env, seed=0)
+            obs, info = env.reset(seed=seed, options={"instance": slot.instance_id, "stateless": True})
+        elif slot.position:
+            obs, info = env.reset()
+        out = play_instance(env, agent, obs, info, [])
+        assert out["error"] is None, out["error"]
+        rewards[slot.instance_id] = out["reward"]
+    return rewards
+
+
+# ---------------------------------------------------------------- contract
+def test_check_env_and_registration():
+    assert ENV_ID in clbench.clbench_env_ids()
+    check_env(make().unwrapped, skip_render_check=False)
+    card = make().unwrapped.spec_card
+    assert card.instances == 120 and card.r_max == SPEC["r_max"] and card.r_reference == SPEC["r_reference"]
+    assert [(v["name"], v["instances"]) for v in card.variants] == [
+        ("1-Mara", 20), ("2-Dex", 30), ("3-Mara", 10), ("4-Quinn", 35), ("5-Dex", 25)]
+    told = json.dumps(card.to_dict()).lower()  # the styles are the latent structure: never told
+    assert not any(w in told for w in ("station", "aggress", "fit_or_fold", "fit-or-fold", "loose"))
+
+
+def test_schedules_and_rollout_order():
+    env = make().unwrapped
+    canonical, other = env.schedule.order(0), env.schedule.order(3)
+    assert [s.variant for s in canonical] == [s.variant for s in other]
+    assert [s.instance_id for s in canonical] != [s.instance_id for s in other]
+    by_id = {s.instance_id: s.instance.payload for s in canonical}
+    assert [by_id[f"4-Quinn-h{k:02d}"].agent_button for k in range(1, 7)] == [True, False] * 3
+    assert by_id["3-Mara-h01"].deal != by_id["1-Mara-h01"].deal  # each variant deals from its own seed
+    for name in ("station", "fit_or_fold", "loose_aggressive", "short"):
+        assert len(make(name).unwrapped.schedule) == sum(v["hands"] for v in SPEC["schedules"][name])
+    with pytest.raises(ValueError, match="unknown schedule"):
+        make("nope")
+
+
+def test_observation_shows_the_table_and_announces_opponents():
+    env = make()
+    obs, info = env.reset(seed=0)
+    for needle in ("Hand 1 of 120 against Mara", "New opponent: Mara", "button", "Your cards:", "Board: -",
+                   "Pot: 15", "To call: 5", "RAISE <total> with total 20..1000"):
+        assert needle in obs
+    table = info["table"]
+    assert table["hole"] == names(env.unwrapped.slot.instance.payload.deal.agent).split()
+    assert (table["to_call"], table["min_raise"], table["max_raise"], table["opp_hole"]) == (5, 20, 1000, None)
+    obs, info = env.reset(options={"instance": "3-Mara-h01"})
+    assert info["variant_position"] == 0 and "Mara returns: you played 20 hands against Mara earlier." in obs
+    obs, info = env.reset(options={"instance": "3-Mara-h02"})
+    assert "returns" not in obs and "New opponent" not in obs
+
+
+def test_deterministic_whatever_the_global_random_state():
+    def run(global_seed):
+        random.seed(global_seed)
+        env, trace = make(), []
+        obs, _ = env.reset(seed=2)
+        for k in range(8):
+            if k:
+                obs, _ = env.reset()
+            done = False
+            while not done:
+                obs, r, term, trunc, info = env.step(["CALL", "CHECK", "RAISE 40", "FOLD"][len(trace) % 4])
+                trace.append((obs, r))
+                done = term or trunc
+        return trace
+
+    assert run(1) == run(99)
+
+
+def test_cards_are_the_seeded_deal():
+    env = make()
+    obs, info = env.reset(seed=0)
+    deal = env.unwrapped.slot.instance.payload.deal
+    assert deal == deal_hands(SPEC["schedules"]["default"][0]["seed"], 1)[0]
+    done = False
+    while not done:  # check/call down: Mara never folds, so the hand reaches the showdown
+        obs, r, term, trunc, info = env.step("CALL" if info["table"]["to_call"] else "CHECK")
+        done = term or trunc
+    assert info["table"]["board"] == names(deal.board).split()
+    assert info["table"]["opp_hole"] == names(deal.opponent).split()
+    assert f"Mara shows {names(deal.opponent)}" in obs
+    game = env.unwrapped._table.game  # the library played exactly these cards
+    assert list(game.board) == list(deal.board) and list(game.hands[1]) == list(deal.opponent)
+
+
+def test_reward_only_at_hand_end_in_big_blinds():
+    env = make()
+    obs, info = env.reset(seed=0)
+    rewards = []
+    for action in ("CALL", "BET 40", "CHECK", "CHECK"):
+        obs, r, term, trunc, info = env.step(action)
+        rewards.append(r)
+        if term:
+            break
+    assert term and not trunc and all(r == 0 for r in rewards[:-1])
+    chips = info["table"]["result"]
+    assert rewards[-1] == chips / 10 == info["instance_reward"]
+    assert info["raw_metric"] == {"name": "chips", "value": float(chips)} and info["solved"] == (chips > 0)
+    assert f"Result: {chips:+d} chips" in obs
+
+
+def test_illegal_actions_cost_nothing_and_three_fold_for_you():
+    env = make()
+    obs, info = env.reset(seed=0)
+    before = info["table"]
+    for action, message in (("CHECK", "cannot CHECK: there is a bet of 5"), ("RAISE 15", "between 20 and 1000"),
+                            ('{"tool": "act", "arguments": {"action": "RAISE"}}', "RAISE needs a total")):
+        obs, r, term, trunc, info = env.step(action)
+        assert message in obs and "Legal actions: FOLD | CALL" in obs
+        if term:
+            break
+        assert info["step"] == 0 and info["table"] == before
+    assert term and r == -0.5 and "3 invalid actions in a row: the table plays FOLD for you" in obs
+
+
+def test_forced_check_when_free_and_the_streak_restarts():
+    env = make()
+    env.reset(seed=0)
+    obs, r, term, trunc, info = env.step("call")  # button limps; Mara checks, then checks the flop to us
+    assert info["table"]["to_call"] == 0 and info["table"]["street"] == "flop"
+    for junk in ("hello", "RAISE 5", "CALL"):
+        obs, r, term, trunc, info = env.step(junk)
+    assert not term and "the table plays CHECK for you" in obs and info["table"]["street"] == "turn"
+    obs, r, term, trunc, info = env.step("nonsense")
+    assert not term and "could not read an action" in obs and info["table"]["street"] == "turn"
+
+
+@pytest.mark.parametrize("action", ["RAISE 40", "bet 40", "Action: RAISE TO 40", "I will raise.\nRAISE 40",
+                                    '{"tool": "act", "arguments": {"action": "RAISE", "total": 40}}'])
+def test_action_grammar(action):
+    env = make()
+    env.reset(seed=0)
+    obs, r, term, trunc, info = env.step(action)
+    assert info["table"]["history"][0] == ["preflop", "you", "RAISE", 40]
+
+
+def test_all_in_and_opponent_folding_first():
+    env = make()
+    env.reset(seed=0)
+    obs, r, term, trunc, info = env.step("ALL-IN")  # Mara calls everything: a showdown for 100 big blinds
+    assert term and abs(r) in (100.0, 0.0) and "(all-in)" in obs and info["table"]["showdown"]
+    env = make("fit_or_fold")
+    for slot in env.unwrapped.schedule.order(0):
+        obs, info = env.reset(options={"instance": slot.instance_id})
+        if info["table"]["over"]:  # Quinn folded the button before the agent could act
+            assert "already over" in obs and "Quinn folds" in obs and not shows(obs, slot.instance.payload.deal.opponent)
+            obs, r, term, trunc, info = env.step("{not even json")
+            assert term and r == 0.5
+            return
+    pytest.fail("no hand where Quinn folds first")
+
+
+def test_step_budget_checks_or_folds_to_the_end():
+    env = make()
+    env.unwrapped.max_steps = 1
+    env.reset(seed=0)
+    obs, r, term, trunc, info = env.step("CALL")
+    assert trunc and not term and "budget of 1 actions is used up" in obs
+    assert r == info["table"]["result"] / 10 and info["table"]["over"]
+
+
+# ---------------------------------------------------------------- hidden information
+def test_opponent_cards_stay_hidden_until_a_showdown():
+    env = make()
+    agent = make_agent("reference", env)
+    obs, info = env.reset(seed=1)
+    for pos in range(60):
+        if pos:
+            obs, info = env.reset()
+        opp = env.unwrapped.slot.instance.payload.deal.opponent
+        agent.begin_instance(obs, info)
+        done = False
+        while not done:
+            assert not shows(obs, opp) and info["table"]["opp_hole"] is None
+            assert not any(w in obs.lower() for w in ("station", "aggressive", "fit_or_fold", "style"))
+            obs, r, term, trunc, info = env.step(agent.act(obs, info))
+            done = term or trunc
+        assert shows(obs, opp) == info["table"]["showdown"] == (info["table"]["opp_hole"] is not None)
+        agent.end_instance(r, info)
+
+
+# ---------------------------------------------------------------- the game model
+def test_betting_model_agrees_with_the_library():
+    rng = np.random.default_rng(0)
+    station = make_opponent({"style": "calling_station"})
+    for k, deal in enumerate(deal_hands(3, 300)):
+        t = HandTable(deal, k % 2 == 0, station, 1000, 5, 10)
+        while not t.over:
+            g = t.game
+            moves = g.get_available_moves()
+            rr = moves.raise_range if ActionType.RAISE in moves.action_types else range(0)
+            legal = t.legal()
+            assert t.to_act == g.current_player and legal.to_call == g.chips_to_call(g.current_player)
+            assert (legal.min_raise, legal.max_raise) == ((rr.start, rr[-1]) if rr else (0, 0))
+            assert t.pot == sum(p.get_total_amount() for p in g.pots)
+            u = rng.random()
+            if u < 0.1:
+                d = Decision(FOLD)
+            elif u < 0.5 or not legal.max_raise:
+                d = Decision(CALL if legal.to_call else CHECK)
+            else:
+                high = legal.max_raise if rng.random() < 0.2 else min(legal.max_raise, 3 * legal.min_raise)
+                d = Decision(RAISE, int(rng.integers(legal.min_raise, high + 1)))
+            t.apply(d)
+        assert t.betting.over and t.betting.payoff(0, t.holes, deal.board) == t.profit()
+
+
+def test_strength_features():
+    board = cards("Ks 7c 2d")
+    assert strength(cards("Ah Ad"), board).tier == 4  # overpair
+    assert strength(cards("7h 7d"), board).tier == 5  # set
+    assert strength(cards("Kh Qd"), board).tier == 4 and strength(cards("Kh 5d"), board).tier == 3
+    assert strength(cards("7h 5d"), board).tier == 2 and strength(cards("2h 5d"), board).tier == 1
+    assert strength(cards("Ah Qd"), board).tier == 0 and not strength(cards("Ah Qd"), board).overcards
+    assert strength(cards("Ah Qd"), cards("Js 7c 2d")).overcards
+    assert strength(cards("Ah 5h"), cards("Kh 7h 2c")).flush_draw
+    assert strength(cards("9h 8d"), cards("7s 6c 2d")).straight_draw
+    assert not strength(cards("9h 8d"), cards("7s 6c 2d 3h 4h")).straight_draw  # no draws on the river
+    assert preflop_pct(cards("As Ac")) > 0.99 and preflop_pct(cards("7s 2c")) < 0.05
+
+
+def opponent_decisions(style: str, hands: int = 300):
+    """(spot, decision) of the named style against the default playbook."""
+    from clbench.agents.poker import PLAYBOOKS, BOARD_LEN
+
+    opp = make_opponent(SPEC["opponents"][{"calling_station": "Mara", "fit_or_fold": "Quinn",
+                                           "loose_aggressive": "Dex"}[style]])
+    seen = []
+    for k, deal in enumerate(deal_hands(11, hands)):
+        b, holes = Betting(k % 2, 1000, 5, 10), (deal.agent, deal.opponent)
+        while not b.over:
+            spot = b.spot(holes[b.to_act], deal.board[:BOARD_LEN[b.street]])
+            d = spot.legalize((PLAYBOOKS["default"] if b.to_act == 0 else opp).decide(spot))
+            if b.to_act == 1:
+                seen.append((spot, d))
+            b.apply(d)
+    return seen
+
+
+def test_opponents_play_their_styles():
+    station = opponent_decisions("calling_station")
+    assert {d.kind for _, d in station} == {CHECK, CALL}
+    fof = [(s, d) for s, d in opponent_decisions("fit_or_fold") if s.street > 0]
+    assert all(s.strength.tier >= 4 for s, d in fof if d.kind == RAISE)  # never bluffs
+    assert all(s.strength.tier >= 3 for s, d in fof if s.to_call and d.kind != FOLD)  # fits or folds
+    assert any(d.kind == FOLD for s, d in fof if s.strength.tier == 2)  # folds middle pairs
+    lag = opponent_decisions("loose_aggressive")
+    assert all(d.kind == RAISE for s, d in lag if s.street == 1 and not s.to_call)  # bets every flop
+    assert all(s.strength.tier >= 4 for s, d in lag if s.street >= 2 and d.kind in (RAISE, CALL))
+    opens = [d.kind == RAISE for s, d in lag if s.street == 0 and not s.raises and s.to_call]
+    assert np.mean(opens) > 0.75
+
+
+# ---------------------------------------------------------------- agents
+def test_reference_learns_each_opponent_and_recovers_faster_on_return():
+    env = make()
+    stateless = play(env, None, stateless=True)
+    assert np.mean(list(stateless.values())) == pytest.approx(SPEC["r_reference"], abs=1e-6)
+    gains, early = [], {}
+    for seed in range(5):
+        agent = make_agent("reference", env, seed=seed)
+        stateful = play(env, agent, seed=seed)
+        gains.append(np.mean([stateful[i] - stateless[i] for i in stateful]))
+        for slot in env.unwrapped.order:
+            if slot.variant_position < 4:
+                early.setdefault(slot.variant, []).append(stateful[slot.instance_id] - stateless[slot.instance_id])
+        styles = {name: m.style() for name, m in agent.models.items()}
+        assert styles == {name: spec["style"] for name, spec in SPEC["opponents"].items()}
+    assert estimate(gains)["ci"][0] > 0
+    # first meeting: the first four hands are played exactly as without memory (gain 0, every
+    # rollout); a returning opponent is exploited from its first hand
+    assert all(g == 0 for v in ("1-Mara", "2-Dex", "4-Quinn") for g in early[v])
+    assert np.mean(early["3-Mara"]) > 0 and np.mean(early["5-Dex"]) > 0
+
+
+def test_reference_state_round_trip():
+    env = make("short")
+    agent = make_agent("reference", env)
+    play(env, agent)
+    clone = PokerReference(env.unwrapped.spec_card)
+    clone.load_state_dict(json.loads(json.dumps(agent.state_dict())))
+    assert {n: m.style() for n, m in clone.models.items()} == {n: m.style() for n, m in agent.models.items()}
+    assert clone.models["Mara"].counts == agent.models["Mara"].counts
+
+
+def test_oracle_posterior_always_holds_the_true_cards():
+    env = make("short")
+    oracle = make_agent("oracle", env)
+    assert oracle.privileged and "Quinn" in oracle.opponents
+    checked = 0
+    for slot in env.unwrapped.schedule.order(0):
+        obs, info = env.reset(options={"instance": slot.instance_id, "stateless": True})
+        oracle.begin_instance(obs, info)
+        truth = tuple(slot.instance.payload.deal.opponent)
+        done = info["table"]["over"]
+        while not done:
+            table = info["table"]
+            hole, board = hand_cards(table)
+            combos = oracle.consistent_holdings(table, oracle.opponents[table["opponent"]], hole, board)
+            assert truth in combos or truth[::-1] in combos
+            checked += 1
+            obs, r, term, trunc, info = env.step(oracle.act(obs, info))
+            done = term or trunc
+    assert checked >= 12
+
+
+def test_oracle_beats_the_stateless_reference_on_the_short_schedule():
+    short = SPEC["schedules"]["short"]
+    assert stateless_mean(ENV_ID, "oracle", {"schedule": "short"}) > stateless_mean(
+        ENV_ID, "reference", {"schedule": "short"}) + 5
+    assert len(short) == 3
+
+
+def test_r_reference_matches_the_spec():
+    assert stateless_mean(ENV_ID, "reference") == pytest.approx(SPEC["r_reference"], abs=1e-6)
+
+
+def test_r_max_matches_the_spec():  # ~10 s of CPU: the oracle plays all 120 hands
+    assert stateless_mean(ENV_ID, "oracle") == pytest.approx(SPEC["r_max"], abs=1e-6)
