@@ -144,6 +144,9 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
         "calls": usage.calls if usage is not None else None,
         "cost": usage.cost if usage is not None else None,
         "model_errors": list(usage.errors) if usage is not None and usage.errors else None,
+        # per-step prompt sizes (a memory's footprint over the schedule) and survived model faults
+        "step_prompt_tokens": list(getattr(usage, "step_prompt", None) or []) or None,
+        "model_faults": list(getattr(usage, "faults", None) or []) or None,
         "details": final_info.get("details"),
         "error": error,
     }

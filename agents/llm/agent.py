@@ -1,0 +1,294 @@
+"""The LLM agent: one model over any OpenAI-compatible endpoint, with an interchangeable memory.
+
+Prompt at every step = system message (task brief, reward, how to act, the memory's context)
++ the memory's earlier conversation (if any) + this instance's transcript. Actions are native
+tool calls when the endpoint takes `tools` (a call becomes the env action
+`{"tool": name, "arguments": {...}}`), else the reply text in the env's grammar. With
+tools="auto" an endpoint that rejects tools switches the agent to text for good.
+
+Failures: a call that fails after the client's retries raises `LLMCallError` from `act()`; the
+runner scores that instance 0 with the error kept and goes on. An empty reply or a tool call
+with malformed JSON is passed to the env, which answers with what was wrong (it shows in the
+trajectory) and is counted as a fault. Memory updates are model calls too: their tokens and cost
+count, and a failed one leaves the memory as it was (a fault, not an error). The update from an
+instance runs when the next instance begins, so the stateless pass (a fresh agent per instance)
+and the last instance of a rollout make no update calls that could never be used.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+import numpy as np
+
+from clbench.actions import as_tool_call, extract_json
+from clbench.agent import Agent
+from clbench.agents.llm.memory import memory_class
+from clbench.agents.llm.memory.base import Episode
+from clbench.agents.llm.usage import LLMUsage
+from clbench.llm import ChatClient, ChatReply, LLMCallError, ToolsUnsupported, estimate_tokens, messages_tokens
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+#: agent-side memory tool calls allowed before an action must come
+MAX_MEMORY_CALLS = 3
+
+
+def strip_thinking(text: str) -> str:
+    """Drop <think>...</think> blocks that some reasoning models put in the reply text."""
+    return _THINK.sub("", text).strip()
+
+
+def merge_user_turns(messages: list[dict]) -> list[dict]:
+    """Join consecutive plain user messages (chat templates that require alternation reject runs)."""
+    out: list[dict] = []
+    for m in messages:
+        if out and m["role"] == "user" and out[-1]["role"] == "user":
+            out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n\n{m['content']}"}
+        else:
+            out.append(dict(m))
+    return out
+
+
+class MemoryModel:
+    """The model calls of memory systems, accounted in the agent's usage (see memory/base.py)."""
+
+    def __init__(self, agent: "LLMAgent"):
+        self.agent = agent
+        self.brief = agent.card.brief
+
+    def ask(self, kind: str, instructions: str, material: str) -> str | None:
+        system = (f"Memory task: {kind}\nYou maintain the memory of an agent that works through a sequence of "
+                  f"instances of this task: {self.brief}\n\n{instructions}")
+        try:
+            reply = self.agent.call([{"role": "system", "content": system}, {"role": "user", "content": material}],
+                                    tools=None, memory=True)
+        except LLMCallError as exc:
+            self.agent.usage.faults.append(f"memory update {kind} failed: {exc}")
+            return None
+        text = strip_thinking(reply.content)
+        if not text:
+            self.agent.usage.faults.append(f"memory update {kind}: empty reply")
+        return text or None
+
+    def ask_json(self, kind: str, instructions: str, material: str, schema: dict) -> dict | None:
+        text = self.ask(kind, instructions, material)
+        if text is None:
+            return None
+        obj = extract_json(text)
+        try:
+            jsonschema.validate(obj, schema)
+        except jsonschema.ValidationError as exc:
+            self.agent.usage.faults.append(f"memory update {kind}: reply does not validate ({exc.message[:200]})")
+            return None
+        return obj
+
+    def embed(self, texts: list[str]) -> list[list[float]] | None:
+        model = getattr(self.agent.memory, "embedding_model", None)
+        try:
+            vectors, usage = self.agent.client.embed(texts, model)
+        except LLMCallError as exc:
+            self.agent.usage.faults.append(f"embedding failed: {exc}")
+            return None
+        self.agent.usage.record(usage, memory=True)
+        return vectors
+
+
+class LLMAgent(Agent):
+    """An LLM over an OpenAI-compatible endpoint with a memory system (`memory=NAME`).
+
+    Arguments: `memory` (see `clbench agents`), `memory_args` (dict of the memory's options),
+    `model`, `base_url`, `api_key_env`, `temperature`, `max_tokens`, `cache_dir` (response cache),
+    `max_concurrency` (calls in flight per endpoint and process), `timeout` (seconds per call),
+    `max_retries`, `backoff` (first retry delay, doubled each time), `tools` ("auto", "native" or
+    "text"), `context_tokens` (the model's context window, for memories that fill it), `prices`
+    (extra price table: YAML path or mapping).
+    """
+
+    name = "llm"
+
+    def __init__(self, card, seed: int = 0, latent: Any = None, memory: str = "none", model: str | None = None,
+                 base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", temperature: float | None = 0.0,
+                 max_tokens: int = 2048, cache_dir: str | None = None, max_concurrency: int = 4,
+                 timeout: float = 120.0, max_retries: int = 5, backoff: float = 1.0, tools: str = "auto",
+                 context_tokens: int = 32768, prices: str | dict | None = None, memory_args: dict | None = None):
+        super().__init__(card, seed=seed, latent=latent)
+        if tools not in ("auto", "native", "text"):
+            raise ValueError(f"tools must be auto, native or text, not {tools!r}")
+        if max_tokens < 1 or context_tokens <= max_tokens:
+            raise ValueError("need max_tokens >= 1 and context_tokens > max_tokens")
+        self.client = ChatClient(model, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
+                                 max_retries=max_retries, backoff=backoff, max_concurrency=max_concurrency,
+                                 cache_dir=cache_dir, prices=prices, seed=seed)
+        self.temperature, self.max_tokens, self.context_tokens = temperature, int(max_tokens), int(context_tokens)
+        self.native = tools != "text" and bool(card.tools)
+        self.tools_option = tools
+        self.memory_name = memory
+        self.memory_args = dict(memory_args or {})
+        self.memory = memory_class(memory)(MemoryModel(self), **self.memory_args)
+        self.usage = LLMUsage()
+        self._transcript: list[dict] = []
+        self._steps: list[list[str]] = []
+        self._header = ""
+        self._context = ""
+        self._instance_id = ""
+        self._pending: Episode | None = None
+        self._shocks = 0  # shocks applied (seeds partial-reset draws)
+
+    # ------------------------------------------------------------------ the runner's interface
+    def begin_instance(self, observation: str, info: dict) -> None:
+        self._learn()
+        self._instance_id = info["instance_id"]
+        self._header = f"Instance {info['position'] + 1} of {self.card.instances}: {info['instance_id']}"
+        self._context = self.memory.context(observation)
+        self._transcript = [{"role": "user", "content": f"{self._header}\n{observation}"}]
+        self._steps = []
+
+    def act(self, observation: str, info: dict) -> str:
+        if self._steps:  # the env's answer to the previous action
+            last = self._transcript[-1]
+            if last.get("tool_calls"):
+                self._transcript.append({"role": "tool", "tool_call_id": last["tool_calls"][0]["id"],
+                                         "content": observation})
+            else:
+                self._transcript.append({"role": "user", "content": observation})
+        memory_calls = 0
+        while True:
+            memory_tools = self.memory.tools() if memory_calls < MAX_MEMORY_CALLS else []
+            reply = self._step_call(memory_tools)
+            action, message, internal = self._interpret(reply, {t["function"]["name"] for t in memory_tools})
+            self._transcript.append(message)
+            if internal is None:
+                self.usage.step_prompt.append(reply.usage.prompt)  # what the model saw when it chose
+                break
+            name, arguments, call_id = internal
+            result = self.memory.call_tool(name, arguments)
+            self._transcript.append({"role": "tool", "tool_call_id": call_id, "content": result} if call_id
+                                    else {"role": "user", "content": f"[{name} result]\n{result}"})
+            memory_calls += 1
+        self._steps.append([observation, action])
+        return action
+
+    def end_instance(self, reward: float, info: dict) -> None:
+        # the memory learns from this episode when the next instance begins: a stateless agent (one
+        # instance, then discarded) and the last instance of a rollout pay for no useless update
+        self._pending = Episode(self._instance_id, self._header, self._steps, float(reward), info.get("raw_metric"))
+        self._transcript, self._steps = [], []
+
+    def _learn(self) -> None:
+        if self._pending is not None:
+            episode, self._pending = self._pending, None
+            self.memory.update(episode)
+
+    def pop_usage(self) -> LLMUsage:
+        usage, self.usage = self.usage, LLMUsage()
+        return usage
+
+    def state_dict(self) -> dict:
+        return {"memory": self.memory_name, "memory_state": self.memory.state_dict(), "native": self.native,
+                "pending": self._pending.to_dict() if self._pending else None, "shocks": self._shocks}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["memory"] != self.memory_name:
+            raise ValueError(f"state is for memory {state['memory']!r}, this agent uses {self.memory_name!r}")
+        self.memory.load_state_dict(state["memory_state"])
+        self.native = bool(state["native"])
+        self._pending = Episode.from_dict(state["pending"]) if state.get("pending") else None
+        self._shocks = int(state.get("shocks", 0))
+
+    def memory_event(self, event: str, **params) -> None:
+        """Lifecycle shocks (clbench.shocks): flush, partial-reset (fraction) and recompact."""
+        if event not in ("flush", "partial-reset", "recompact"):
+            super().memory_event(event, **params)
+        self._shocks += 1
+        if event == "flush":
+            self._pending = None
+            self.memory = memory_class(self.memory_name)(MemoryModel(self), **self.memory_args)
+            return
+        self._learn()  # the last instance is part of what the shock hits
+        if event == "partial-reset":
+            self.memory.forget(float(params.get("fraction", 0.5)), np.random.default_rng([self.seed, self._shocks]))
+        else:
+            self.memory.compact()
+
+    # ------------------------------------------------------------------ model calls
+    def call(self, messages: list[dict], tools: list[dict] | None, memory: bool = False) -> ChatReply:
+        """One accounted model call; failures are recorded in usage.errors and re-raised."""
+        try:
+            reply = self.client.chat(messages, tools=tools or None, temperature=self.temperature,
+                                     max_tokens=self.max_tokens)
+        except ToolsUnsupported:
+            raise
+        except LLMCallError as exc:
+            if not memory:
+                self.usage.errors.append(str(exc))
+            raise
+        self.usage.record(reply.usage, memory=memory, from_cache=reply.from_cache, retries=reply.retries)
+        return reply
+
+    def _step_call(self, memory_tools: list[dict]) -> ChatReply:
+        while True:
+            system = self._system_prompt(memory_tools)
+            tools = (list(self.card.tools) + memory_tools) if self.native else None
+            fixed = messages_tokens([system, *self._transcript]) + (estimate_tokens(json.dumps(tools)) if tools else 0)
+            history = self.memory.history(max(0, self.context_tokens - self.max_tokens - fixed))
+            messages = [system, *merge_user_turns(history + self._transcript)]
+            try:
+                reply = self.call(messages, tools)
+            except ToolsUnsupported as exc:
+                if self.tools_option == "native":
+                    self.usage.errors.append(str(exc))
+                    raise
+                self.native = False  # the endpoint has no tool calling: use the text grammar from now on
+                continue
+            return reply
+
+    def _system_prompt(self, memory_tools: list[dict]) -> dict:
+        card = self.card
+        parts = ["You are an agent working through a sequence of instances of one task, one after another. "
+                 "What you learn in one instance may help in later ones.",
+                 f"Task: {card.brief}", f"Reward: {card.reward}"]
+        if self.native:
+            parts.append("Act by calling exactly one tool per reply; the tool result is the environment's "
+                         f"observation. (Text replies are read with this grammar: {card.action_grammar})")
+        else:
+            parts.append(f"Reply with exactly one action per message. {card.action_grammar}")
+            if memory_tools:
+                listing = "; ".join(f"{t['function']['name']}({', '.join(t['function']['parameters']['properties'])}): "
+                                    f"{t['function']['description']}" for t in memory_tools)
+                parts.append('Memory tools (reply with {"tool": NAME, "arguments": {...}} to use one before your '
+                             f"action; it is not an action): {listing}")
+        if self._context:
+            parts.append(f"## Memory\n{self._context}")
+        return {"role": "system", "content": "\n\n".join(parts)}
+
+    def _interpret(self, reply: ChatReply, memory_tools: set[str]):
+        """(action for the env, assistant message for the transcript, internal memory call or None)."""
+        text = strip_thinking(reply.content)
+        if reply.tool_calls:
+            tc = reply.tool_calls[0]
+            message = {"role": "assistant", "content": reply.content or None,
+                       "tool_calls": [{"id": tc.id, "type": "function",
+                                       "function": {"name": tc.name, "arguments": tc.arguments}}]}
+            try:
+                args = json.loads(tc.arguments) if tc.arguments.strip() else {}
+            except json.JSONDecodeError:
+                args = None
+            if not isinstance(args, dict):
+                self.usage.faults.append(f"tool call {tc.name!r} with malformed arguments")
+                return json.dumps({"tool": tc.name, "arguments": tc.arguments}), message, None
+            if tc.name in memory_tools:
+                return "", message, (tc.name, args, tc.id)
+            return json.dumps({"tool": tc.name, "arguments": args}), message, None
+        message = {"role": "assistant", "content": reply.content}
+        if not text:
+            self.usage.faults.append("empty reply")
+        elif memory_tools:
+            try:
+                call = as_tool_call(extract_json(text))
+            except ValueError:
+                call = None
+            if call is not None and call.tool in memory_tools:
+                return "", message, (call.tool, call.arguments, None)
+        return text, message, None

@@ -1,0 +1,127 @@
+"""`acc`: the agent cognitive compressor, a bounded cognitive state that replaces itself.
+
+After each instance (one turn of the task stream) the finished transcript is filed as an
+artifact. Candidate artifacts are recalled from the store by TF-IDF similarity to that
+transcript and the current state; a qualification gate lets through only those at least
+`min_similarity` alike (at most `recall_k`). The model then compresses the previous state, the
+qualified artifacts and the new transcript into a new Compressed Cognitive State (CCS) that
+fully replaces the old one. The CCS is validated against a bounded JSON schema and its artifact
+references must name stored artifacts: a state that fails either check is not committed (the
+previous one stays), so unverified content never becomes persistent memory. Recalled artifacts
+reach later prompts only through the compressed state, never verbatim.
+"""
+from __future__ import annotations
+
+import json
+
+from clbench.agents.llm.memory.base import Episode, Memory, bullet_list, keep_share, tfidf_rank
+
+FIELDS = ("episodic_trace", "semantic_gist", "focal_entities", "relations", "goal", "constraints",
+          "predictive_cue", "uncertainty", "artifact_refs")
+
+
+def _text(n: int) -> dict:
+    return {"type": "string", "maxLength": n}
+
+
+def _list(items: int, chars: int, **extra) -> dict:
+    return {"type": "array", "maxItems": items, "items": {"type": "string", "maxLength": chars, **extra}}
+
+
+CCS_SCHEMA = {
+    "type": "object",
+    "required": list(FIELDS),
+    "additionalProperties": False,
+    "properties": {
+        "episodic_trace": _list(8, 300),     # what happened, most recent turns
+        "semantic_gist": _text(1200),         # the distilled understanding of the task so far
+        "focal_entities": _list(16, 120),     # the things that matter (tables, channels, players, ...)
+        "relations": _list(16, 240),          # how they relate
+        "goal": _text(400),
+        "constraints": _list(12, 240),        # rules learned, limits, what must not be done
+        "predictive_cue": _text(400),         # what to expect or do next
+        "uncertainty": _text(400),            # what is still unknown or doubtful
+        "artifact_refs": _list(8, 12, pattern=r"^A\d+$"),  # stored artifacts the state rests on
+    },
+}
+INSTRUCTIONS = (
+    "You are the cognitive compressor of an agent. Produce its new Compressed Cognitive State (CCS): a bounded "
+    "state that fully replaces the previous one. Keep only decision-relevant content; commit a fact from a "
+    "recalled artifact only if the new transcript or the previous state supports it. Fields: episodic_trace "
+    "(list, recent events), semantic_gist (distilled understanding), focal_entities (list), relations (list), "
+    "goal, constraints (list), predictive_cue (what to expect or do next), uncertainty (what is unknown), "
+    "artifact_refs (ids like \"A3\" of the artifacts below that the state rests on). Reply with the CCS as one "
+    "JSON object with exactly these fields; respect the length limits of this JSON schema:\n"
+    + json.dumps(CCS_SCHEMA)
+)
+
+
+class CognitiveCompressorMemory(Memory):
+    name = "acc"
+    description = ("agent cognitive compressor: a bounded, schema-validated cognitive state replaced after each "
+                   "instance, fed by recalled artifacts through a qualification gate")
+
+    def __init__(self, model, recall_k: int = 3, min_similarity: float = 0.1, artifact_chars: int = 4000, **options):
+        super().__init__(model, **options)
+        self.recall_k, self.min_similarity = int(recall_k), float(min_similarity)
+        self.artifact_chars = int(artifact_chars)
+        self.state: dict | None = None
+        self.artifacts: list[dict] = []  # {"id", "instance_id", "reward", "text"}; the store, never in the prompt
+        self.rejected = 0  # states that failed the commit checks
+
+    def context(self, observation: str) -> str:
+        if not self.state:
+            return ""
+        s = self.state
+        lines = ["Your cognitive state (compressed from all earlier instances):",
+                 f"Goal: {s['goal']}", f"Gist: {s['semantic_gist']}",
+                 "Recent episodes:\n" + bullet_list(s["episodic_trace"]),
+                 "Focal entities:\n" + bullet_list(s["focal_entities"]),
+                 "Relations:\n" + bullet_list(s["relations"]),
+                 "Constraints:\n" + bullet_list(s["constraints"]),
+                 f"Expect next: {s['predictive_cue']}", f"Uncertain: {s['uncertainty']}",
+                 f"Based on artifacts: {', '.join(s['artifact_refs']) or 'none'}"]
+        return "\n".join(lines)
+
+    def qualified(self, query: str) -> list[dict]:
+        """Recall candidates from the store and keep those that pass the qualification gate."""
+        ranked = tfidf_rank(query, [a["text"] for a in self.artifacts], self.recall_k)
+        return [self.artifacts[i] for i, sim in ranked if sim >= self.min_similarity]
+
+    def update(self, episode: Episode) -> None:
+        text = episode.text(self.artifact_chars)
+        query = text + ("\n" + json.dumps(self.state) if self.state else "")
+        recalled = self.qualified(query)
+        artifact = {"id": f"A{len(self.artifacts) + 1}", "instance_id": episode.instance_id,
+                    "reward": episode.reward, "text": text}
+        self.artifacts.append(artifact)
+        material = "\n\n".join([
+            f"Previous CCS:\n{json.dumps(self.state, indent=1) if self.state else '(none: this is the first turn)'}",
+            "Recalled artifacts that passed the qualification gate:\n" + (
+                "\n\n".join(f"[{a['id']}] {a['text']}" for a in recalled) or "(none)"),
+            f"New transcript [{artifact['id']}]:\n{text}",
+        ])
+        new = self.model.ask_json("acc", INSTRUCTIONS, material, CCS_SCHEMA)
+        known = {a["id"] for a in self.artifacts}
+        if new is None or not set(new["artifact_refs"]) <= known:
+            self.rejected += 1  # not committed: the previous state stays
+            return
+        self.state = new
+
+    def forget(self, fraction, rng) -> None:
+        """Lose a share of the artifact store and of every list in the state (refs stay valid)."""
+        self.artifacts = keep_share(self.artifacts, fraction, rng)
+        if self.state:
+            known = {a["id"] for a in self.artifacts}
+            for name in FIELDS:
+                if isinstance(self.state[name], list):
+                    self.state[name] = keep_share(self.state[name], fraction, rng)
+            self.state["artifact_refs"] = [r for r in self.state["artifact_refs"] if r in known]
+
+    def state_dict(self) -> dict:
+        return {"state": self.state, "artifacts": self.artifacts, "rejected": self.rejected}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = state["state"]
+        self.artifacts = [dict(a) for a in state["artifacts"]]
+        self.rejected = int(state["rejected"])

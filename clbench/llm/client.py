@@ -1,0 +1,288 @@
+"""A chat-completions client over the official `openai` SDK, for any OpenAI-compatible endpoint.
+
+What it adds to the SDK: retries with exponential backoff that honour `Retry-After` (and
+`retry-after-ms`) on 429, 5xx, timeouts and dropped connections; a per-call time limit; a
+per-process limit on concurrent calls to one endpoint; token accounting per call (prompt,
+completion, cached, reasoning) with cost from a `PriceTable`; an optional on-disk response
+cache; and adaptation to endpoints that reject a parameter (`max_tokens` ->
+`max_completion_tokens`, no `temperature`). A call that still fails raises `LLMCallError`.
+"""
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import openai
+
+from clbench.llm.cache import ResponseCache, request_key
+from clbench.llm.prices import PriceTable
+
+#: HTTP statuses worth another try (besides timeouts and dropped connections)
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+
+# per process: one limit on calls in flight per endpoint, one SDK (HTTP connection pool) per endpoint
+_SLOTS: dict[tuple[str, int], threading.BoundedSemaphore] = {}
+_SDKS: dict[tuple[str, str, float], openai.OpenAI] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count (4 characters a token) for budgets and endpoints that report no usage."""
+    return math.ceil(len(text) / 4)
+
+
+def messages_tokens(messages: list[dict]) -> int:
+    """Estimated prompt tokens of chat messages (content, tool-call arguments, per-message overhead)."""
+    total = 0
+    for m in messages:
+        total += 4 + estimate_tokens(m.get("content") or "")
+        for call in m.get("tool_calls") or []:
+            total += estimate_tokens(call["function"]["name"] + call["function"]["arguments"])
+    return total
+
+
+class LLMCallError(RuntimeError):
+    """A model call that failed for good (after retries, or with an error retrying cannot fix)."""
+
+    def __init__(self, message: str, status: int | None = None, attempts: int = 1):
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+
+
+class ToolsUnsupported(LLMCallError):
+    """The endpoint rejected the `tools` parameter: use the env's text grammar instead."""
+
+
+@dataclass
+class CallUsage:
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    reasoning: int = 0
+    cost: float | None = None
+    #: True when the endpoint reported no usage and the counts are estimates
+    estimated: bool = False
+
+
+@dataclass
+class ToolCallReply:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model wrote it (may be malformed)
+
+
+@dataclass
+class ChatReply:
+    content: str
+    tool_calls: list[ToolCallReply] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: CallUsage = field(default_factory=CallUsage)
+    from_cache: bool = False
+    #: retries this call needed (0 when the first attempt succeeded)
+    retries: int = 0
+
+
+def retry_after(headers) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value) if email.utils.parsedate_tz(value) else None
+        return None if when is None else max(0.0, when.timestamp() - time.time())
+
+
+def _reply_from_dict(data: dict, model: str, prices: PriceTable, messages: list[dict]) -> ChatReply:
+    choices = data.get("choices") or []
+    msg = (choices[0].get("message") or {}) if choices else {}
+    calls = []
+    for i, tc in enumerate(msg.get("tool_calls") or []):
+        fn = tc.get("function") or {}
+        args = fn.get("arguments")
+        calls.append(ToolCallReply(tc.get("id") or f"call_{i}", str(fn.get("name") or ""),
+                                   args if isinstance(args, str) else json.dumps(args or {})))
+    content = msg.get("content") or ""
+    raw = data.get("usage") or {}
+    if raw.get("prompt_tokens") is None:
+        usage = CallUsage(prompt=messages_tokens(messages),
+                          completion=estimate_tokens(content + "".join(c.arguments for c in calls)), estimated=True)
+    else:
+        usage = CallUsage(prompt=int(raw.get("prompt_tokens") or 0), completion=int(raw.get("completion_tokens") or 0),
+                          cached=int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
+                          reasoning=int((raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0))
+    usage.cost = prices.cost(model, usage.prompt, usage.completion, usage.cached)
+    return ChatReply(content, calls, choices[0].get("finish_reason") if choices else None, usage)
+
+
+class ChatClient:
+    """Chat completions (and embeddings) against one model at one OpenAI-compatible endpoint."""
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 timeout: float = 120.0, max_retries: int = 5, backoff: float = 1.0, max_backoff: float = 60.0,
+                 max_concurrency: int = 4, cache_dir: str | None = None, prices: PriceTable | str | dict | None = None,
+                 seed: int = 0, sleep: Callable[[float], None] = time.sleep):
+        if not model:
+            raise ValueError("a model name is required (--model)")
+        if timeout <= 0 or max_retries < 0 or max_concurrency < 1:
+            raise ValueError("timeout must be > 0, max_retries >= 0 and max_concurrency >= 1")
+        key = os.environ.get(api_key_env)
+        if not key:
+            if base_url is None:
+                raise ValueError(f"no API key: set ${api_key_env} (or --api-key-env), or give --base-url "
+                                 "for a local server")
+            key = "EMPTY"  # local servers (vLLM, llama.cpp, Ollama) accept any key
+        self.model = model
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.prices = prices if isinstance(prices, PriceTable) else PriceTable.load(prices)
+        self.cache = ResponseCache(cache_dir) if cache_dir else None
+        self.seed = seed
+        self.sleep = sleep
+        self._jitter = random.Random(seed)
+        with _SHARED_LOCK:
+            self._slots = _SLOTS.setdefault((base_url or "", max_concurrency),
+                                            threading.BoundedSemaphore(max_concurrency))
+            sdk_key = (base_url or "", key, self.timeout)
+            if sdk_key not in _SDKS:
+                _SDKS[sdk_key] = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=self.timeout)
+            self._sdk = _SDKS[sdk_key]
+        # parameters some endpoints reject; adapted on the first 400 that names them
+        self._max_tokens_param = "max_tokens"
+        self._send_temperature = True
+
+    # ------------------------------------------------------------------ public
+    def chat(self, messages: list[dict], tools: list[dict] | None = None, temperature: float | None = None,
+             max_tokens: int | None = None) -> ChatReply:
+        """One chat completion; raises LLMCallError when it fails for good."""
+        while True:
+            body: dict[str, Any] = {"model": self.model, "messages": messages}
+            if tools:
+                body["tools"] = tools
+            if temperature is not None and self._send_temperature:
+                body["temperature"] = temperature
+            if max_tokens is not None:
+                body[self._max_tokens_param] = max_tokens
+            try:
+                data, retries, hit = self._cached_call(body, lambda: self._sdk.chat.completions.create(**body))
+            except openai.BadRequestError as exc:
+                if not self._adapt(exc, body):
+                    raise self._bad_request(exc, bool(tools)) from None
+                continue
+            reply = _reply_from_dict(data, self.model, self.prices, messages)
+            reply.retries, reply.from_cache = retries, hit
+            if hit and reply.usage.cost is not None:
+                reply.usage.cost = 0.0  # a cached reply is not paid again
+            return reply
+
+    def embed(self, texts: list[str], model: str) -> tuple[list[list[float]], CallUsage]:
+        """Embedding vectors of `texts` from the endpoint's /embeddings route."""
+        body = {"model": model, "input": list(texts)}
+        try:
+            data, _, hit = self._cached_call(body, lambda: self._sdk.embeddings.create(**body))
+        except openai.BadRequestError as exc:
+            raise self._bad_request(exc, False) from None
+        rows = sorted(data.get("data") or [], key=lambda r: r.get("index", 0))
+        if len(rows) != len(texts):
+            raise LLMCallError(f"embeddings: asked for {len(texts)} vectors, got {len(rows)}")
+        prompt = int((data.get("usage") or {}).get("prompt_tokens") or 0)
+        cost = self.prices.cost(model, prompt, 0)
+        usage = CallUsage(prompt=prompt, cost=0.0 if hit and cost is not None else cost)
+        return [list(map(float, r["embedding"])) for r in rows], usage
+
+    # ------------------------------------------------------------------ internals
+    def _cached_call(self, body: dict, send: Callable[[], Any]) -> tuple[dict, int, bool]:
+        key = request_key({"request": body, "seed": self.seed}) if self.cache is not None else ""
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                return hit, 0, True
+        data, retries = self._with_retries(send)
+        if self.cache is not None:
+            self.cache.put(key, data)
+        return data, retries, False
+
+    def _with_retries(self, send: Callable[[], Any]) -> tuple[dict, int]:
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            wait = None
+            try:
+                with self._slots:
+                    result = send()
+                return result.model_dump(mode="json", exclude_unset=False), attempt
+            except openai.BadRequestError:
+                raise
+            except openai.APITimeoutError:
+                last = f"no reply within {self.timeout:g} s"
+            except openai.APIConnectionError as exc:
+                last = f"connection failed ({exc.__cause__ or exc})"
+            except openai.APIResponseValidationError as exc:
+                last = f"malformed response ({exc.message})"
+            except json.JSONDecodeError as exc:  # e.g. a gateway's HTML error page sent with 200
+                last = f"reply is not JSON ({exc})"
+            except openai.APIStatusError as exc:
+                if exc.status_code not in RETRY_STATUSES:
+                    raise self._fatal(exc, attempt + 1) from None
+                last = f"HTTP {exc.status_code}: {_brief(exc)}"
+                wait = retry_after(exc.response.headers)
+            if attempt == self.max_retries:
+                break
+            if wait is None:
+                wait = self.backoff * 2 ** attempt * (0.5 + 0.5 * self._jitter.random())
+            self.sleep(min(wait, self.max_backoff))
+        raise LLMCallError(f"{self.model}: {last} (gave up after {self.max_retries + 1} attempts)",
+                           attempts=self.max_retries + 1)
+
+    def _adapt(self, exc: openai.BadRequestError, body: dict) -> bool:
+        """Switch away from a parameter the endpoint says it does not support; False if none applies."""
+        text = _brief(exc).lower()
+        if "max_tokens" in body and "max_completion_tokens" in text and self._max_tokens_param == "max_tokens":
+            self._max_tokens_param = "max_completion_tokens"
+            return True
+        if "temperature" in body and "temperature" in text and self._send_temperature and \
+                any(w in text for w in ("unsupported", "not support", "does not support", "only the default")):
+            self._send_temperature = False
+            return True
+        return False
+
+    def _bad_request(self, exc: openai.BadRequestError, with_tools: bool) -> LLMCallError:
+        text = _brief(exc)
+        if with_tools and "tool" in text.lower():
+            return ToolsUnsupported(f"{self.model}: the endpoint rejected tools ({text})", status=400)
+        return LLMCallError(f"{self.model}: HTTP 400: {text}", status=400)
+
+    def _fatal(self, exc: openai.APIStatusError, attempts: int) -> LLMCallError:
+        hint = f" (check ${self.api_key_env})" if exc.status_code in (401, 403) else ""
+        return LLMCallError(f"{self.model}: HTTP {exc.status_code}: {_brief(exc)}{hint}",
+                            status=exc.status_code, attempts=attempts)
+
+
+def _brief(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        body = body.get("error", body)
+        if isinstance(body, dict):
+            body = body.get("message", body)
+    text = str(body if body else exc.message)
+    return text[:300]

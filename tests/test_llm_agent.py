@@ -1,0 +1,356 @@
+"""The LLM agent with every memory system, through a real local chat-completions server.
+
+The server (tests/openai_server.py) plays each env's scripted reference agent from the prompt
+alone, so what a memory carries into the prompt decides how it plays: with no memory it plays
+like the stateless reference, with full in-context memory like the stateful one. Every memory
+system completes a stateful and a stateless rollout on SpectrumMonitor-v0 ("short" schedule)
+and DBExplore-v0 (small scale; two systems here, all of them in the slow test) through the
+runner, with token counts and cost (a test price for the scripted model) in the run card.
+Faults injected through the same server (429, 500, a hang, malformed tool-call JSON, an empty
+reply, a call that keeps failing, a memory update that does not validate) never stop a run.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from clbench.agent import make_agent
+from clbench.agents.llm import MEMORY_SYSTEMS
+from clbench.cli import main as cli_main
+from clbench.results import load_records
+from clbench.rollout import run
+from clbench.runner import RunConfig
+from tests.openai_server import Fault, ReferencePolicy, ScriptedServer
+
+SPECTRUM, DBEXPLORE = "clbench/SpectrumMonitor-v0", "clbench/DBExplore-v0"
+SHORT = {"schedule": "short"}
+PRICE = {"input": 2.0, "cached_input": 0.5, "output": 8.0}
+# small windows so that the bounded harnesses drop or fold within the 8 short scans
+MEMORY_ARGS = {"truncation": {"window_tokens": 700}, "sliding-summary": {"window_tokens": 700}}
+#: text each memory puts into the prompt of a later instance (never in a stateless prompt)
+MARKERS = {
+    "icl": "Outcome of scan-007", "truncation": "Outcome of scan-007", "notepad": "Your notes from earlier instances",
+    "retrieval": "Memories recalled for this instance", "playbook": "Playbook (curated from earlier instances)",
+    "acc": "Your cognitive state", "sliding-summary": "Summary of earlier instances",
+    "memory-bank": "Your memory banks", "file-state": "Your memory files",
+}
+SYSTEMS = [*MEMORY_SYSTEMS, "retrieval+embeddings"]
+
+
+@pytest.fixture(scope="module")
+def prices(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("prices") / "prices.yaml"
+    path.write_text(json.dumps({"models": {"scripted": PRICE, "embedder": PRICE}}))  # JSON is YAML
+    return str(path)
+
+
+def agent_kwargs(server, memory: str, prices: str | None, **extra) -> dict:
+    name, _, variant = memory.partition("+")
+    args = dict(MEMORY_ARGS.get(name, {}), **({"embedding_model": "embedder"} if variant == "embeddings" else {}))
+    return {"memory": name, "model": "scripted", "base_url": server.base_url, "backoff": 0.01, "prices": prices,
+            "memory_args": args, **extra}
+
+
+def rollout(server, out: Path, memory: str, prices: str | None, env_id=SPECTRUM, env_kwargs=SHORT,
+            mode="both", resume=False, **extra) -> tuple[dict, list[dict]]:
+    cfg = RunConfig(env_id=env_id, agent="llm", out=str(out), rollouts=1, mode=mode, workers=1,
+                    env_kwargs=dict(env_kwargs), agent_kwargs=agent_kwargs(server, memory, prices, **extra))
+    card = run(cfg, say=lambda msg: None, resume=resume)
+    records = sorted(load_records(out), key=lambda r: (r["mode"], r["position"]))
+    return card, records
+
+
+def rewards(records: list[dict], mode: str) -> dict[str, float]:
+    return {r["instance_id"]: r["reward"] for r in records if r["mode"] == mode}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("reference")
+    run(RunConfig(env_id=SPECTRUM, agent="reference", out=str(out), rollouts=1, workers=1, env_kwargs=SHORT),
+        say=lambda msg: None)
+    return load_records(out)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, prices) -> dict:
+    """A stateful and a stateless rollout per memory system (native tool calls), as one run."""
+    results = {}
+    for memory in SYSTEMS:
+        out = tmp_path_factory.mktemp(memory)
+        with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT), reasoning_tokens=2) as server:
+            rollout(server, out, memory, prices, mode="stateful")
+            n_stateful = len(server.requests)
+            rollout(server, out, memory, prices, mode="stateless")
+            card, records = rollout(server, out, memory, prices, resume=True)  # nothing left: the run card
+            assert not server.policy_errors
+        requests = [json.dumps(b) for b in server.requests]
+        results[memory] = {"card": card, "records": records, "stateful": requests[:n_stateful],
+                           "stateless": requests[n_stateful:], "embeddings": len(server.embedding_requests)}
+    return results
+
+
+@pytest.mark.parametrize("memory", SYSTEMS)
+def test_every_memory_completes_both_modes_with_tokens_and_cost(runs, reference, memory):
+    res = runs[memory]
+    records = res["records"]
+    assert [r["mode"] for r in records] == ["stateful"] * 8 + ["stateless"] * 8
+    assert all(r["error"] is None for r in records)
+    usage = res["card"]["tasks"]["spectrum/llm"]["usage"]
+    tok, n_chat = usage["tokens"], len(res["stateful"]) + len(res["stateless"])
+    assert tok["prompt"] > 0 and tok["completion"] > 0 and tok["cached"] > 0
+    assert tok["reasoning"] == 2 * n_chat and tok["calls"] == n_chat + res["embeddings"]
+    expected = sum(((r["tokens"]["prompt"] - r["tokens"]["cached"]) * PRICE["input"] + r["tokens"]["cached"]
+                    * PRICE["cached_input"] + r["tokens"]["completion"] * PRICE["output"]) / 1e6 for r in records)
+    assert usage["cost"] > 0 and usage["cost"] == pytest.approx(expected)
+    for r in records:  # one action per scan: the context the model saw is the whole prompt
+        assert r["steps"] == 1 and r["tokens"]["context_first"] == r["tokens"]["context_max"] > 0
+        assert r["tokens"]["context_first"] <= r["tokens"]["prompt"]
+    # a stateless agent never updates its memory, and the scripted model then plays exactly like
+    # the stateless reference
+    assert all(r["tokens"]["memory_calls"] == 0 for r in records if r["mode"] == "stateless")
+    assert rewards(records, "stateless") == rewards(reference, "stateless")
+    assert all('"tools": [' in q for q in res["stateful"] + res["stateless"] if "Memory task" not in q)
+    learns_by_model = memory not in ("none", "icl", "truncation")
+    assert (sum(r["tokens"]["memory_calls"] for r in records) > 0) == learns_by_model
+
+
+@pytest.mark.parametrize("memory", [m for m in SYSTEMS if m != "none"])
+def test_memory_reaches_later_prompts_only_when_stateful(runs, memory):
+    res = runs[memory]
+    marker = MARKERS[memory.partition("+")[0]]
+    assert any(marker in q for q in res["stateful"])
+    assert not any(marker in q for q in res["stateless"])
+    if memory == "file-state":  # the model read a file back with the memory tool
+        assert any('"role": "tool", "tool_call_id": "call_' in q and '"content": "Outcome of scan-' in q
+                   for q in res["stateful"])
+    if memory == "retrieval+embeddings":
+        assert res["embeddings"] > 0
+
+
+def test_icl_replays_the_stateful_reference_and_none_does_not(runs, reference):
+    assert rewards(runs["icl"]["records"], "stateful") == rewards(reference, "stateful")
+    assert rewards(runs["none"]["records"], "stateful") == rewards(reference, "stateless")
+    gain = sum(rewards(reference, "stateful").values()) - sum(rewards(reference, "stateless").values())
+    assert gain > 0.5
+
+
+def test_prompt_footprint_grows_with_icl_and_stays_flat_when_bounded(runs):
+    def series(memory):
+        return [r["tokens"]["context_first"] for r in runs[memory]["records"] if r["mode"] == "stateful"]
+
+    icl = series("icl")
+    assert all(b > a for a, b in zip(icl, icl[1:])) and icl[-1] > 3 * icl[0]
+    for memory in ("truncation", "sliding-summary"):
+        s = series(memory)
+        assert max(s[3:]) < icl[-1] / 2 and max(s[3:]) - min(s[3:]) < 800, (memory, s)
+    none = series("none")
+    assert max(none) - min(none) < 100
+
+
+def test_text_grammar_when_the_endpoint_has_no_tools(tmp_path, prices, reference):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT), supports_tools=False) as server:
+        _, records = rollout(server, tmp_path, "icl", prices, mode="stateful")
+        with_tools = [b for b in server.requests if b.get("tools")]
+    assert len(with_tools) == 1  # refused once, then text for the rest of the rollout
+    assert rewards(records, "stateful") == rewards(reference, "stateful")
+    traj = (tmp_path / "trajectories/spectrum/llm/stateful-r0.jsonl").read_text()
+    assert '"action":"{\\"transmitters\\"' in traj
+
+
+def test_faults_are_survived_and_recorded(tmp_path, prices, reference):
+    faults = [Fault("rate_limit", retry_after="0"), Fault("server_error"), Fault("hang", seconds=1.5),
+              Fault("malformed_tool_call"), Fault("empty")] + [Fault("server_error")] * 4
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend(faults)
+        _, records = rollout(server, tmp_path, "icl", prices, mode="stateful", timeout=0.5, max_retries=3)
+    first, second, *rest = records
+    assert len(records) == 8
+    # scan 1: three transport faults retried, then a malformed tool call and an empty reply, each
+    # answered by the env as invalid; the second invalid reply ends the scan with 0
+    assert first["error"] is None and first["reward"] == 0.0 and first["steps"] == 2
+    assert first["tokens"]["retries"] == 3 and first["tokens"]["faults"] == 2
+    traj = [json.loads(x) for x in (tmp_path / "trajectories/spectrum/llm/stateful-r0.jsonl").read_text().splitlines()]
+    steps = [e for e in traj if e["event"] == "step"][:2]
+    assert "not valid JSON" in steps[0]["observation"] and steps[1]["action"] == ""
+    # scan 2: the call fails four times (max_retries=3): recorded, scored 0, the run goes on
+    assert second["reward"] == 0.0 and "HTTP 500" in second["error"] and "4 attempts" in second["error"]
+    assert all(r["error"] is None and r["reward"] > 0 for r in rest)
+    ref = rewards(reference, "stateless")
+    assert sum(r["reward"] for r in rest) > sum(ref[r["instance_id"]] for r in rest)  # icl still learns
+
+
+def test_unknown_model_price_gives_null_cost(tmp_path):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        card, records = rollout(server, tmp_path, "none", None)
+    assert card["tasks"]["spectrum/llm"]["usage"]["cost"] is None
+    assert card["tasks"]["spectrum/llm"]["usage"]["tokens"]["prompt"] > 0
+
+
+def test_response_cache_makes_a_rerun_free(tmp_path, prices):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        cache = str(tmp_path / "cache")
+        first, _ = rollout(server, tmp_path / "a", "notepad", prices, cache_dir=cache)
+        paid = len(server.requests)
+        again, records = rollout(server, tmp_path / "b", "notepad", prices, cache_dir=cache)
+    assert len(server.requests) == paid  # nothing sent the second time
+    u1, u2 = first["tasks"]["spectrum/llm"]["usage"], again["tasks"]["spectrum/llm"]["usage"]
+    assert u1["cost"] > 0 and u2["cost"] == 0.0 and u1["tokens"] == u2["tokens"]
+    assert sum(r["tokens"]["cache_hits"] for r in records) == u2["tokens"]["calls"]
+
+
+def _play(env, agent, first: tuple | None = None) -> list[str]:
+    obs, info = first or env.reset()
+    actions = []
+    agent.begin_instance(obs, info)
+    while True:
+        actions.append(agent.act(obs, info))
+        obs, reward, term, trunc, info = env.step(actions[-1])
+        if term or trunc:
+            agent.end_instance(reward, info)
+            return actions
+
+
+@pytest.mark.parametrize("memory", SYSTEMS)
+def test_state_dict_resumes_exactly(prices, memory):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        kw = agent_kwargs(server, memory, prices)
+        env, env2 = gym.make(SPECTRUM, **SHORT), gym.make(SPECTRUM, **SHORT)
+        a = make_agent("llm", env, seed=0, **kw)
+        _play(env, a, env.reset(seed=0))
+        for _ in range(3):
+            _play(env, a)
+        state = json.loads(json.dumps(a.state_dict()))  # JSON-serialisable
+        b = make_agent("llm", env2, seed=0, **kw)
+        b.load_state_dict(state)
+        for pos in range(4, 8):
+            acts_a = _play(env, a)
+            acts_b = _play(env2, b, env2.reset(seed=0, options={"instance": pos}))
+            assert acts_a == acts_b
+        assert a.state_dict()["memory_state"] == b.state_dict()["memory_state"]
+        assert a.pop_usage().calls > 0 and b.pop_usage().calls > 0
+        b.memory_event("partial-reset", fraction=1.0)  # forgetting everything leaves nothing in the prompt
+        assert b.memory.history(10**6) == [] and b.memory.tools() == []
+        if memory == "acc":
+            state = b.memory.state
+            assert b.memory.artifacts == [] and state["episodic_trace"] == state["artifact_refs"] == []
+        else:
+            assert b.memory.context("scan") == ""
+
+
+def test_acc_rejects_a_state_that_does_not_validate(prices):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        env = gym.make(SPECTRUM, **SHORT)
+        agent = make_agent("llm", env, seed=0, **agent_kwargs(server, "acc", prices))
+        # request 1 acts on scan 1; request 2 is the first state update: it gets prose, not a CCS
+        server.faults.extend([Fault("none"), Fault("reply", content="I think the band has channels.")])
+        _play(env, agent, env.reset(seed=0))
+        _play(env, agent)
+        assert agent.memory.rejected == 1 and agent.memory.state is None
+        assert any("does not validate" in f for f in agent.pop_usage().faults)
+        _play(env, agent)
+        state = agent.memory.state
+        assert state is not None and set(state["artifact_refs"]) <= {"A1", "A2"}
+        assert "Your cognitive state" in server.requests[-1]["messages"][0]["content"]
+
+
+def test_memory_shocks(tmp_path, prices):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        env = gym.make(SPECTRUM, **SHORT)
+        icl = make_agent("llm", env, seed=0, **agent_kwargs(server, "icl", prices))
+        _play(env, icl, env.reset(seed=0))
+        for _ in range(3):
+            _play(env, icl)
+        icl.memory_event("partial-reset", fraction=0.5)  # the 4th instance is learned first, then half goes
+        assert len(icl.memory.episodes) == 2
+        with pytest.raises(NotImplementedError, match="no compaction"):
+            icl.memory_event("recompact")
+        icl.memory_event("flush")
+        assert icl.memory.episodes == [] and icl.state_dict()["pending"] is None
+        summary = make_agent("llm", env, seed=0, **agent_kwargs(server, "sliding-summary", prices))
+        _play(env, summary, env.reset(seed=0))
+        _play(env, summary)
+        summary.memory_event("recompact")  # both instances folded into the summary at once
+        assert summary.memory.episodes == [] and "Outcome of scan-002" in summary.memory.summary
+        # through the runner: a shock before scan 5 of the stateful rollout
+        cfg = RunConfig(env_id=SPECTRUM, agent="llm", out=str(tmp_path), rollouts=1, mode="stateful", workers=1,
+                        env_kwargs=SHORT, agent_kwargs=agent_kwargs(server, "playbook", prices),
+                        shocks=["partial-reset:0.5@4"])
+        run(cfg, say=lambda msg: None)
+    records = sorted(load_records(tmp_path), key=lambda r: r["position"])
+    assert [r.get("shocks") for r in records] == [None] * 4 + [["partial-reset"]] + [None] * 3
+    assert all(r["error"] is None for r in records)
+
+
+def test_cli_rollout_and_agents_listing(tmp_path, prices, capsys):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        code = cli_main(["rollout", "--env", SPECTRUM, "--agent", "llm", "--memory", "memory-bank", "--model",
+                         "scripted", "--base-url", server.base_url, "--env-arg", "schedule=short", "--rollouts", "1",
+                         "--workers", "1", "--out", str(tmp_path), "--temperature", "0", "--max-tokens", "512",
+                         "--agent-arg", f"prices={prices}", "--agent-arg", "backoff=0.01"])
+    assert code == 0 and server.requests[0]["max_tokens"] == 512 and server.requests[0]["temperature"] == 0
+    card = json.loads((tmp_path / "run_card.json").read_text())
+    assert card["tasks"]["spectrum/llm"]["usage"]["cost"] > 0
+    assert "Tokens: prompt" in capsys.readouterr().out
+    assert cli_main(["report", str(tmp_path), "--no-plots", "--n-boot", "100"]) == 0  # reports read the tokens
+    assert "Cost and tokens" in capsys.readouterr().out
+    assert cli_main(["agents"]) == 0
+    listing = capsys.readouterr().out
+    assert all(f"| {name} |" in listing for name in MEMORY_SYSTEMS)
+    assert "| clbench/SpectrumMonitor-v0 | oracle, reference |" in listing
+
+
+def test_bad_options_fail_clearly():
+    env = gym.make(SPECTRUM, **SHORT)
+    with pytest.raises(ValueError, match="unknown memory system 'nope'"):
+        make_agent("llm", env, memory="nope", model="m", base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(TypeError, match="window"):
+        make_agent("llm", env, memory="icl", model="m", base_url="http://127.0.0.1:9/v1",
+                   memory_args={"window_tokens": 5})
+    with pytest.raises(ValueError, match="model name is required"):
+        make_agent("llm", env, memory="icl", base_url="http://127.0.0.1:9/v1")
+
+
+# ---------------------------------------------------------------------- DBExplore-v0
+@pytest.fixture(scope="module")
+def db_kwargs(tmp_path_factory) -> dict:
+    if DBEXPLORE not in gym.registry:
+        pytest.skip("DBExplore-v0 is not available")
+    return {"scale": 0.02, "cache_dir": str(tmp_path_factory.mktemp("dbexplore-cache"))}
+
+
+@pytest.fixture(scope="module")
+def db_reference(tmp_path_factory, db_kwargs) -> list[dict]:
+    out = tmp_path_factory.mktemp("db-reference")
+    run(RunConfig(env_id=DBEXPLORE, agent="reference", out=str(out), rollouts=1, workers=1, env_kwargs=db_kwargs),
+        say=lambda msg: None)
+    return load_records(out)
+
+
+def _db_rollout(tmp_path, prices, db_kwargs, memory):
+    with ScriptedServer(ReferencePolicy(DBEXPLORE, **db_kwargs)) as server:
+        card, records = rollout(server, tmp_path / memory, memory, prices, env_id=DBEXPLORE, env_kwargs=db_kwargs)
+        assert not server.policy_errors
+    assert len(records) == 80 and all(r["error"] is None for r in records)
+    usage = card["tasks"]["dbexplore/llm"]["usage"]
+    assert usage["tokens"]["prompt"] > 0 and usage["cost"] > 0
+    multi = [r["tokens"] for r in records if r["steps"] > 2]  # the transcript grows within a question
+    assert multi and all(t["context_max"] > t["context_first"] > 0 for t in multi)
+    return records
+
+
+def test_dbexplore_icl_learns_like_the_stateful_reference(tmp_path, prices, db_kwargs, db_reference):
+    records = _db_rollout(tmp_path, prices, db_kwargs, "icl")
+    assert rewards(records, "stateful") == rewards(db_reference, "stateful")
+    assert rewards(records, "stateless") == rewards(db_reference, "stateless")
+    assert sum(rewards(records, "stateful").values()) > sum(rewards(records, "stateless").values()) + 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("memory", [m for m in MEMORY_SYSTEMS if m != "icl"])
+def test_dbexplore_every_memory_completes_both_modes(tmp_path, prices, db_kwargs, db_reference, memory):
+    records = _db_rollout(tmp_path, prices, db_kwargs, memory)
+    assert rewards(records, "stateless") == rewards(db_reference, "stateless")

@@ -1,0 +1,172 @@
+"""clbench.llm: the chat client against a real local HTTP server (tests/openai_server.py).
+
+Retries honour Retry-After on 429, back off on 500 and on a reply that hangs past the time
+limit, give up with LLMCallError, adapt to endpoints that reject a parameter, limit concurrent
+calls, account tokens (cached and reasoning too) and cost from an extensible price table, and
+serve repeated requests from the on-disk cache without paying twice.
+"""
+from __future__ import annotations
+
+import email.utils
+import threading
+import time
+
+import pytest
+
+from clbench.llm import ChatClient, LLMCallError, PriceTable, ResponseCache, ToolsUnsupported, retry_after
+from tests.openai_server import Fault, FixedPolicy, ScriptedServer
+
+MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "ping " * 300}]
+
+
+@pytest.fixture
+def prices(tmp_path):
+    path = tmp_path / "prices.yaml"
+    path.write_text("models:\n  scripted: {input: 2.0, cached_input: 0.5, output: 8.0}\n")
+    return str(path)
+
+
+@pytest.fixture
+def server():
+    with ScriptedServer(FixedPolicy("pong"), reasoning_tokens=5) as srv:
+        yield srv
+
+
+def client(server, **kw) -> ChatClient:
+    kw.setdefault("backoff", 0.01)
+    return ChatClient(kw.pop("model", "scripted"), base_url=server.base_url, **kw)
+
+
+# ---------------------------------------------------------------------- prices
+def test_price_lookup_prefix_date_and_unknown():
+    table = PriceTable.load()
+    gpt = table.lookup("gpt-4o")
+    assert table.lookup("openai/gpt-4o-2024-08-06") == gpt
+    assert table.lookup("GPT-4o-mini") != gpt  # the longer name has its own price
+    assert table.cost("gpt-4o", 1_000_000, 0) == pytest.approx(gpt.input)
+    assert table.cost("gpt-4o", 1_000_000, 1_000_000, cached=1_000_000) == pytest.approx(gpt.cached_input + gpt.output)
+    assert table.cost("no-such-model", 10, 10) is None
+
+
+def test_user_price_tables_extend_and_override(tmp_path, monkeypatch, prices):
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text("models:\n  gpt-4o: {input: 1.0, output: 1.0}\n  mine: {input: 3.0, output: 4.0}\n")
+    monkeypatch.setenv("CLBENCH_PRICES", str(env_file))
+    table = PriceTable.load(prices)
+    assert table.cost("gpt-4o", 1_000_000, 0) == pytest.approx(1.0)  # overridden
+    assert table.cost("mine", 0, 1_000_000) == pytest.approx(4.0)  # added; cached defaults to input
+    assert table.cost("scripted", 1_000_000, 0, cached=500_000) == pytest.approx(1.25)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  x: {input: 1.0}\n")
+    with pytest.raises(ValueError, match="needs 'input' and 'output'"):
+        PriceTable.load(str(bad))
+    with pytest.raises(FileNotFoundError):
+        PriceTable.load(str(tmp_path / "missing.yaml"))
+
+
+def test_retry_after_forms():
+    assert retry_after({"retry-after": "3"}) == 3.0
+    assert retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    future = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= retry_after({"retry-after": future}) <= 31
+    assert retry_after({}) is None
+
+
+# ---------------------------------------------------------------------- calls
+def test_chat_reports_tokens_cached_reasoning_and_cost(server, prices):
+    c = client(server, prices=prices)
+    first = c.chat(MESSAGES, max_tokens=16)
+    second = c.chat(MESSAGES, max_tokens=16)
+    assert first.content == "pong" and first.retries == 0 and not first.from_cache
+    u = second.usage
+    assert u.prompt > 300 and u.completion == 1 + 5 and u.reasoning == 5
+    assert first.usage.cached == 0 and u.cached >= 64  # the repeated prompt shares its prefix
+    assert u.cost == pytest.approx(((u.prompt - u.cached) * 2.0 + u.cached * 0.5 + u.completion * 8.0) / 1e6)
+    assert server.requests[0]["max_tokens"] == 16
+    assert client(server, model="unknown-model").chat(MESSAGES).usage.cost is None
+
+
+def test_429_waits_for_retry_after(server):
+    waits = []
+    c = client(server, sleep=lambda s: (waits.append(s), time.sleep(s)))
+    server.faults.extend([Fault("rate_limit", retry_after="1")])
+    start = time.perf_counter()
+    reply = c.chat(MESSAGES)
+    assert reply.content == "pong" and reply.retries == 1
+    assert waits == [1.0] and time.perf_counter() - start >= 1.0
+    assert len(server.requests) == 2
+
+
+def test_500_garbage_and_hang_are_retried_with_backoff(server):
+    waits = []
+    c = client(server, timeout=0.5, sleep=lambda s: (waits.append(s), time.sleep(s)))
+    server.faults.extend([Fault("server_error"), Fault("garbage"), Fault("hang", seconds=2.0)])
+    start = time.perf_counter()
+    reply = c.chat(MESSAGES)
+    assert reply.content == "pong" and reply.retries == 3
+    assert time.perf_counter() - start < 1.5  # the hang was cut at the 0.5 s limit
+    # exponential backoff with jitter: 0.01 * 2**k * [0.5, 1]
+    assert [0.005 * 2 ** k <= w <= 0.01 * 2 ** k for k, w in enumerate(waits)] == [True] * 3
+    assert server.fault_log == ["server_error", "garbage", "hang"]
+
+
+def test_gives_up_after_max_retries_and_on_fatal_status(server):
+    c = client(server, max_retries=2)
+    server.faults.extend([Fault("server_error")] * 3)
+    with pytest.raises(LLMCallError, match="HTTP 500.*gave up after 3 attempts"):
+        c.chat(MESSAGES)
+    assert len(server.requests) == 3
+    server.faults.append(Fault("unauthorized"))
+    with pytest.raises(LLMCallError, match=r"HTTP 401.*\$OPENAI_API_KEY") as info:
+        c.chat(MESSAGES)
+    assert info.value.status == 401 and len(server.requests) == 4  # not retried
+
+
+def test_adapts_to_rejected_parameters():
+    with ScriptedServer(FixedPolicy("ok"), reject_max_tokens=True, supports_tools=False) as srv:
+        c = client(srv)
+        assert c.chat(MESSAGES, max_tokens=8).content == "ok"
+        assert "max_tokens" in srv.requests[0] and srv.requests[1]["max_completion_tokens"] == 8
+        tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+        with pytest.raises(ToolsUnsupported):
+            c.chat(MESSAGES, tools=[tool])
+
+
+def test_missing_usage_is_estimated():
+    with ScriptedServer(FixedPolicy("x" * 40), report_usage=False) as srv:
+        u = client(srv).chat(MESSAGES).usage
+    assert u.estimated and u.completion == 10 and u.prompt > 300
+
+
+def test_response_cache_pays_once(server, prices, tmp_path):
+    c = client(server, prices=prices, cache_dir=str(tmp_path / "cache"))
+    paid = c.chat(MESSAGES, temperature=0.0)
+    hit = client(server, prices=prices, cache_dir=str(tmp_path / "cache")).chat(MESSAGES, temperature=0.0)
+    assert len(server.requests) == 1 and hit.from_cache and not paid.from_cache
+    assert hit.content == paid.content and hit.usage.prompt == paid.usage.prompt
+    assert paid.usage.cost > 0 and hit.usage.cost == 0.0
+    client(server, cache_dir=str(tmp_path / "cache"), seed=1).chat(MESSAGES, temperature=0.0)  # other seed: miss
+    c.chat(MESSAGES, temperature=0.5)  # other request: miss
+    assert len(server.requests) == 3 and len(ResponseCache(tmp_path / "cache")) == 3
+
+
+def test_concurrency_limit_per_endpoint(server):
+    server.delay = 0.2
+    clients = [client(server, max_concurrency=2) for _ in range(6)]
+    threads = [threading.Thread(target=c.chat, args=(MESSAGES,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(server.requests) == 6 and server.max_inflight == 2
+
+
+def test_embeddings(server):
+    vecs, usage = client(server).embed(["spectrum channel", "spectrum channel", "poker"], "embedder")
+    assert len(vecs) == 3 and vecs[0] == vecs[1] != vecs[2] and usage.prompt > 0
+
+
+def test_needs_a_key_for_hosted_apis(monkeypatch):
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    with pytest.raises(ValueError, match=r"\$NO_SUCH_KEY_VAR"):
+        ChatClient("gpt-4o", api_key_env="NO_SUCH_KEY_VAR")
