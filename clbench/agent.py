@@ -78,6 +78,11 @@ class Agent:
     def load_state_dict(self, state: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot be resumed")
 
+    def probe(self, mode: str, facts: list[dict]) -> None:
+        """Probe ladder (clbench.probes): before the next instance, `select` (see only the parts
+        of memory stating `facts`) or `gold` (`facts` injected). Memory agents implement it."""
+        raise NotImplementedError(f"{type(self).__name__} does not support the probe ladder")
+
     def memory_event(self, event: str, **params) -> None:
         """Lifecycle shocks (clbench.shocks). The generic fallback handles `flush` by turning
         this agent into a fresh one; agents with richer memory override this for the rest."""

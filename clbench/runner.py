@@ -38,6 +38,7 @@ class RunConfig:
     agent_kwargs: dict = field(default_factory=dict)
     stateless_chunk: int = 0  # instances per stateless job; 0 = balance over workers
     shocks: list = field(default_factory=list)  # lifecycle shocks "EVENT@K" (clbench.shocks)
+    probe: str | None = None  # probe ladder rung: None (P1), "select" (P2) or "gold" (P3)
 
     def __post_init__(self):
         if self.mode not in ("both", "stateful", "stateless"):
@@ -180,6 +181,7 @@ def state_path(out: Path, task: str, system: str, rollout: int) -> Path:
 
 
 def _run_stateful(job: Job, env, sink) -> list[dict]:
+    from clbench.probes import gold_facts
     from clbench.shocks import apply_shocks
 
     cfg, out = job.config, Path(job.config.out)
@@ -201,6 +203,8 @@ def _run_stateful(job: Job, env, sink) -> list[dict]:
         if pos > start:
             obs, info = env.reset()
         events = apply_shocks(agent, cfg.shocks, pos)
+        if cfg.probe:
+            agent.probe(cfg.probe, gold_facts(env, info["instance_id"]))
         traj: list[dict] = [{"event": "shock", **e} for e in events]
         outcome = play_instance(env, agent, obs, info, traj)
         rec = _record(job, env, info, outcome)

@@ -135,6 +135,7 @@ class LLMAgent(Agent):
         self._instance_id = ""
         self._pending: Episode | None = None
         self._shocks = 0  # shocks applied (seeds partial-reset draws)
+        self._probe: tuple[str, list[dict]] | None = None  # probe ladder for the next instance
 
     # ------------------------------------------------------------------ the runner's interface
     def begin_instance(self, observation: str, info: dict) -> None:
@@ -142,6 +143,8 @@ class LLMAgent(Agent):
         self._instance_id = info["instance_id"]
         self._header = f"Instance {info['position'] + 1} of {self.card.instances}: {info['instance_id']}"
         self._context = self.memory.context(observation)
+        self._history_off = False
+        self._apply_probe()
         self._transcript = [{"role": "user", "content": f"{self._header}\n{observation}"}]
         self._steps = []
 
@@ -180,6 +183,31 @@ class LLMAgent(Agent):
         if self._pending is not None:
             episode, self._pending = self._pending, None
             self.memory.update(episode)
+
+    def probe(self, mode: str, facts: list[dict]) -> None:
+        from clbench.probes import PROBE_MODES
+
+        if mode not in PROBE_MODES:
+            raise ValueError(f"probe mode must be one of {PROBE_MODES}, not {mode!r}")
+        self._probe = (mode, list(facts))
+
+    def _apply_probe(self) -> None:
+        """P2: only the memory lines an oracle picks for the needed facts (context and carried
+        history alike); P3: the gold facts next to the memory."""
+        if self._probe is None:
+            return
+        from clbench.probes import select_lines
+
+        mode, facts = self._probe
+        if mode == "select":
+            carried = "\n".join(str(m.get("content") or "") for m in self.memory.history(1 << 30))
+            self._context = select_lines(f"{self._context}\n{carried}", facts)
+            self._history_off = True
+        else:
+            gold = "\n".join(f"- {f['text']}" for f in facts)
+            self._context = f"{self._context}\n\n## Verified facts for this instance\n{gold}".strip()
+            self._history_off = False
+        self._probe = None
 
     def pop_usage(self) -> LLMUsage:
         usage, self.usage = self.usage, LLMUsage()
@@ -232,7 +260,8 @@ class LLMAgent(Agent):
             system = self._system_prompt(memory_tools)
             tools = (list(self.card.tools) + memory_tools) if self.native else None
             fixed = messages_tokens([system, *self._transcript]) + (estimate_tokens(json.dumps(tools)) if tools else 0)
-            history = self.memory.history(max(0, self.context_tokens - self.max_tokens - fixed))
+            history = [] if getattr(self, "_history_off", False) else \
+                self.memory.history(max(0, self.context_tokens - self.max_tokens - fixed))
             messages = [system, *merge_user_turns(history + self._transcript)]
             try:
                 reply = self.call(messages, tools)
