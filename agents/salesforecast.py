@@ -1,0 +1,146 @@
+"""Scripted agents for SalesForecast-v0.
+
+`SalesForecastReference` works through the sandbox like any agent: it writes a Python script
+into the workspace (`forecast.py`) and runs it. The script maps the visible export to one
+schema (each store's system spells its columns differently), appends it to `panel.csv` in the
+workspace, fits a Poisson GLM (scikit-learn's PoissonRegressor) with store, type,
+store-by-type, collection, collection-by-year (growth), log-price and product terms across
+every row of the panel, and writes `predictions.json`, which it then submits. Stateful, the
+panel grows by one store-year per instance, so growth, store levels and interactions become
+estimable; stateless (an empty workspace) it fits the single visible year, where every growth
+term is zero and the other stores look like the visible one.
+
+`SalesForecastOracle` submits the true expected demand of every requested cell inline.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from clbench.agent import Agent
+
+FORECAST_SCRIPT = r'''
+"""Append the inbox export to panel.csv, fit a Poisson GLM on the panel, write predictions.json."""
+import glob
+import json
+import os
+
+import numpy as np
+import pandas as pd
+from sklearn.linear_model import PoissonRegressor
+
+cat = pd.read_csv("inbox/catalog.csv")
+by_sku = dict(zip(cat["sku"], cat["product_id"]))
+by_name = dict(zip(cat["name"], cat["product_id"]))
+
+
+def read_export(path):
+    """(store, year, product_id, units, price) rows of one store export, whatever its layout."""
+    base = os.path.basename(path)
+    if base.startswith("sf_sales_"):
+        df = pd.read_csv(path)
+        year = int(df["quarter"].iloc[0][:4])
+        g = df.groupby("sku").agg(units=("units", "sum"), price=("unit_price", "mean"))
+        return [("SF", year, by_sku[s], r.units, r.price) for s, r in g.iterrows()]
+    if base.startswith("NY_"):
+        df = pd.read_csv(path)
+        year = int(base.split("_")[1])
+        units = df[[f"Units Q{q}" for q in range(1, 5)]].sum(axis=1)
+        return [("NY", year, by_name[n], u, p) for n, u, p in zip(df["Item"], units, df["Retail Price ($)"])]
+    if base.startswith("chicago_"):
+        df = pd.read_json(path, lines=True)
+        return [("CHI", int(y), by_sku[s], u, p)
+                for s, y, u, p in zip(df["productRef"], df["fiscalYear"], df["qtyTotal"], df["avgPrice"])]
+    return []
+
+
+cols = ["store", "year", "product_id", "units", "price"]
+rows = [r for path in sorted(glob.glob("inbox/*")) for r in read_export(path)]
+panel = pd.DataFrame(rows, columns=cols)
+if os.path.exists("panel.csv"):
+    panel = pd.concat([pd.read_csv("panel.csv"), panel])
+panel = panel.drop_duplicates(["store", "year", "product_id"], keep="last")
+panel.to_csv("panel.csv", index=False)
+
+info = cat.set_index("product_id")
+t0 = panel["year"].mean()
+# growth is only identified apart from store levels once some store has two years of data
+grow = float(panel.groupby("store")["year"].nunique().max() >= 2)
+lp0 = np.log(panel["price"]).mean()
+stores, types = ["SF", "NY", "CHI"], sorted(set(cat["type"]))
+colls, prods = sorted(set(cat["collection"])), list(cat["product_id"])
+# main effects at full scale; interactions and product terms at half scale, so the L2 penalty
+# shrinks them harder than the effects they refine
+names = (stores + types + colls + [f"g:{c}" for c in colls] + ["log_price"]
+         + [f"{s}x{t}" for s in stores for t in types] + prods)
+index = {n: i for i, n in enumerate(names)}
+
+
+def features(store, year, pid, price):
+    x = np.zeros(len(names))
+    typ, coll = info.loc[pid, "type"], info.loc[pid, "collection"]
+    x[index[store]] = x[index[typ]] = x[index[coll]] = 1.0
+    x[index["g:" + coll]] = grow * (year - t0)
+    x[index["log_price"]] = np.log(price) - lp0
+    x[index[f"{store}x{typ}"]] = 0.5
+    x[index[pid]] = 0.5
+    return x
+
+
+X = np.array([features(r.store, r.year, r.product_id, r.price) for r in panel.itertuples()])
+model = PoissonRegressor(alpha=1e-3, solver="newton-cholesky", max_iter=300)
+model.fit(X, panel["units"].to_numpy(dtype=float))
+request = json.load(open("inbox/request.json"))
+preds = []
+for c in request["cells"]:
+    price = float(info.loc[c["product_id"], f"price_{c['year']}"])
+    mu = model.predict(features(c["store"], c["year"], c["product_id"], price)[None, :])[0]
+    preds.append({**c, "units": round(float(mu), 3)})
+json.dump({"predictions": preds}, open("predictions.json", "w"))
+print(f"panel rows {len(panel)}, store-years {panel.groupby(['store', 'year']).ngroups}, "
+      f"predictions {len(preds)}")
+'''
+
+
+class SalesForecastReference(Agent):
+    """Writes forecast.py into the workspace, runs it, submits predictions.json."""
+
+    name = "reference"
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        self.plan = [
+            "cat > forecast.py <<'CLBENCH_EOF'\n" + FORECAST_SCRIPT.strip() + "\nCLBENCH_EOF",
+            "python3 forecast.py",
+            "SUBMIT predictions.json",
+        ]
+
+    def act(self, observation: str, info: dict) -> str:
+        if not self.plan:  # the submission was rejected: nothing better to offer than trying again
+            return "SUBMIT predictions.json"
+        return self.plan.pop(0)
+
+    def state_dict(self) -> dict:
+        return {}  # everything it learns lives in the workspace (panel.csv)
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
+
+
+_REQUEST = re.compile(r"^Requested products: ([\w ]+); stores: ([\w ]+); years: (\d{4})-(\d{4})", re.MULTILINE)
+
+
+class SalesForecastOracle(Agent):
+    """Submits the true expected demand of every requested cell (read from the first observation)."""
+
+    name = "oracle"
+    privileged = True
+
+    def act(self, observation: str, info: dict) -> str:
+        m = _REQUEST.search(observation)
+        if m is None:
+            raise ValueError("the observation names no requested cells")
+        products, stores = m.group(1).split(), m.group(2).split()
+        expected = self.latent["expected"]
+        preds = [{"product_id": p, "store": s, "year": y, "units": expected[f"{p}|{s}|{y}"]}
+                 for p in products for s in stores for y in range(int(m.group(3)), int(m.group(4)) + 1)]
+        return "SUBMIT " + json.dumps({"predictions": preds})

@@ -1,0 +1,43 @@
+"""`clbench containers build [--offline-base]`: everything CodeRepair needs to run.
+
+Fetches and verifies the sdists, builds the host test venvs for the bubblewrap backend and the
+per-repository Docker images (offline: wheels are downloaded on the host). `--offline-base`
+first makes the base image from Debian packages (debootstrap + docker import) for machines
+without a container registry.
+"""
+from __future__ import annotations
+
+
+def cmd_build(args) -> int:
+    from clbench.envs.coderepair.images import BuildError, build_images, prepare_sources, prepare_venvs
+    from clbench.env import load_task_spec
+    from clbench.sandbox.bwrap import bwrap_works
+
+    workdir = load_task_spec("coderepair")["workdir"]
+    try:
+        prepare_sources()
+        if not args.skip_bwrap:
+            ok, why = bwrap_works()
+            if ok:
+                prepare_venvs(workdir)
+            else:
+                print(f"bwrap runtime skipped: {why}")
+        if not args.skip_docker:
+            build_images(offline_base=args.offline_base, force=args.force)
+    except BuildError as exc:
+        print(f"error: {exc}")
+        return 1
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("containers", help="build the sandboxes' images and runtimes (CodeRepair)")
+    inner = p.add_subparsers(dest="containers_cmd", required=True)
+    b = inner.add_parser("build", help="fetch the sdists, build the bwrap venvs and the Docker images")
+    b.add_argument("--offline-base", action="store_true",
+                   help="build the base image from Debian packages (debootstrap + docker import) instead of "
+                        "using python:3.11-slim from a registry")
+    b.add_argument("--force", action="store_true", help="rebuild images that exist")
+    b.add_argument("--skip-docker", action="store_true", help="only the sdists and the bwrap venvs")
+    b.add_argument("--skip-bwrap", action="store_true", help="do not build the host venvs for bubblewrap")
+    b.set_defaults(func=cmd_build)

@@ -1,0 +1,167 @@
+"""The bubblewrap backend: every command runs in a fresh bwrap sandbox over the workspace.
+
+Isolation: new pid, network (loopback only), ipc, uts and cgroup namespaces; the system folders
+(/usr and the /bin, /lib, ... links) and a few files of /etc are mounted read-only, the runtime's
+binds read-only, the workspace read-write at `workdir`, a /tmp of its own (kept between the
+sandbox's commands, like a container's); nothing else of the host exists (no /home, /root,
+/work, /var, no host /etc/passwd). `--die-with-parent` and `--new-session` are set. Limits come from `prlimit` (RLIMIT_NPROC, AS, CPU, FSIZE, NOFILE) and a
+wall-clock timeout that kills the process group.
+
+When run as root, the command drops to a dedicated unprivileged uid with no capabilities
+(`setpriv`), so RLIMIT_NPROC applies and the read-only mounts and host files stay out of reach;
+the workspace is chowned to that uid. Unprivileged users get a user namespace from bwrap.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from clbench.sandbox.base import MiB, CommandResult, Limits, Runtime, Sandbox, SandboxUnavailable, chown_tree
+from clbench.sandbox.process import run_process
+
+#: top-level system entries mounted read-only (or recreated as the same symlinks)
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+#: /etc entries the dynamic linker, shells and tools need; nothing with host secrets
+ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
+               "mime.types", "bash.bashrc", "inputrc", "ssl/certs")
+#: uids handed to root-run sandboxes; far from any real account
+UID_BASE, UID_SPAN = 2_000_000, 500_000
+
+
+@functools.cache
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def bwrap_works() -> tuple[bool, str]:
+    """Whether bwrap can create its namespaces here (it cannot in some unprivileged containers)."""
+    exe = bwrap_path()
+    if exe is None:
+        return False, "bubblewrap is not installed (apt-get install bubblewrap)"
+    argv = [exe, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent"]
+    if os.geteuid() != 0:
+        argv.append("--unshare-user")
+    try:
+        proc = subprocess.run(argv + ["true"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap failed to start: {exc}"
+    if proc.returncode != 0:
+        return False, f"bwrap cannot create namespaces here: {proc.stderr.strip()[:300]}"
+    return True, ""
+
+
+def _user_process_count() -> int:
+    uid = os.getuid()
+    count = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    count += 1
+            except OSError:
+                pass
+    return count
+
+
+class BwrapSandbox(Sandbox):
+    backend = "bwrap"
+
+    def __init__(self, source=None, *, workdir: str = "/workspace", limits: Limits | None = None,
+                 runtime: Runtime | None = None, baseline=None):
+        ok, why = bwrap_works()
+        if not ok:
+            raise SandboxUnavailable(why)
+        super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
+        self._as_root = os.geteuid() == 0
+        if self._as_root:
+            self.uid = self.gid = UID_BASE + (os.getpid() * 7919 + id(self)) % UID_SPAN
+            chown_tree(self.host_workspace, self.uid, self.gid)
+        else:
+            self.uid, self.gid = os.getuid(), os.getgid()
+        # the sandbox's own /tmp: kept from command to command (like a container's), never the host's
+        self._tmp = self._root / "tmp"
+        self._tmp.mkdir(mode=0o1777)
+        self._tmp.chmod(0o1777)
+        self._etc = self._root / "etc"
+        self._etc.mkdir()
+        (self._etc / "passwd").write_text(f"root:x:0:0:root:/root:/bin/bash\n"
+                                          f"sandbox:x:{self.uid}:{self.gid}:sandbox:/tmp:/bin/bash\n")
+        (self._etc / "group").write_text(f"root:x:0:\nsandbox:x:{self.gid}:\n")
+        (self._etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost\n")
+        (self._etc / "hostname").write_text("sandbox\n")
+
+    def _own(self, path: Path) -> None:
+        if self._as_root:
+            os.lchown(path, self.uid, self.gid)
+
+    def _mounts(self) -> list[str]:
+        args: list[str] = []
+        for name in SYSTEM_DIRS:
+            host = Path("/") / name
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), str(host)]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), str(host)]
+        made: set[str] = set()
+        for entry in ETC_ENTRIES:
+            if os.path.lexists(f"/etc/{entry}"):
+                args += self._parents(f"/etc/{entry}", made) + ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
+        for name in ("passwd", "group", "hosts", "hostname"):
+            args += self._parents(f"/etc/{name}", made) + ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
+        for host, inside in self.runtime.binds:
+            args += self._parents(inside, made) + ["--ro-bind", host, inside]
+        for hidden in self.runtime.hide:
+            host = self._host_path_of(hidden)
+            # only paths that are visible at all; a tmpfs elsewhere would only reveal the path
+            if host is not None and os.path.isdir(host):
+                args += ["--tmpfs", hidden]
+        args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp",
+                 "--perms", "1777", "--tmpfs", "/var/tmp"]
+        args += self._parents(self.workdir, made) + ["--bind", str(self.host_workspace), self.workdir]
+        return args
+
+    def _host_path_of(self, inside: str) -> str | None:
+        """The host path behind a sandbox path (system dirs and runtime binds), None if unmounted."""
+        mounts = [(f"/{d}", f"/{d}") for d in SYSTEM_DIRS] + [(i, h) for h, i in self.runtime.binds]
+        for mount, host in sorted(mounts, key=lambda m: -len(m[0])):
+            if inside == mount or inside.startswith(mount.rstrip("/") + "/"):
+                return host + inside[len(mount):]
+        return None
+
+    @staticmethod
+    def _parents(path: str, made: set[str]) -> list[str]:
+        """Create a bind target's missing parents world-readable (bwrap copies 0700 from /root)."""
+        args: list[str] = []
+        parts = Path(path).parts[1:-1]
+        for i in range(len(parts)):
+            parent = "/" + "/".join(parts[: i + 1])
+            if parent in made or any(parent == f"/{d}" or parent.startswith(f"/{d}/") for d in SYSTEM_DIRS):
+                continue
+            made.add(parent)
+            args += ["--perms", "0755", "--dir", parent]
+        return args
+
+    def argv(self, command: str, limits: Limits) -> list[str]:
+        """The full bwrap command line for one shell command (public for inspection and tests)."""
+        namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        if not self._as_root:
+            namespaces.append("--unshare-user")
+        nproc = limits.processes if self._as_root else limits.processes + _user_process_count()
+        prlimit = ["prlimit", f"--nproc={nproc}", f"--as={limits.memory_mb * MiB}", f"--cpu={limits.cpu_limit}",
+                   f"--fsize={limits.file_size_mb * MiB}", f"--nofile={limits.open_files}", "--core=0", "--"]
+        drop = []
+        if self._as_root:
+            drop = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
+                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+        return ([bwrap_path(), *namespaces, "--die-with-parent", "--new-session", "--hostname", "sandbox",
+                 *self._mounts(), "--chdir", self.workdir, "--"]
+                + prlimit + drop + ["/bin/bash", "-c", command])
+
+    def _run(self, command: str, limits: Limits) -> CommandResult:
+        env = self.runtime.environment(self.workdir)
+        env["USER"] = env["LOGNAME"] = "sandbox"
+        return run_process(self.argv(command, limits), limits, env=env)

@@ -1,0 +1,244 @@
+"""The Docker backend: one long-lived container per sandbox, one `docker exec` per command.
+
+The container has no network (`network_mode="none"`), a read-only root filesystem, a private
+tmpfs /tmp, all capabilities dropped, no-new-privileges, memory (= memory + swap), CPU and pids
+limits and file-size / open-file ulimits. The workspace is
+the host folder bind-mounted at `workdir`. Images are never pulled: a missing image is a
+`SandboxUnavailable` naming the build command. Init and an idle `sleep` run as root without
+capabilities; commands run as the workspace owner's uid, and after each command everything it
+left running is killed (`kill -9 -1` as that uid), as with bwrap. On a timeout or an output
+flood the container is killed and a fresh one started on the same workspace.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import os
+import socket
+import struct
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+from clbench.sandbox.base import TAR_FILTER, MiB, CommandResult, Limits, OutputCapture, Runtime, Sandbox, SandboxUnavailable, \
+    chown_tree
+
+#: uid the container runs as when clbench runs as root (a plain, unprivileged account)
+CONTAINER_UID = 1000
+LABEL = "clbench.sandbox"
+
+
+@functools.cache
+def docker_client():
+    """A docker SDK client that answered a ping, or None (cached per process)."""
+    try:
+        import docker
+    except ImportError:
+        return None
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+        return client
+    except Exception:  # noqa: BLE001 - no engine, no permission, bad DOCKER_HOST: all mean "unavailable"
+        return None
+
+
+def engine_status() -> tuple[bool, str]:
+    """(answers, reason) for the Docker engine."""
+    if docker_client() is None:
+        return False, "no Docker engine answers (is dockerd running and DOCKER_HOST/socket permissions right?)"
+    return True, ""
+
+
+def image_exists(image: str) -> bool:
+    client = docker_client()
+    if client is None:
+        return False
+    import docker.errors
+
+    try:
+        client.images.get(image)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+class DockerSandbox(Sandbox):
+    backend = "docker"
+
+    def __init__(self, source=None, *, workdir: str = "/workspace", limits: Limits | None = None,
+                 runtime: Runtime | None = None, baseline=None):
+        runtime = runtime or Runtime()
+        ok, why = engine_status()
+        if not ok:
+            raise SandboxUnavailable(why)
+        if not runtime.image:
+            raise SandboxUnavailable("the docker backend needs an image (Runtime.image)")
+        if not image_exists(runtime.image):
+            hint = f"; build it with `{runtime.build_hint}`" if runtime.build_hint else ""
+            raise SandboxUnavailable(f"Docker image {runtime.image!r} is not present locally (images are never "
+                                     f"pulled){hint}")
+        self.client = docker_client()
+        self.container = None
+        self._runtime_for_populate = runtime
+        super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
+        if os.geteuid() == 0:
+            self.uid = self.gid = CONTAINER_UID
+            chown_tree(self.host_workspace, self.uid, self.gid)
+        else:
+            self.uid, self.gid = os.getuid(), os.getgid()
+        self._start()
+
+    # ------------------------------------------------------------------ container lifecycle
+    def _populate_from_runtime(self, dest: Path) -> None:
+        """Copy the image's `workdir` out to the host workspace (start from an image)."""
+        dest.mkdir()
+        runtime = self._runtime_for_populate
+        container = self.client.containers.create(runtime.image, command=["true"], network_mode="none",
+                                                  labels={LABEL: "populate"})
+        try:
+            stream, _ = container.get_archive(self.workdir)
+            data = io.BytesIO(b"".join(stream))
+        finally:
+            container.remove(force=True)
+        with tarfile.open(fileobj=data) as tar:
+            top = tar.getmembers()[0].name.split("/")[0] if tar.getmembers() else ""
+            for member in tar.getmembers():
+                if not (member.isfile() or member.isdir() or member.issym()):
+                    continue
+                rel = member.name[len(top):].lstrip("/")
+                if not rel:
+                    continue
+                member.name = rel
+                tar.extract(member, dest, **TAR_FILTER)
+
+    def _start(self) -> None:
+        import docker.types
+
+        lim = self.limits
+        self.container = self.client.containers.create(
+            self.runtime.image,
+            command=["sleep", "infinity"],
+            init=True,
+            detach=True,
+            network_mode="none",
+            user="0:0",  # only init and `sleep` run as root (no capabilities); commands run as self.uid
+            working_dir=self.workdir,
+            environment=self.runtime.environment(self.workdir),
+            volumes={str(self.host_workspace): {"bind": self.workdir, "mode": "rw"}},
+            read_only=True,
+            tmpfs={"/tmp": "rw,exec,nosuid,size=1g,mode=1777", "/var/tmp": "rw,nosuid,size=64m,mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=lim.memory_mb * MiB,
+            memswap_limit=lim.memory_mb * MiB,
+            nano_cpus=int(lim.cpus * 1e9),
+            pids_limit=lim.processes,
+            ulimits=[docker.types.Ulimit(name="fsize", soft=lim.file_size_mb * MiB, hard=lim.file_size_mb * MiB),
+                     docker.types.Ulimit(name="nofile", soft=lim.open_files, hard=lim.open_files),
+                     docker.types.Ulimit(name="core", soft=0, hard=0)],
+            hostname="sandbox",
+            labels={LABEL: "1"},
+        )
+        self.container.start()
+
+    def _restart(self) -> None:
+        self._remove_container()
+        self._start()
+
+    def _remove_container(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            self.container = None
+
+    # ------------------------------------------------------------------ commands
+    def _run(self, command: str, limits: Limits) -> CommandResult:
+        api = self.client.api
+        out = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
+        err = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
+        reason: list[str] = []
+        start = time.monotonic()
+        prefix = f"ulimit -t {limits.cpu_limit} 2>/dev/null; "  # CPU seconds per process, as with bwrap
+        exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", prefix + command],
+                                  workdir=self.workdir, user=f"{self.uid}:{self.gid}")["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+        raw = getattr(sock, "_sock", sock)  # the plain socket, so a stuck read can be cut from here
+        done = threading.Event()
+
+        def reader():
+            try:
+                for stream_id, payload in _frames(raw):
+                    if not (out if stream_id == 1 else err).feed(payload):
+                        reason.append(f"output exceeded {limits.output_kill_mb} MB; the command was killed")
+                        break
+            except OSError:  # the socket is shut down on a timeout
+                pass
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        finished = done.wait(limits.timeout)
+        if not finished and not reason:
+            reason.append(f"timed out after {limits.timeout:g} s; the command and all its processes were killed")
+        code = None
+        if reason:
+            _shutdown(raw)  # an attached stream makes `docker kill` wait, so detach first
+            self._restart()  # kills every process of the command; the workspace is on the host
+        else:
+            code = api.exec_inspect(exec_id).get("ExitCode")
+            _shutdown(raw)
+            self._reap()
+        thread.join(timeout=5)
+        stdout, cut_out = out.text()
+        stderr, cut_err = err.text()
+        return CommandResult(code, stdout, stderr, time.monotonic() - start, timed_out=not finished,
+                             killed=reason[0] if reason else None, truncated=cut_out or cut_err)
+
+    def _reap(self) -> None:
+        """Kill what the command left running (as with bwrap, nothing outlives a command)."""
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", "kill -9 -1 2>/dev/null; true"],
+                                      user=f"{self.uid}:{self.gid}")["Id"]
+            api.exec_start(exec_id)
+            if api.exec_inspect(exec_id).get("ExitCode") != 0:
+                raise RuntimeError("reaper failed")
+        except Exception:  # noqa: BLE001 - e.g. no pid left for the reaper: start over
+            self._restart()
+
+    def _own(self, path: Path) -> None:
+        if os.geteuid() == 0:
+            os.lchown(path, self.uid, self.gid)
+
+    def _close(self) -> None:
+        self._remove_container()
+
+
+def _frames(sock):
+    """Docker's multiplexed exec stream: (stream id, payload) frames behind 8-byte headers."""
+    buf = bytearray()
+    while True:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return
+        buf += chunk
+        while len(buf) >= 8:
+            stream_id, size = struct.unpack(">BxxxL", buf[:8])
+            if len(buf) < 8 + size:
+                break
+            payload = bytes(buf[8:8 + size])
+            del buf[:8 + size]
+            yield stream_id, payload
+
+
+def _shutdown(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()

@@ -1,0 +1,67 @@
+"""Running one host process tree under a wall-clock limit with capped output.
+
+Used by the bwrap and unsafe-local backends: the process starts in a new session, both pipes
+are drained by threads into `OutputCapture`s, and on timeout or an output flood the whole
+process group is killed (bwrap's --die-with-parent then takes down the sandbox's pid namespace).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from clbench.sandbox.base import MiB, CommandResult, Limits, OutputCapture, pump
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None = None,
+                cwd: str | None = None) -> CommandResult:
+    """Run argv; kill its process group after `limits.timeout` s or `limits.output_kill_mb` of output."""
+    out = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
+    err = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
+    reason: list[str] = []
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=cwd, start_new_session=True, close_fds=True)
+
+    def flood():
+        if not reason:
+            reason.append(f"output exceeded {limits.output_kill_mb} MB; the command was killed")
+        _kill_group(proc)
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, out, flood), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, err, flood), daemon=True)]
+    for t in threads:
+        t.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=limits.timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        if not reason:
+            reason.append(f"timed out after {limits.timeout:g} s; the command and all its processes were killed")
+        _kill_group(proc)
+        proc.wait()
+    finally:
+        _kill_group(proc)  # stray members of the group (unsafe-local) must not outlive the command
+    for t in threads:
+        t.join(timeout=5)
+    for pipe in (proc.stdout, proc.stderr):
+        pipe.close()
+    stdout, cut_out = out.text()
+    stderr, cut_err = err.text()
+    killed = reason[0] if reason else None
+    code = None if killed else proc.returncode
+    if code is not None and code < 0:
+        killed = f"killed by signal {signal.Signals(-code).name}"
+        code = None
+    return CommandResult(code, stdout, stderr, time.monotonic() - start, timed_out=timed_out, killed=killed,
+                         truncated=cut_out or cut_err)

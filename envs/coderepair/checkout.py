@@ -1,0 +1,95 @@
+"""Building an issue's trees: the agent's checkout and the evaluation checkout.
+
+agent checkout = pristine sdist + bug.diff, with the FAIL_TO_PASS test functions cut out of
+their files (and a one-commit git repository, when git exists, so `git diff` works);
+evaluation checkout = pristine sdist + bug.diff with every test intact, plus the agent's
+changes below the repository's source root. Hidden tests therefore exist only in a tree the
+agent never sees.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from clbench.envs.coderepair.patching import apply_diff
+
+_IGNORE = shutil.ignore_patterns(".clbench-sha256", "__pycache__", "*.pyc")
+
+
+def remove_tests(test_file: Path, node_ids: list[str]) -> None:
+    """Cut the named tests (`Class::test` or `test`) out of a test module, decorators included."""
+    wanted = {tuple(i.split("::")[1:]) for i in node_ids}
+    source = test_file.read_text()
+    tree = ast.parse(source)
+    spans = []
+
+    def visit(body, prefix):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, prefix + (node.name,))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and prefix + (node.name,) in wanted:
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                spans.append((start, node.end_lineno))
+                wanted.discard(prefix + (node.name,))
+
+    visit(tree.body, ())
+    if wanted:
+        raise ValueError(f"{test_file.name}: tests not found: {sorted(wanted)}")
+    lines = source.splitlines(keepends=True)
+    for start, end in sorted(spans, reverse=True):
+        del lines[start - 1:end]
+    test_file.write_text("".join(lines))
+
+
+def buggy_tree(pristine: Path, bug_diff: str, dest: Path) -> Path:
+    shutil.copytree(pristine, dest, ignore=_IGNORE, symlinks=True)
+    apply_diff(dest, bug_diff)
+    return dest
+
+
+def agent_checkout(pristine: Path, bug_diff: str, hidden: list[str], dest: Path) -> Path:
+    """The tree the agent works on: buggy, without the FAIL_TO_PASS tests."""
+    buggy_tree(pristine, bug_diff, dest)
+    by_file: dict[str, list[str]] = {}
+    for node_id in hidden:
+        by_file.setdefault(node_id.split("::")[0], []).append(node_id)
+    for rel, ids in by_file.items():
+        remove_tests(dest / rel, ids)
+    init_git(dest)
+    return dest
+
+
+def init_git(tree: Path) -> None:
+    """One deterministic commit of the starting tree (skipped when git is not installed)."""
+    git = shutil.which("git")
+    if git is None:
+        return
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tree), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "clbench", "GIT_AUTHOR_EMAIL": "clbench@localhost",
+           "GIT_COMMITTER_NAME": "clbench", "GIT_COMMITTER_EMAIL": "clbench@localhost",
+           "GIT_AUTHOR_DATE": "2023-06-01T00:00:00Z", "GIT_COMMITTER_DATE": "2023-06-01T00:00:00Z"}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "Import release sources"]):
+        subprocess.run([git, "-c", "core.hooksPath=/dev/null", *args], cwd=tree, env=env, check=True,
+                       capture_output=True)
+    shutil.rmtree(tree / ".git" / "hooks", ignore_errors=True)  # no sample hooks in the workspace
+
+
+def overlay(tree: Path, changes, source_root: str) -> tuple[list[str], list[str]]:
+    """Apply the agent's changes below `source_root` to `tree`; returns (applied, ignored) paths."""
+    applied, ignored = [], []
+    prefix = source_root.strip("/") + "/"
+    for ch in changes:
+        if not ch.path.startswith(prefix) or ch.is_link or (ch.kind != "deleted" and ch.content is None):
+            ignored.append(ch.path)
+            continue
+        target = tree / ch.path
+        if ch.kind == "deleted":
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(ch.content)
+        applied.append(ch.path)
+    return applied, ignored

@@ -1,0 +1,249 @@
+"""CodeRepair-v0: an engineer fixes a sequence of reported bugs in two real Python repositories."""
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from clbench.actions import ActionError, ToolCall, tool_schema
+from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.envs.coderepair.checkout import agent_checkout
+from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
+from clbench.envs.coderepair.issues import Issue, load_issue
+from clbench.envs.coderepair.runtime import runtime_for
+from clbench.envs.coderepair.sources import pristine_tree
+from clbench.sandbox import BACKENDS, Limits, Sandbox, SandboxUnavailable, open_sandbox
+from clbench.sandbox.select import choose_backend, docker_ready
+from clbench.schedule import Instance, Schedule, Slot, Variant
+
+_FENCE = re.compile(r"```(?:bash|sh|shell|console)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+class CodeRepairEnv(InstanceSequenceEnv):
+    """
+    ## Description
+    The agent is a software engineer who receives bug reports for two real open-source Python
+    repositories, the sdists of tablib 3.5.0 (9 issues) and tenacity 8.2.3 (10 issues) from
+    PyPI, verified by sha256. Each issue is a realistic regression injected into the real source
+    (a reviewed diff), reported like a real bug report (symptoms and a reproduction, never the
+    fix). Every issue starts from a fresh checkout at `/testbed` (a one-commit git repository)
+    from which the tests that catch the bug (FAIL_TO_PASS) are removed. Latent structure that a
+    learning agent can carry from issue to issue: where the logic of each repository lives,
+    how its tests run and its conventions; issues of one repository touch overlapping modules.
+    Commands run in a sandbox (clbench.sandbox): Docker or bubblewrap, no network, read-only
+    system, resource limits and a per-command time limit.
+
+    ## Action Space
+    `Text`: one bash command per step (a fenced ```bash block in prose is taken as the command),
+    or the JSON tool calls `{"tool": "bash", "arguments": {"command": "..."}}` and
+    `{"tool": "submit", "arguments": {}}`. Every command runs in a fresh shell in `/testbed`
+    (cd and variables do not persist; files do). Submitting: the `submit` tool, the text
+    `submit`, or a command whose output ends with the line
+    `COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (e.g. `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`).
+    An empty command is invalid (it costs a step; three in a row end the issue with reward 0).
+
+    ## Observation Space
+    `Text` (printable ASCII): first the issue report with the repository and the rules; then
+    `<returncode>N</returncode>` and `<output>...</output>` of each command (stdout, then
+    stderr, each cut to its head and tail with a note; a note when the sandbox killed it).
+
+    ## Rewards
+    On submission the workspace diff below the package's source folder (test and other files
+    are ignored) is applied to a fresh checkout with the hidden tests restored, and the
+    FAIL_TO_PASS and PASS_TO_PASS tests run in the sandbox. Reward
+    `1 - (steps_to_submit - 1) / 40` when all of them pass, else 0 (raw metric `issue_regret`:
+    steps_to_submit - 1, or 40 when unresolved). 0 on every other step.
+
+    ## Episode End
+    Terminated at submission; truncated when the 40-step budget runs out (reward 0).
+
+    ## Arguments
+    `schedule` ("default"), `backend` ("auto" | "docker" | "bwrap" | "unsafe-local"; auto takes
+    Docker when the engine answers and both repository images exist, else bubblewrap;
+    unsafe-local has no isolation and warns), `command_timeout` (seconds per command, default
+    from the task spec), `cycle`, `render_mode` ("ansi").
+
+    ## Version History
+    - v0: 19 issues (tablib 3.5.0, tenacity 8.2.3), 40 steps, efficiency reward.
+    """
+
+    env_id = "clbench/CodeRepair-v0"
+    task = "CodeRepair"
+    domain = "coderepair"
+    brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
+             "possible: one bash command per step, then submit. Issues come from the same two "
+             "repositories, so knowledge of their layout, tests and conventions transfers.")
+    reward_text = ("1 - (steps_to_submit - 1)/40 when every FAIL_TO_PASS and PASS_TO_PASS test passes "
+                   "after submission, else 0")
+    action_grammar = ("One bash command per message (or a ```bash fenced block), or JSON "
+                      '{"tool": "bash", "arguments": {"command": "..."}} / {"tool": "submit", "arguments": {}}. '
+                      "Submit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (alone) or the submit tool.")
+    max_steps = 40
+    invalid_action_costs_step = True
+    max_invalid_repeats = 3
+    agents = {"reference": "clbench.agents.coderepair:CodeRepairReference",
+              "oracle": "clbench.agents.coderepair:CodeRepairOracle"}
+
+    def __init__(self, schedule: str = "default", backend: str = "auto", command_timeout: float | None = None,
+                 cycle: bool = False, render_mode: str | None = None):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        spec = self.spec_data
+        self.max_steps = int(spec["max_steps"])
+        self.workdir = spec["workdir"]
+        self.marker = spec["submit_marker"]
+        self.command_timeout = float(command_timeout or spec["command_timeout"])
+        self.eval_timeout = float(spec["eval_timeout"])
+        self.limits = Limits(timeout=self.command_timeout, **spec["limits"])
+        self.backend = self._resolve_backend(backend)
+        self._sandbox: Sandbox | None = None
+        self._issue: Issue | None = None
+        # agent checkouts, built once per issue and process; sandboxes copy them (and diff against them)
+        self._checkouts_dir: tempfile.TemporaryDirectory | None = None
+        self._checkouts: dict[str, Path] = {}
+
+    # ------------------------------------------------------------------ setup
+    def _resolve_backend(self, backend: str) -> str:
+        if backend != "auto":
+            return choose_backend(backend)
+        images = [runtime_for(name, repo, self.workdir, "docker") for name, repo in self.spec_data["repos"].items()]
+        if all(docker_ready(rt)[0] for rt in images):
+            return "docker"
+        try:
+            return choose_backend("bwrap")
+        except SandboxUnavailable as exc:  # pragma: no cover - depends on the machine
+            raise SandboxUnavailable(f"CodeRepair needs Docker (with `clbench containers build`) or bubblewrap: {exc}")
+
+    def _build_schedule(self, name: str) -> Schedule:
+        blocks = self.spec_data["schedules"].get(name)
+        if blocks is None:
+            raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
+        variants = [Variant(b["variant"], tuple(Instance(i, b["variant"], payload=load_issue(i)) for i in b["issues"]),
+                            b.get("description", "")) for b in blocks]
+        return Schedule(name, variants)
+
+    def _repo(self, name: str) -> dict:
+        return self.spec_data["repos"][name]
+
+    def _pristine(self, name: str) -> Path:
+        repo = self._repo(name)
+        return pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
+
+    def open_sandbox(self, tree: Path, repo_name: str, timeout: float | None = None, baseline: Path | None = None
+                     ) -> Sandbox:
+        """A sandbox of this env's backend on a copy of `tree` with `repo_name`'s test runtime."""
+        runtime = runtime_for(repo_name, self._repo(repo_name), self.workdir, self.backend)
+        limits = self.limits.with_timeout(timeout)
+        return open_sandbox(tree, backend=self.backend, runtime=runtime, workdir=self.workdir, limits=limits,
+                            baseline=baseline)
+
+    def _checkout(self, issue: Issue) -> Path:
+        """The issue's pristine agent checkout (never handed to a sandbox itself, only copied)."""
+        if self._checkouts_dir is None:
+            self._checkouts_dir = tempfile.TemporaryDirectory(prefix="clbench-checkouts-")
+        if issue.issue_id not in self._checkouts:
+            dest = Path(self._checkouts_dir.name) / issue.issue_id
+            agent_checkout(self._pristine(issue.repo), issue.bug_diff, list(issue.fail_to_pass), dest)
+            self._checkouts[issue.issue_id] = dest
+        return self._checkouts[issue.issue_id]
+
+    # ------------------------------------------------------------------ hooks
+    def _enter(self, slot: Slot, fresh: bool) -> str:
+        # Every issue is a fresh checkout, stateful or not: what carries over is the agent's memory.
+        self._close_sandbox()
+        issue: Issue = slot.instance.payload
+        self._issue = issue
+        checkout = self._checkout(issue)
+        self._sandbox = self.open_sandbox(checkout, issue.repo, baseline=checkout)
+        repo = self._repo(issue.repo)
+        return (f"--- Issue {slot.position + 1}/{len(self._order)} ---\n"
+                f"Repository: {repo['display']} ({issue.repo} {repo['version']}), checked out at {self.workdir}\n\n"
+                f"{issue.text.strip()}\n\n"
+                f"Fix the issue in the repository's source code ({repo['source_root']}/; changes elsewhere, "
+                f"tests included, are ignored by the evaluation). One bash command per step; each runs in a "
+                f"fresh shell in {self.workdir} (cd and variables do not persist, files do), with a "
+                f"{self.command_timeout:g} s limit and no network. Submit with "
+                f"`echo {self.marker}` or the submit tool. Steps: {self.max_steps}, the submission included.")
+
+    def _parse_text(self, text: str) -> ToolCall:
+        stripped = text.strip()
+        if stripped.lower() in ("submit", "/submit"):
+            return ToolCall("submit", {})
+        fenced = _FENCE.search(text)
+        command = (fenced.group(1) if fenced else text).strip()
+        if not command:
+            raise ActionError(f"empty command. {self.action_grammar}")
+        return ToolCall("bash", {"command": command})
+
+    def _act(self, call: ToolCall) -> Outcome:
+        if call.tool == "submit":
+            return self._submit("")
+        command = call.arguments["command"]
+        if not command.strip():
+            raise ActionError(f"empty command. {self.action_grammar}")
+        result = self._sandbox.run(command)
+        text = (f"<returncode>{result.exit_code if result.exit_code is not None else 'killed'}</returncode>\n"
+                f"<output>\n{result.output()}</output>")
+        lines = result.stdout.strip().splitlines()
+        if lines and lines[-1].strip() == self.marker:
+            return self._submit(text + "\n")
+        return Outcome(text + f"\n(steps left: {self.max_steps - self._step_count - 1})")
+
+    def _submit(self, prefix: str) -> Outcome:
+        steps = self._step_count + 1
+        issue = self._issue
+        evaluation = self.evaluate(issue, self._sandbox.changes())
+        reward = 1.0 - (steps - 1) / self.max_steps if evaluation.resolved else 0.0
+        regret = float(steps - 1 if evaluation.resolved else self.max_steps)
+        return Outcome(f"{prefix}Submitted after {steps} steps. {evaluation.summary()}. Reward {reward:.3f}.",
+                       done=True, reward=reward, raw_metric=("issue_regret", regret), solved=evaluation.resolved,
+                       extra={"details": {"evaluation": evaluation.summary(), "changed_files": evaluation.applied,
+                                          "ignored_files": evaluation.ignored, "backend": self.backend}})
+
+    def evaluate(self, issue: Issue, changes) -> Evaluation:
+        """Score workspace `changes` for `issue` in a fresh checkout with the hidden tests restored."""
+        repo = self._repo(issue.repo)
+        return evaluate_tree(self._pristine(issue.repo), issue.bug_diff, changes, repo["source_root"],
+                             list(issue.fail_to_pass), list(issue.pass_to_pass),
+                             lambda tree: self.open_sandbox(tree, issue.repo, self.eval_timeout), self.eval_timeout)
+
+    @property
+    def tools(self) -> list[dict]:
+        return [
+            tool_schema("bash", f"Run one bash command in {self.workdir} (fresh shell each time, no network).",
+                        {"command": {"type": "string", "description": "the command line"}}),
+            tool_schema("submit", "Submit the current workspace as the fix of this issue.", {}),
+        ]
+
+    def latent(self) -> dict:
+        """Per issue id: the reference fix and the hidden tests (oracle and reference agents only)."""
+        issues = {}
+        for variant in self.schedule.variants:
+            for inst in variant.instances:
+                issue: Issue = inst.payload
+                issues[issue.issue_id] = {"repo": issue.repo, "fix_diff": issue.fix_diff,
+                                          "fail_to_pass": list(issue.fail_to_pass),
+                                          "source_root": self._repo(issue.repo)["source_root"]}
+        return {"workdir": self.workdir, "submit_marker": self.marker, "issues": issues}
+
+    # ------------------------------------------------------------------ cleanup
+    def _close_sandbox(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+    def close(self):
+        self._close_sandbox()
+        if self._checkouts_dir is not None:
+            self._checkouts_dir.cleanup()
+            self._checkouts_dir = None
+        self._checkouts.clear()
+        super().close()
+
+    def __del__(self):
+        try:
+            self._close_sandbox()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+

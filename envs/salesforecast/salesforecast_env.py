@@ -1,0 +1,273 @@
+"""SalesForecast-v0: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
+from __future__ import annotations
+
+import json
+import re
+
+from clbench.actions import ActionError, ToolCall, extract_json, tool_schema
+from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.envs.salesforecast.generator import InstanceData, generate_world, make_instance
+from clbench.envs.salesforecast.scoring import EXAMPLE, parse_predictions, skill, wape
+from clbench.envs.salesforecast.workspace import INBOX, open_workspace, refresh_inbox
+from clbench.sandbox import Sandbox, SandboxError
+from clbench.schedule import Instance, Schedule, Slot, Variant
+
+_SUBMIT = re.compile(r"SUBMIT\b\s*:?\s*(.*)\Z", re.IGNORECASE | re.DOTALL)
+_BASH = re.compile(r"bash\s*:\s*(.*)\Z", re.IGNORECASE | re.DOTALL)
+_FENCE = re.compile(r"```(?:bash|sh|shell)?[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+MAX_SUBMISSION_BYTES = 1_000_000
+
+
+class SalesForecastEnv(InstanceSequenceEnv):
+    """
+    ## Description
+    The agent is the demand analyst of a furniture retailer with three stores (SF San Francisco,
+    NY New York, CHI Chicago) and a catalog of 20 products in 5 collections and 5 types (24
+    from 2035). Each instance is one forecast year 2027-2038: the workspace's `inbox/` holds the
+    previous year's sales export of one store (the visible store rotates; each store's system
+    writes its own layout and column names, plus non-causal distractor columns such as weather
+    index or marketing spend), the catalog with planned list prices, and `request.json`: 75
+    cells (5 products x 3 stores x 5 years), including stores and products absent from the
+    export. Latent structure, fixed across years: a demand growth rate per collection, one price
+    elasticity, store levels and store-by-type interactions. Three variants of four years:
+    steady prices; repricing of half the catalog from 2031; four new products from 2035.
+    The agent works in a sandbox (no network, read-only system, python3 with numpy, scipy,
+    scikit-learn and pandas). Stateful, the workspace persists across instances (scripts, panel
+    files, fitted models); `inbox/` is replaced each year. Future sales never exist inside it.
+
+    This env holds agent-written state that cannot be rebuilt from the slot alone (the
+    workspace), so `resumable = False`: an interrupted stateful rollout is restarted, not
+    continued from a saved agent state.
+
+    ## Action Space
+    `Text`, one action per reply:
+    * a shell command, run with bash in /workspace (`bash: <cmd>`, a ```bash fenced block or
+      the plain command); at most 20 per instance; or
+    * `SUBMIT <path>` (a predictions file in the workspace; bare `SUBMIT` means
+      predictions.json) or `SUBMIT {json}` inline (a bare `{"predictions": [...]}` also works).
+    Predictions JSON: `{"predictions": [{"product_id": "P01", "store": "SF", "year": 2027,
+    "units": 12.5}, ...]}` (or the bare list) with exactly the 75 requested cells and finite
+    units >= 0. Tool calls: `{"tool": "bash", "arguments": {"command": ...}}` and
+    `{"tool": "submit", "arguments": {"path": ...}}` or `{"predictions": [...]}`.
+
+    ## Observation Space
+    `Text` (printable ASCII): at the start, the year, the inbox files and the requested products,
+    stores and years; after a command, its exit code, stdout and stderr (each cut to 20,000
+    characters); after a submission, its score or what was wrong with it.
+
+    ## Rewards
+    WAPE skill `max(0, 1 - sum|pred - actual| / sum actual)` over the 75 cells (actual = the
+    realised Poisson sales), on the step that ends the instance; 0 on other steps. It is floored
+    at 0 so one absurd forecast cannot outweigh a task's other instances; the unfloored WAPE is
+    `raw_metric = ("wape", value)`. solved = WAPE <= 0.2. r_max = the oracle's mean (it predicts
+    the true expected demand); r_reference = the stateless reference agent's mean.
+
+    ## Episode End
+    Terminates on an accepted submission. A malformed submission or action returns what was
+    wrong, costs a step and may be resubmitted; three invalid actions in a row end the instance
+    with reward 0. The budget is 21 steps (at most 20 shell commands, then a submission); when it
+    runs out without an accepted submission the instance scores 0 (truncated).
+
+    ## Arguments
+    `schedule` ("default": 12 years in 3 variants; "short": 4 years for tests), `backend`
+    (sandbox backend: "auto" = docker when `image` is given and present, else bubblewrap;
+    "bwrap", "docker", "unsafe-local" = no isolation, for debugging only: the agent could then
+    read the task data), `image` (Docker image with python3, numpy, scipy, scikit-learn and
+    pandas; none ships), `command_timeout` (seconds per shell command, default 60), `cycle`,
+    `render_mode` ("ansi").
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    env_id = "clbench/SalesForecast-v0"
+    task = "salesforecast"
+    domain = "salesforecast"
+    brief = (
+        "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
+        "Chicago (CHI). Each forecast year you get, in the inbox/ folder of your sandboxed workspace, last year's "
+        "sales export of one store (each store's system uses its own layout and column names, and some columns are "
+        "irrelevant), the product catalog with planned prices, and request.json listing 75 cells (product, store, "
+        "year) to forecast for the next five years, including stores and products missing from the export. Work "
+        "with shell commands (python3 with numpy, scipy, scikit-learn and pandas; no network; /tmp is wiped "
+        "after every command), then submit your predictions. Files outside inbox/ stay in the workspace for "
+        "later years; inbox/ is replaced every year."
+    )
+    reward_text = ("WAPE skill max(0, 1 - sum|pred - actual| / sum actual) over the 75 requested cells "
+                   "(actual = realised unit sales); 1.0 is perfect.")
+    action_grammar = (
+        "One action per reply: a shell command run with bash in /workspace (optionally prefixed 'bash:'), at most "
+        "20 per year; or SUBMIT <path> to submit a predictions file from the workspace (bare SUBMIT = "
+        f"predictions.json), or SUBMIT followed by the JSON inline. Predictions JSON: {EXAMPLE} with exactly the "
+        "requested cells and units >= 0."
+    )
+    max_steps = 21
+    max_commands = 20
+    invalid_action_costs_step = True
+    max_invalid_repeats = 3
+    #: the workspace is agent-written state the slot alone cannot rebuild: restart, don't resume
+    resumable = False
+    agents = {
+        "reference": "clbench.agents.salesforecast:SalesForecastReference",
+        "oracle": "clbench.agents.salesforecast:SalesForecastOracle",
+    }
+
+    def __init__(self, schedule: str = "default", backend: str = "auto", image: str | None = None,
+                 command_timeout: float = 60.0, cycle: bool = False, render_mode: str | None = None):
+        if not command_timeout > 0:
+            raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout!r}")
+        self.backend, self.image = backend, image
+        self.command_timeout = float(command_timeout)
+        self._sb: Sandbox | None = None
+        self._commands = 0
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+
+    # ------------------------------------------------------------------ schedule and world
+    def _build_schedule(self, name: str) -> Schedule:
+        schedules = self.spec_data["schedules"]
+        if name not in schedules:
+            raise ValueError(f"unknown schedule {name!r}; known: {sorted(schedules)}")
+        self.world = generate_world(self.spec_data)
+        variants = []
+        for v in schedules[name]:
+            insts = tuple(Instance(f"fy{y}", v["name"], make_instance(self.world, y, v)) for y in v["years"])
+            variants.append(Variant(v["name"], insts, v.get("description", "")))
+        return Schedule(name, variants)
+
+    def latent(self) -> dict:
+        return self.world.latent()
+
+    @property
+    def tools(self) -> list[dict]:
+        cell = {"type": "object", "properties": {
+            "product_id": {"type": "string"}, "store": {"type": "string"}, "year": {"type": "integer"},
+            "units": {"type": "number", "minimum": 0}}, "required": ["product_id", "store", "year", "units"]}
+        return [
+            tool_schema("bash", "Run one shell command with bash in /workspace (at most 20 per forecast year).",
+                        {"command": {"type": "string", "minLength": 1}}),
+            tool_schema("submit", "Submit the forecast: either `path` (a predictions JSON file in the workspace) "
+                                  "or `predictions` inline, exactly the requested cells.",
+                        {"path": {"type": "string", "minLength": 1},
+                         "predictions": {"type": "array", "items": cell, "maxItems": 1000}}, required=[]),
+        ]
+
+    # ------------------------------------------------------------------ instances
+    def _enter(self, slot: Slot, fresh: bool) -> str:
+        data: InstanceData = slot.instance.payload
+        if fresh or self._sb is None or self._sb.closed:
+            self._close_workspace()
+            self._sb = open_workspace(self.backend, self.command_timeout, self.image)
+        refresh_inbox(self._sb, data.files)
+        self._commands = 0
+        years = sorted({y for _, _, y in data.cells})
+        products = sorted({p for p, _, _ in data.cells})
+        stores = [s["id"] for s in self.spec_data["stores"]]
+        return "\n".join([
+            f"Forecast year {data.year} (instance {slot.position + 1} of {len(self.schedule)}). "
+            "Workspace: /workspace (keep files here; /tmp is wiped after every command).",
+            f"New in {INBOX}/ (replaced every year):",
+            f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for {data.year - 1}, "
+            "in that store's own format",
+            f"  {INBOX}/catalog.csv - products on sale, with planned list prices {years[0]}-{years[-1]}",
+            f"  {INBOX}/request.json - the {len(data.cells)} cells to forecast",
+            f"Requested products: {' '.join(products)}; stores: {' '.join(stores)}; years: {years[0]}-{years[-1]} "
+            f"({len(data.cells)} cells)",
+            f"You have {self.max_commands} shell commands and {self.max_steps} steps for this year.",
+            self.action_grammar,
+        ])
+
+    def _parse_text(self, text: str) -> ToolCall:
+        stripped = text.strip()
+        if not stripped:
+            raise ActionError(f"empty action. {self.action_grammar}")
+        m = _SUBMIT.match(stripped)
+        if m:
+            rest = m.group(1).strip()
+            if rest.startswith(("{", "[", "```")):
+                obj = extract_json(rest)
+                if obj is None:
+                    raise ActionError(f"SUBMIT: the inline JSON does not parse. Expected {EXAMPLE}")
+                return ToolCall("submit", {"inline": obj})
+            return ToolCall("submit", {"path": rest.strip("`'\"") or "predictions.json"})
+        if stripped.startswith("{"):
+            obj = extract_json(stripped)
+            if isinstance(obj, dict) and "predictions" in obj:
+                return ToolCall("submit", {"inline": obj})
+        m = _BASH.match(stripped) or _FENCE.match(stripped)
+        command = m.group(1).strip() if m else stripped
+        if not command:
+            raise ActionError(f"empty shell command. {self.action_grammar}")
+        return ToolCall("bash", {"command": command})
+
+    def _act(self, call: ToolCall) -> Outcome:
+        if call.tool == "bash":
+            return self._run(call.arguments["command"])
+        if call.tool == "submit":
+            return self._submit(call.arguments)
+        raise ActionError(f"unknown tool {call.tool!r}; use bash or submit")
+
+    def _run(self, command: str) -> Outcome:
+        if self._commands >= self.max_commands:
+            raise ActionError(f"all {self.max_commands} shell commands of this year are used; SUBMIT your forecast")
+        self._commands += 1
+        res = self._sb.run(command)
+        status = f"exit code {res.exit_code}" if res.killed is None else f"killed: {res.killed}"
+        lines = [f"$ {command if len(command) <= 300 else command[:300] + ' ...'}",
+                 f"{status} | shell commands left: {self.max_commands - self._commands} | "
+                 f"steps left: {self.max_steps - self._step_count - 1}"]
+        if res.stdout:
+            lines += ["--- stdout ---", res.stdout.rstrip("\n")]
+        if res.stderr:
+            lines += ["--- stderr ---", res.stderr.rstrip("\n")]
+        if not res.stdout and not res.stderr:
+            lines.append("(no output)")
+        return Outcome("\n".join(lines))
+
+    def _submit(self, args: dict) -> Outcome:
+        if "inline" in args:
+            obj = args["inline"]
+        elif "predictions" in args:
+            obj = args["predictions"]
+        elif "path" in args:
+            obj = self._read_submission(args["path"])
+        else:
+            raise ActionError(f"submit needs a workspace `path` or inline `predictions`. {self.action_grammar}")
+        data: InstanceData = self._slot.instance.payload
+        preds = parse_predictions(obj, data.cells)
+        actual = {c: self.world.sales[c] for c in data.cells}
+        w = wape(preds, actual)
+        score = skill(w)
+        obs = (f"Forecast for {data.year}-{data.year + 4} accepted ({len(preds)} cells). WAPE {w:.4f}; "
+               f"score for forecast year {data.year} (1 - WAPE, floored at 0): {score:.4f}")
+        return Outcome(obs, done=True, reward=score, raw_metric=("wape", w), solved=w <= 0.2)
+
+    def _read_submission(self, path: str):
+        try:
+            raw = self._sb.read_file(path)
+        except (SandboxError, OSError) as exc:
+            raise ActionError(f"cannot read {path!r} from the workspace ({type(exc).__name__}: {exc}); "
+                              "give a path relative to /workspace") from None
+        if len(raw) > MAX_SUBMISSION_BYTES:
+            raise ActionError(f"{path} is larger than {MAX_SUBMISSION_BYTES} bytes")
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise ActionError(f"{path} is not valid JSON ({exc}); expected {EXAMPLE}") from None
+
+    def _on_budget_exhausted(self) -> Outcome:
+        return Outcome(f"Step budget of {self.max_steps} used up without an accepted forecast; this year scores 0.",
+                       done=True, reward=0.0, raw_metric=("wape", 1.0), solved=False)
+
+    def _on_invalid_cap(self) -> Outcome:
+        return Outcome(f"{self.max_invalid_repeats} invalid actions in a row; this year scores 0.",
+                       done=True, reward=0.0, raw_metric=("wape", 1.0), solved=False)
+
+    # ------------------------------------------------------------------ cleanup
+    def _close_workspace(self) -> None:
+        if self._sb is not None:
+            self._sb.close()
+            self._sb = None
+
+    def close(self):
+        self._close_workspace()
+        super().close()

@@ -1,0 +1,335 @@
+"""CodeRepair-v0 on the real tablib 3.5.0 / tenacity 8.2.3 sdists, in real sandboxes.
+
+Task data (diffs, hidden tests, issue texts), the sdists' hashes, the env contract (check_env,
+reward semantics, what is evaluated, ground truth out of reach), the scripted agents and the
+injected-bug check (FAIL_TO_PASS fail with the bug and pass with the reference fix,
+PASS_TO_PASS pass in both). The default run uses bubblewrap and checks one bug per repository;
+the full 19-bug checks and the r_max / r_reference recomputation are `slow` (opt-in: `-m slow`
+or CLBENCH_SLOW=1); the Docker variants are marked `docker` and skip with the reason when no
+engine answers or the images are not built (`clbench containers build --offline-base`).
+
+The sdists and test venvs live in the user's clbench cache (built once, e.g. by
+`clbench containers build`), not in the per-session cache of conftest.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import gymnasium as gym
+import platformdirs
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import clbench  # noqa: F401
+from clbench.agent import make_agent
+from clbench.agents.coderepair import issue_names
+from clbench.env import load_task_spec
+from clbench.envs.coderepair.checkout import agent_checkout, buggy_tree
+from clbench.envs.coderepair.evaluation import run_tests
+from clbench.envs.coderepair.issues import load_issue
+from clbench.envs.coderepair.patching import apply_diff, parse_diff, touched_files
+from clbench.envs.coderepair.sources import SourceError, pristine_tree, sha256_of, verify_sdist
+from clbench.runner import play_instance
+from clbench.sandbox.bwrap import bwrap_works
+from clbench.sandbox.select import docker_ready
+
+ENV = "clbench/CodeRepair-v0"
+SPEC = load_task_spec("coderepair")
+ISSUES = [i for block in SPEC["schedules"]["default"] for i in block["issues"]]
+#: the user's real cache, captured before conftest.py redirects XDG_CACHE_HOME for each test
+REAL_CACHE = os.environ.get("CLBENCH_CACHE_DIR") or platformdirs.user_cache_dir("clbench")
+SAMPLE = ["tablib-05", "tenacity-03"]
+
+
+@pytest.fixture(autouse=True)
+def _shared_cache(monkeypatch):
+    monkeypatch.setenv("CLBENCH_CACHE_DIR", REAL_CACHE)
+
+
+@pytest.fixture(autouse=True)
+def _slow_gate(request):
+    """`slow` tests take minutes: opt in with `-m slow` or CLBENCH_SLOW=1."""
+    if request.node.get_closest_marker("slow") and os.environ.get("CLBENCH_SLOW") != "1" \
+            and "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("slow: run with -m slow or CLBENCH_SLOW=1")
+
+
+def backend_or_skip(backend: str) -> str:
+    if backend == "docker":
+        images = [load_task_spec("coderepair")["repos"][r]["image"] for r in ("tablib", "tenacity")]
+        from clbench.sandbox import Runtime
+
+        for image in images:
+            ok, why = docker_ready(Runtime(image=image, build_hint="clbench containers build --offline-base"))
+            if not ok:
+                pytest.skip(f"docker: {why}")
+    elif not bwrap_works()[0]:
+        pytest.skip(f"bwrap: {bwrap_works()[1]}")
+    return backend
+
+
+@pytest.fixture(scope="module")
+def env():
+    backend_or_skip("bwrap")
+    os.environ["CLBENCH_CACHE_DIR"] = REAL_CACHE
+    e = gym.make(ENV, backend="bwrap").unwrapped
+    yield e
+    e.close()
+
+
+def play(env, agent, instance: str, stateless: bool = True) -> dict:
+    obs, info = env.reset(seed=0, options={"instance": instance, "stateless": stateless})
+    out = play_instance(env, agent, obs, info, [])
+    assert out["error"] is None, out["error"]
+    return out
+
+
+# ---------------------------------------------------------------------------------- task data
+def test_schedule_is_nine_tablib_then_ten_tenacity_issues():
+    blocks = SPEC["schedules"]["default"]
+    assert [(b["variant"], len(b["issues"])) for b in blocks] == [("tablib", 9), ("tenacity", 10)]
+    assert all(load_issue(i).repo == b["variant"] for b in blocks for i in b["issues"])
+
+
+def test_sdists_match_their_pinned_hashes(tmp_path):
+    for name, repo in SPEC["repos"].items():
+        tree = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
+        sdist = Path(REAL_CACHE) / "coderepair" / "sdists" / f"{repo['pypi']}-{repo['version']}.tar.gz"
+        assert sha256_of(sdist) == repo["sdist_sha256"]
+        assert (tree / repo["source_root"]).is_dir() and (tree / "tests").is_dir()
+    forged = tmp_path / "forged.tar.gz"
+    forged.write_bytes(sdist.read_bytes() + b"\0")
+    with pytest.raises(SourceError, match="does not match"):
+        verify_sdist(forged, SPEC["repos"]["tenacity"]["sdist_sha256"])
+
+
+@pytest.mark.parametrize("issue_id", ISSUES)
+def test_issue_data_is_consistent(issue_id, tmp_path):
+    issue = load_issue(issue_id)
+    repo = SPEC["repos"][issue.repo]
+    pristine = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
+    files = touched_files(issue.bug_diff)
+    assert files == touched_files(issue.fix_diff) and all(f.startswith(repo["source_root"] + "/") for f in files)
+    # the bug applies to the real source and the reference fix restores it exactly
+    tree = buggy_tree(pristine, issue.bug_diff, tmp_path / "tree")
+    assert all((tree / f).read_text() != (pristine / f).read_text() for f in files)
+    apply_diff(tree, issue.fix_diff)
+    assert all((tree / f).read_text() == (pristine / f).read_text() for f in files)
+    # hidden tests are cut from the agent's checkout, every other test stays
+    checkout = agent_checkout(pristine, issue.bug_diff, list(issue.fail_to_pass), tmp_path / "checkout")
+    for node in issue.fail_to_pass:
+        path, name = node.split("::")[0], node.split("::")[-1]
+        assert f"def {name}(" not in (checkout / path).read_text() and f"def {name}(" in (pristine / path).read_text()
+    for node in issue.pass_to_pass:
+        assert f"def {node.split('::')[-1]}(" in (checkout / node.split("::")[0]).read_text()
+    assert not set(issue.fail_to_pass) & set(issue.pass_to_pass) and issue.fail_to_pass
+    # the report describes symptoms, never the fix: no line the fix adds appears in it
+    added = [h for fp in parse_diff(issue.fix_diff) for hunk in fp.hunks
+             for h in hunk.new if h not in hunk.old and len(h.strip()) > 12]
+    assert not any(line.strip() in issue.text for line in added)
+    assert "```python" in issue.text and issue_names(issue.text)
+
+
+def test_same_repository_issues_touch_overlapping_modules():
+    for repo in ("tablib", "tenacity"):
+        touched = [f for i in ISSUES if load_issue(i).repo == repo for f in touched_files(load_issue(i).fix_diff)]
+        most = max(touched.count(f) for f in set(touched))
+        assert most >= 3, (repo, touched)
+
+
+# ---------------------------------------------------------------------------------- injected bugs
+def check_bug(issue_id: str, backend: str) -> None:
+    """FAIL_TO_PASS fail with the bug and pass with the fix; PASS_TO_PASS pass in both."""
+    from clbench.envs.coderepair.runtime import runtime_for
+    from clbench.sandbox import Limits, open_sandbox
+
+    issue = load_issue(issue_id)
+    repo = SPEC["repos"][issue.repo]
+    pristine = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
+    runtime = runtime_for(issue.repo, repo, SPEC["workdir"], backend)
+    ids = list(issue.fail_to_pass) + list(issue.pass_to_pass)
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, fixed in (("bug", False), ("fix", True)):
+            tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / label)
+            if fixed:
+                apply_diff(tree, issue.fix_diff)
+            with open_sandbox(tree, backend=backend, runtime=runtime, workdir=SPEC["workdir"],
+                              limits=Limits(timeout=300, memory_mb=3072)) as sb:
+                outcome = run_tests(sb, ids, timeout=300)
+            for node in issue.fail_to_pass:
+                assert outcome[node] == ("PASSED" if fixed else "FAILED"), (issue_id, label, node, outcome[node])
+            bad = {n: outcome[n] for n in issue.pass_to_pass if outcome[n] != "PASSED"}
+            assert not bad, (issue_id, label, bad)
+
+
+@pytest.mark.parametrize("issue_id", SAMPLE)
+def test_injected_bug_check_bwrap_sample(issue_id):
+    check_bug(issue_id, backend_or_skip("bwrap"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("issue_id", ISSUES)
+def test_injected_bug_check_bwrap_all(issue_id):
+    check_bug(issue_id, backend_or_skip("bwrap"))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("issue_id", SAMPLE)
+def test_injected_bug_check_docker_sample(issue_id):
+    check_bug(issue_id, backend_or_skip("docker"))
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("issue_id", ISSUES)
+def test_injected_bug_check_docker_all(issue_id):
+    check_bug(issue_id, backend_or_skip("docker"))
+
+
+# ---------------------------------------------------------------------------------- env contract
+def test_check_env(env):
+    check_env(env, skip_render_check=True)
+
+
+def test_first_observation_and_workspace(env):
+    obs, info = env.reset(seed=0)
+    assert info["instance_id"] == "tablib-01" and info["steps_left"] == 40
+    assert "Repository: jazzband/tablib" in obs and "blank lines" in obs and "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in obs
+    obs, reward, term, trunc, info = env.step("git log --oneline | wc -l; ls src/tablib/formats | head -3; pwd")
+    assert (reward, term, trunc) == (0.0, False, False)
+    assert "<returncode>0</returncode>" in obs and "\n1\n__init__.py\n_cli.py\n_csv.py\n/testbed\n" in obs
+    obs, *_ = env.step('{"tool": "bash", "arguments": {"command": "echo via-json"}}')
+    assert "via-json" in obs and "(steps left: 38)" in obs
+
+
+def test_hidden_tests_and_task_data_are_unreachable(env):
+    env.reset(seed=0, options={"instance": "tablib-05", "stateless": True})
+    hidden = load_issue("tablib-05").fail_to_pass[0].split("::")[-1]
+    obs, *_ = env.step(f"grep -rn {hidden} /testbed /tmp /opt /etc 2>/dev/null | wc -l; "
+                       "grep -rl 'fail_to_pass\\|CLBENCH_PATCH' / --include=*.yaml --include=*.diff 2>/dev/null | head; "
+                       "git -C /testbed log --all --format=%H | wc -l; echo end")
+    assert "\n0\n1\nend\n" in obs, obs
+
+
+def test_submit_without_a_fix_scores_zero(env):
+    env.reset(seed=0, options={"instance": "tenacity-03", "stateless": True})
+    obs, reward, term, trunc, info = env.step("submit")
+    assert term and reward == 0.0 and info["solved"] is False
+    assert info["raw_metric"] == {"name": "issue_regret", "value": 40.0}
+    assert "issue tests 0/1 pass" in obs
+
+
+def test_only_source_changes_count(env):
+    """A conftest that skips every test, or edited tests, cannot make a wrong fix pass."""
+    env.reset(seed=0, options={"instance": "tenacity-03", "stateless": True})
+    env.step("printf 'import pytest\\n\\n@pytest.fixture(autouse=True)\\ndef _s():\\n    pytest.skip()\\n'"
+             " > conftest.py && cp conftest.py tests/conftest.py")
+    obs, reward, term, _, info = env.step(f"echo {SPEC['submit_marker']}")
+    assert term and reward == 0.0
+    details = info["details"]
+    assert set(details["ignored_files"]) == {"conftest.py", "tests/conftest.py"} and details["changed_files"] == []
+
+
+def test_oracle_scores_one_in_one_step(env):
+    for issue_id in SAMPLE:
+        agent = make_agent("oracle", env)
+        out = play(env, agent, issue_id)
+        assert out["reward"] == 1.0 and out["steps"] == 1
+
+
+def test_reward_decreases_with_steps(env):
+    agent = make_agent("oracle", env)
+    obs, info = env.reset(seed=0, options={"instance": "tenacity-06", "stateless": True})
+    for _ in range(3):
+        env.step("ls tenacity > /dev/null")
+    obs, reward, term, _, info = env.step(agent.act(obs, info))
+    assert term and reward == pytest.approx(1 - 3 / 40) and info["raw_metric"]["value"] == 3
+
+
+def test_invalid_actions_and_budget(env):
+    env.reset(seed=0, options={"instance": "tenacity-01", "stateless": True})
+    obs, reward, term, trunc, info = env.step("   ")
+    assert "Invalid action: empty command" in obs and info["step"] == 1 and not term
+    obs, *_ = env.step('{"tool": "bash", "arguments": {"cmd": "ls"}}')
+    assert "Invalid action" in obs and "command" in obs
+    obs, *_ = env.step('{"tool": "rm_rf", "arguments": {}}')
+    assert "unknown tool" in obs
+    env.reset(seed=0, options={"instance": "tenacity-01", "stateless": True})
+    for k in range(40):
+        obs, reward, term, trunc, info = env.step("true")
+        if trunc:
+            break
+    assert (k, reward, term, trunc) == (39, 0.0, False, True) and "Step budget of 40" in obs
+
+
+def test_same_actions_same_observations(env):
+    commands = ["ls -la src/tablib | awk '{print $1, $NF}'", "git log --format='%an %ad %s'", "id -un"]
+    seen = []
+    for _ in range(2):
+        env.reset(seed=3)
+        seen.append([env.step(c)[0] for c in commands])
+    assert seen[0] == seen[1] and "clbench" in seen[0][1]
+
+
+# ---------------------------------------------------------------------------------- agents
+def test_reference_stateless_needs_nine_steps(env):
+    out = play(env, make_agent("reference", env), "tablib-06")
+    assert out["reward"] == pytest.approx(SPEC["r_reference"]) == pytest.approx(1 - 8 / 40)
+    assert out["steps"] == 9
+
+
+def test_reference_stateful_needs_fewer_steps_on_the_same_repository(env):
+    agent = make_agent("reference", env)
+    rewards = []
+    for issue_id in ("tenacity-01", "tenacity-04"):
+        out = play(env, agent, issue_id, stateless=False)
+        rewards.append(out["reward"])
+    assert rewards[0] == pytest.approx(0.8) and rewards[1] >= 0.9, rewards
+    state = agent.state_dict()
+    assert "python -m pytest" in state["memory"]["tenacity"]["test_command"]
+    assert state["memory"]["tenacity"]["symbols"]["wait_exponential"] == "tenacity/wait.py"
+
+
+@pytest.mark.slow
+def test_r_max_and_r_reference_recomputed():
+    from clbench.commands.calibrate import stateless_mean
+
+    backend_or_skip("bwrap")
+    kwargs = {"backend": "bwrap"}
+    assert stateless_mean(ENV, "oracle", kwargs) == pytest.approx(SPEC["r_max"], abs=1e-6)
+    assert stateless_mean(ENV, "reference", kwargs) == pytest.approx(SPEC["r_reference"], abs=1e-6)
+
+
+@pytest.mark.docker
+def test_oracle_under_docker():
+    backend_or_skip("docker")
+    env = gym.make(ENV, backend="docker").unwrapped
+    try:
+        assert env.backend == "docker"
+        for issue_id in SAMPLE:
+            out = play(env, make_agent("oracle", env), issue_id)
+            assert out["reward"] == 1.0 and out["steps"] == 1
+        obs, *_ = env.reset(seed=0, options={"instance": "tablib-01", "stateless": True})
+        obs, *_ = env.step("timeout 3 bash -c 'echo > /dev/tcp/pypi.org/443' 2>&1; id -u; ls /root 2>&1 | head -1")
+        assert "1000" in obs and ("Permission denied" in obs or obs.count("\n") > 3)
+    finally:
+        env.close()
+
+
+def test_evaluation_ignores_links_and_large_files(tmp_path):
+    """Host-side overlay never follows an agent's symlink into the host."""
+    from clbench.sandbox.base import FileChange
+    from clbench.envs.coderepair.checkout import overlay
+
+    tree = tmp_path / "t"
+    (tree / "tenacity").mkdir(parents=True)
+    changes = [FileChange("tenacity/evil.py", "added", None, is_link=True),
+               FileChange("tenacity/ok.py", "added", b"X = 1\n"),
+               FileChange("setup.py", "modified", b"boom")]
+    applied, ignored = overlay(tree, changes, "tenacity")
+    assert applied == ["tenacity/ok.py"] and ignored == ["tenacity/evil.py", "setup.py"]
+    assert not (tree / "tenacity" / "evil.py").exists() and not (tree / "setup.py").exists()
+    assert re.fullmatch(r"X = 1\n", (tree / "tenacity" / "ok.py").read_text())

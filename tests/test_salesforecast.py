@@ -1,0 +1,273 @@
+"""SalesForecast-v0: env contract, sandboxed workspace, submissions, scoring, agents, must-show numbers.
+
+Every test runs real commands in the real sandbox (bubblewrap here; whatever "auto" picks).
+"""
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import clbench  # noqa: F401
+from clbench.agent import make_agent
+from clbench.commands.calibrate import stateless_mean
+from clbench.envs.salesforecast.generator import generate_world, make_instance
+from clbench.envs.salesforecast.scoring import skill, wape
+from clbench.envs.salesforecast.workspace import host_python_runtime
+from clbench.rollout import run
+from clbench.runcard import validate_run_card
+from clbench.runner import RunConfig, play_instance
+from clbench.sandbox import SandboxUnavailable, choose_backend
+
+ENV = "clbench/SalesForecast-v0"
+
+
+def _no_sandbox() -> str:
+    try:
+        choose_backend("auto", host_python_runtime())
+        return ""
+    except SandboxUnavailable as exc:
+        return str(exc)
+
+
+pytestmark = pytest.mark.skipif(bool(_no_sandbox()), reason=f"no sandbox backend: {_no_sandbox()}")
+
+
+@pytest.fixture
+def env():
+    e = gym.make(ENV)
+    yield e
+    e.close()
+
+
+def _cells(env):
+    return env.unwrapped.slot.instance.payload.cells
+
+
+def _play(env, agent, obs, info) -> tuple[float, list[str]]:
+    """Play one instance with `agent`; its reward and the observations after each step."""
+    traj: list[dict] = []
+    out = play_instance(env, agent, obs, info, traj)
+    assert out["error"] is None, out["error"]
+    return out["reward"], [ev["observation"] for ev in traj if ev["event"] == "step"]
+
+
+def _submit(values: dict) -> str:
+    return "SUBMIT " + json.dumps({"predictions": [
+        {"product_id": p, "store": s, "year": y, "units": u} for (p, s, y), u in values.items()]})
+
+
+def test_check_env_and_spec_card():
+    base = gym.make(ENV).unwrapped
+    check_env(base)
+    base.close()
+    card = gym.make("clbench:clbench/SalesForecast-v0").unwrapped.spec_card
+    assert card.instances == 12 and [v["instances"] for v in card.variants] == [4, 4, 4]
+    assert "WAPE" in card.reward and card.max_steps == 21
+    assert {t["function"]["name"] for t in card.tools} == {"bash", "submit"}
+    assert type(base).resumable is False  # the workspace cannot be rebuilt from a slot
+
+
+def test_instances_ask_75_cells_beyond_the_visible_export():
+    base = gym.make(ENV).unwrapped
+    world, seen_layouts = base.world, set()
+    assert len(world.launched(2034)) == 20 and len(world.launched(2035)) == 24
+    for slot in base.schedule.order(0):
+        data = slot.instance.payload
+        assert len(data.cells) == 75 == len(set(data.cells))
+        assert {s for _, s, _ in data.cells} == {"SF", "NY", "CHI"}
+        assert {y for _, _, y in data.cells} == set(range(data.year, data.year + 5))
+        export = data.export
+        seen_layouts.add(data.store["layout"])
+        listed = set(data.listed)
+        assert len(listed) == round(0.7 * len(world.launched(data.year - 1))) and len(data.files[export]) > 500
+        requested = {p for p, _, _ in data.cells}
+        assert len(requested) == 5 and len(requested - listed) >= 2, slot.instance_id
+        assert str(data.year - 1) in export
+        if slot.variant == "new-lines":
+            assert any(world.products[int(p[1:]) - 1].launch_year == 2035 for p in requested)
+    assert len(seen_layouts) == 3  # the visible store rotates through all three
+
+
+def test_exports_differ_by_store_and_variant():
+    base = gym.make(ENV).unwrapped
+    spec = base.spec_data
+    headers = {}
+    for year, variant in ((2027, spec["schedules"]["default"][0]), (2028, spec["schedules"]["default"][0]),
+                          (2029, spec["schedules"]["default"][0]), (2030, spec["schedules"]["default"][1])):
+        data = make_instance(base.world, year, variant)
+        export = data.export
+        text = data.files[export]
+        headers[year] = text.splitlines()[0] if export.endswith(".csv") else sorted(json.loads(text.splitlines()[0]))
+    assert headers[2027][:4] == "sku," and "weather_index" in headers[2027]
+    assert headers[2028].startswith("Item,Retail Price ($),Units Q1") and "Marketing Spend ($)" in headers[2028]
+    assert "productRef" in headers[2029] and "weatherIndex" in headers[2029]
+    assert "foot_traffic" in headers[2030] and "weather_index" not in headers[2030]
+
+
+def test_world_is_seeded_and_prices_change_in_2031():
+    spec = gym.make(ENV).unwrapped.spec_data
+    a, b = generate_world(spec), generate_world(spec)
+    assert a.sales == b.sales and a.expected == b.expected
+    changed = [p for p in a.products if a.prices[(p.product_id, 2030)] != a.prices[(p.product_id, 2031)]]
+    assert 4 <= len(changed) <= 16
+    assert all(a.prices[(p.product_id, 2031)] == a.prices[(p.product_id, 2038)] for p in a.products)
+    nordic = [p.product_id for p in a.products if p.collection == "Nordic" and p.launch_year == 2020][0]
+    ratio = a.expected[(nordic, "NY", 2030)] / a.expected[(nordic, "NY", 2029)]
+    assert ratio == pytest.approx(spec["collections"]["Nordic"])
+
+
+def test_sandbox_hides_ground_truth_and_network(env):
+    obs, info = env.reset(seed=0)
+    assert "Requested products:" in obs and "2026" in obs
+    listing = env.step("ls -R")[0]
+    assert listing.count(".csv") + listing.count(".json") == 3 and "2027" not in listing.split("inbox:")[1]
+    for probe in ("python3 -c 'import clbench'", "ls /work", "cat /etc/shadow",
+                  "find / -path /proc -prune -o -name '*.yaml' -print 2>/dev/null | grep -i salesforecast",
+                  "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)\""):
+        obs, *_ = env.step(probe)
+        assert "exit code 0" not in obs, probe
+    obs, *_ = env.step("python3 -c 'import numpy, scipy, sklearn, pandas; print(\"libs ok\")'")
+    assert "exit code 0" in obs and "libs ok" in obs
+
+
+def test_workspace_persists_stateful_and_is_fresh_stateless(env):
+    env.reset(seed=0)
+    env.step("mkdir -p notes && echo remembered > notes/a.txt && cp inbox/sf_sales_2026.csv notes/")
+    env.step(_submit({c: 1 for c in _cells(env)}))
+    env.reset()
+    obs, *_ = env.step("cat notes/a.txt; ls inbox notes")
+    assert "remembered" in obs and "NY_2027_report.csv" in obs and "sf_sales_2026.csv" in obs
+    assert "inbox:\nNY_2027_report.csv\ncatalog.csv\nrequest.json" in obs  # last year's export left inbox/
+    env.reset(options={"instance": "fy2029", "stateless": True})
+    obs, *_ = env.step("ls; cat notes/a.txt")
+    assert "remembered" not in obs and "No such file" in obs
+
+
+def test_reward_is_floored_wape_skill(env):
+    env.reset(seed=0)
+    world = env.unwrapped.world
+    actual = {c: world.sales[c] for c in _cells(env)}
+    half = {c: a / 2 for c, a in actual.items()}
+    obs, r, term, trunc, info = env.step(_submit(half))
+    assert term and not trunc and r == pytest.approx(0.5) and info["raw_metric"]["name"] == "wape"
+    assert info["raw_metric"]["value"] == pytest.approx(0.5) and not info["solved"]
+    env.reset()
+    actual = {c: world.sales[c] for c in _cells(env)}
+    obs, r, term, trunc, info = env.step(_submit(actual))
+    assert r == pytest.approx(1.0) and info["solved"] and "score for forecast year 2028" in obs
+    env.reset()
+    wild = {c: 1e6 for c in _cells(env)}
+    obs, r, *_ , info = env.step(_submit(wild))
+    assert r == 0.0 and info["raw_metric"]["value"] > 100  # floored reward, raw WAPE kept
+    assert wape({("a", "b", 1): 3.0}, {("a", "b", 1): 4}) == pytest.approx(0.25) and skill(1.5) == 0.0
+
+
+def test_malformed_submissions_explain_and_allow_resubmission(env):
+    env.reset(seed=0)
+    cells = _cells(env)
+    obs, r, term, trunc, info = env.step(_submit({c: 5.0 for c in cells[:70]}))
+    assert "Invalid action" in obs and "5 missing" in obs and not term and info["steps_left"] == 20
+    obs, *_ = env.step(_submit({**{c: 5.0 for c in cells[1:]}, cells[0]: -1.0}))
+    assert "units must be a finite number >= 0" in obs
+    assert "exit code 0" in env.step("ls")[0]  # a valid action resets the invalid streak
+    assert "cannot read" in env.step("SUBMIT ../../etc/passwd")[0]
+    assert "cannot read 'predictions.json'" in env.step("SUBMIT")[0]
+    obs, r, term, trunc, info = env.step("SUBMIT {garbage")  # third invalid in a row: the year scores 0
+    assert term and r == 0.0 and "does not parse" in obs and "3 invalid actions" in obs
+    env.reset()
+    env.step("echo '{\"predictions\": [1, 2]}' > bad.json")
+    assert "prediction 0 is not an object" in env.step("SUBMIT bad.json")[0]
+    good = [{"product_id": p, "store": s, "year": y, "units": 3} for p, s, y in _cells(env)]
+    obs, *_ = env.step(json.dumps({"tool": "bash", "arguments": {"command": f"echo '{json.dumps(good)}' > p.json"}}))
+    assert "exit code 0" in obs
+    obs, r, term, trunc, info = env.step(json.dumps({"tool": "submit", "arguments": {"path": "p.json"}}))
+    assert term and 0 < r < 1 and info["step"] == 4
+
+
+def test_command_grammar_budget_and_timeout():
+    env = gym.make(ENV, schedule="short", command_timeout=1)
+    env.reset(seed=0)
+    assert "hi" in env.step("bash: echo hi")[0]
+    assert "fenced" in env.step("```bash\necho fenced\n```")[0]
+    obs, *_ = env.step("sleep 5")
+    assert "killed: timed out after 1 s" in obs
+    assert "exit code 0" in env.step("true")[0]
+    for _ in range(15):
+        env.step("true")
+    obs, r, term, trunc, info = env.step("true")
+    assert "shell commands left: 0" in obs
+    obs, r, term, trunc, info = env.step("true")
+    assert "all 20 shell commands" in obs and not term and info["steps_left"] == 0 and trunc and r == 0.0
+    env.close()
+
+
+def test_oracle_scores_r_max_and_stateless_reference_has_headroom(env):
+    base = env.unwrapped
+    assert stateless_mean(ENV, "oracle") == pytest.approx(base.r_max, abs=1e-6)
+    assert base.r_reference < 0.8 * base.r_max
+    obs, info = env.reset(seed=0, options={"instance": "fy2031", "stateless": True})
+    r, seen = _play(env, make_agent("reference", env, seed=0), obs, info)
+    assert r < base.r_max - 0.2 and "panel rows 14, store-years 1" in seen[1]
+
+
+@pytest.mark.slow
+def test_reference_scores_r_reference():
+    assert stateless_mean(ENV, "reference") == pytest.approx(gym.make(ENV).unwrapped.r_reference, abs=1e-6)
+
+
+def test_reference_learns_from_its_panel(env):
+    """Stateful, the panel file in the workspace grows and the forecast beats the stateless one."""
+    agent = make_agent("reference", env, seed=0)
+    obs, info = env.reset(seed=0)
+    log = []
+    for pos in range(4):
+        if pos:
+            obs, info = env.reset()
+        log += _play(env, agent, obs, info)[1]
+    env.reset()
+    assert "store-years 4" in log[-2] and "57 panel.csv" in env.step("wc -l panel.csv")[0]  # 4 x 14 rows
+    scores = [float(o.rsplit(": ", 1)[1]) for o in log if o.startswith("Forecast for")]
+    assert len(scores) == 4 and np.mean(scores[1:]) > env.unwrapped.r_reference + 0.1
+
+
+def test_same_seed_same_actions_same_observations():
+    logs = []
+    for _ in range(2):
+        env = gym.make(ENV)
+        oracle = make_agent("oracle", env)
+        obs, info = env.reset(seed=3)
+        log = [obs]
+        for pos in range(3):
+            if pos:
+                log.append(env.reset()[0])
+            log.append(env.step("head -3 inbox/*.csv; tail -c 300 inbox/request.json")[0])
+            log.append(env.step(oracle.act(log[-2], info))[:2])
+        logs.append(log)
+        env.close()
+    assert logs[0] == logs[1] and logs[0][2] != logs[0][5]
+
+
+def test_random_agent_is_a_floor():
+    env = gym.make(ENV, schedule="short", command_timeout=5)
+    agent = make_agent("random", env, seed=1)
+    rewards = [_play(env, agent, *env.reset(seed=0))[0], _play(env, agent, *env.reset())[0]]
+    env.close()
+    assert np.mean(rewards) < 0.3
+
+
+@pytest.mark.slow
+def test_must_show_reference_rollout(tmp_path):
+    out = tmp_path / "sf"
+    card = run(RunConfig(ENV, "reference", str(out), rollouts=5, workers=2), say=lambda m: None)
+    validate_run_card(out / "run_card.json")
+    t = card["tasks"]["salesforecast/reference"]
+    assert t["normalized_gain"]["mean"] >= 0.3
+    assert t["normalized_gain"]["ci"][0] > 0
+    assert t["mean_reward_stateless"] < 0.8 * t["r_max"]
+    # the panel fills in: every later variant's stateful mean beats the first one's
+    means = [v["mean_reward_stateful"] for v in t["per_variant"]]
+    assert means == sorted(means)

@@ -1,0 +1,252 @@
+"""clbench.sandbox against real bubblewrap and a real Docker engine, with hostile commands.
+
+Every backend test runs for bwrap and for docker; the docker variants are marked `docker` and
+skip with the reason when no engine answers or no test image is built. Hostile commands: fork
+bomb, infinite loop, output flood, memory hog, writes outside the workspace, network access,
+reading host files and the CodeRepair task data (hidden tests, fixes). Each must be contained
+with a clear message, and the next command must work.
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from clbench.sandbox import Limits, Runtime, SandboxError, SandboxUnavailable, choose_backend, open_sandbox
+from clbench.sandbox.base import MiB, OutputCapture
+from clbench.sandbox.bwrap import bwrap_works
+from clbench.sandbox.docker_backend import engine_status, image_exists
+
+#: images made by `clbench containers build --offline-base`; any one serves these tests
+DOCKER_IMAGES = ["clbench/coderepair-tenacity:8.2.3", "clbench/coderepair-tablib:3.5.0",
+                 "clbench/offline-base:bookworm"]
+TASK_DATA = Path(__file__).resolve().parents[1] / "tasks" / "coderepair"
+
+
+def _docker_image() -> str | None:
+    if not engine_status()[0]:
+        return None
+    return next((img for img in DOCKER_IMAGES if image_exists(img)), None)
+
+
+def _runtime(backend: str) -> Runtime:
+    if backend == "docker":
+        image = _docker_image()
+        if image is None:
+            why = engine_status()[1] or "no test image; run `clbench containers build --offline-base`"
+            pytest.skip(f"docker: {why}")
+        return Runtime(image=image, build_hint="clbench containers build --offline-base")
+    ok, why = bwrap_works()
+    if not ok:
+        pytest.skip(f"bwrap: {why}")
+    return Runtime()
+
+
+BACKENDS = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
+
+
+@pytest.fixture(params=BACKENDS)
+def sandbox(request, tmp_path):
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "mod.py").write_text("VALUE = 1\n")
+    (src / "README").write_text("hello\n")
+    sb = open_sandbox(src, backend=request.param, runtime=_runtime(request.param), workdir="/testbed",
+                      limits=Limits(timeout=4, memory_mb=512, processes=64, file_size_mb=8))
+    yield sb
+    sb.close()
+
+
+def still_works(sb) -> None:
+    res = sb.run("echo ok && cat pkg/mod.py")
+    assert res.ok and res.stdout == "ok\nVALUE = 1\n", res.output()
+
+
+# ---------------------------------------------------------------------------------- basics
+def test_run_reports_code_streams_and_cwd(sandbox):
+    res = sandbox.run("pwd; echo out; echo err >&2; exit 3")
+    assert (res.exit_code, res.stdout, res.stderr, res.killed) == (3, "/testbed\nout\n", "err\n", None)
+    assert not res.ok
+
+
+def test_shell_state_does_not_persist_but_files_do(sandbox, tmp_path):
+    marker = f"clbench-{tmp_path.name}"
+    assert sandbox.run(f"cd /tmp && export X=1 && echo data > /testbed/new.txt && echo tmp > /tmp/{marker}").ok
+    res = sandbox.run(f'pwd; echo "X=${{X:-unset}}"; cat new.txt /tmp/{marker}')
+    assert res.stdout == "/testbed\nX=unset\ndata\ntmp\n"
+    assert not Path("/tmp", marker).exists()  # the sandbox's /tmp is its own
+
+
+def test_read_write_changes_and_diff(sandbox):
+    sandbox.write_file("pkg/mod.py", "VALUE = 2\n")
+    sandbox.write_file("/testbed/pkg/extra.py", "X = 1\n")
+    assert sandbox.run("rm README && python3 -c 1 2>/dev/null; cat pkg/mod.py").stdout == "VALUE = 2\n"
+    assert sandbox.read_file("pkg/extra.py") == b"X = 1\n"
+    kinds = {c.path: c.kind for c in sandbox.changes()}
+    assert kinds == {"README": "deleted", "pkg/extra.py": "added", "pkg/mod.py": "modified"}
+    diff = sandbox.diff()
+    assert "-VALUE = 1\n+VALUE = 2\n" in diff and "+++ b/pkg/extra.py" in diff
+
+
+def test_paths_outside_the_workspace_are_refused(sandbox):
+    with pytest.raises(SandboxError):
+        sandbox.read_file("/etc/passwd")
+    with pytest.raises(SandboxError):
+        sandbox.read_file("../../etc/passwd")
+    assert sandbox.run("ln -s /etc/shadow leak && ln -s /root/.bashrc leak2").ok
+    with pytest.raises(SandboxError):
+        sandbox.read_file("leak")
+    diff = sandbox.diff()
+    assert "root:" not in diff and "leak" in diff  # links are reported, never followed on the host
+
+
+# ---------------------------------------------------------------------------------- hostile commands
+def test_infinite_loop_is_killed_at_the_time_limit(sandbox):
+    start = time.monotonic()
+    res = sandbox.run("while true; do :; done")
+    assert res.timed_out and res.exit_code is None and "timed out after 4 s" in res.output()
+    assert time.monotonic() - start < 15
+    still_works(sandbox)
+
+
+def test_background_processes_do_not_outlive_their_command(sandbox):
+    sandbox.run("(sleep 300; echo late > late.txt) > /dev/null 2>&1 &")
+    res = sandbox.run("ps -eo args 2>/dev/null | grep -c 'sleep 30[0]' || true")
+    assert res.stdout.strip() in ("0", ""), res.output()
+    still_works(sandbox)
+
+
+def test_fork_bomb_is_contained(sandbox):
+    start = time.monotonic()
+    res = sandbox.run(":(){ :|:& };: ; sleep 2; echo after-bomb", timeout=6)
+    assert time.monotonic() - start < 20
+    assert res.killed or "Resource temporarily unavailable" in res.output() or "after-bomb" in res.stdout
+    still_works(sandbox)
+    assert int(sandbox.run("ps -e --no-headers | wc -l").stdout) < 10  # nothing of the bomb is left
+
+
+def test_output_flood_is_cut_and_killed(sandbox):
+    res = sandbox.run("yes clbench", timeout=20)
+    assert res.exit_code is None and "output exceeded 4 MB" in res.killed and res.truncated
+    assert "output truncated" in res.stdout and len(res.stdout) < 25_000
+    still_works(sandbox)
+
+
+def test_memory_hog_is_stopped(sandbox):
+    res = sandbox.run("python3 -c 'x = bytearray(2 * 1024 ** 3); print(len(x))'", timeout=20)
+    assert "2147483648" not in res.stdout
+    assert res.exit_code != 0 or res.killed
+    still_works(sandbox)
+
+
+def test_large_files_are_refused(sandbox):
+    res = sandbox.run("head -c 20000000 /dev/zero > big.bin; echo rc=$?; stat -c %s big.bin")
+    assert "rc=0" not in res.stdout and int(res.stdout.split()[-1]) <= 8 * MiB
+    still_works(sandbox)
+
+
+def test_writing_outside_the_workspace_fails(sandbox, tmp_path):
+    target = tmp_path / "escaped.txt"
+    res = sandbox.run(f"for p in /usr/x /etc/x /x {target} /root/x; do echo pwn > $p; done 2>&1; echo done")
+    assert res.stdout.count("Permission denied") + res.stdout.count("Read-only file system") \
+        + res.stdout.count("No such file or directory") >= 5, res.output()
+    assert not target.exists() and not Path("/usr/x").exists() and not Path("/x").exists()
+    still_works(sandbox)
+
+
+def test_network_is_unreachable(sandbox):
+    res = sandbox.run("timeout 3 bash -c 'echo > /dev/tcp/pypi.org/443' 2>&1; echo rc=$?; "
+                      "timeout 3 bash -c 'echo > /dev/tcp/151.101.0.223/443' 2>&1; echo rc=$?")
+    assert res.stdout.count("rc=0") == 0, res.output()
+    assert "Network is unreachable" in res.stdout or "Cannot assign" in res.stdout, res.output()
+    still_works(sandbox)
+
+
+def test_host_files_and_task_data_are_not_readable(sandbox):
+    assert TASK_DATA.is_dir()
+    probe = " ".join([str(TASK_DATA), str(Path.home()), "/work", "/etc/shadow", "/root/.bash_history"])
+    res = sandbox.run(f"for p in {probe}; do ls $p 2>&1 | head -3; done; "
+                      "grep -rls fail_to_pass / --include=*.yaml 2>/dev/null | head -3; echo scanned")
+    assert "meta.yaml" not in res.stdout and "fix.diff" not in res.stdout and "bug.diff" not in res.stdout
+    assert "fail_to_pass" not in res.stdout.replace("grep -rls fail_to_pass", "")
+    assert res.stdout.rstrip().endswith("scanned")
+    still_works(sandbox)
+
+
+# ---------------------------------------------------------------------------------- bwrap specifics
+def test_bwrap_runtime_binds_and_hides(tmp_path):
+    if not bwrap_works()[0]:
+        pytest.skip(f"bwrap: {bwrap_works()[1]}")
+    tool = tmp_path / "tool"
+    (tool / "secret").mkdir(parents=True)
+    (tool / "bin").mkdir()
+    (tool / "bin" / "hello").write_text("#!/bin/sh\necho hello from the runtime\n")
+    (tool / "bin" / "hello").chmod(0o755)
+    (tool / "secret" / "key").write_text("s3cret")
+    tool.chmod(0o755)
+    runtime = Runtime(binds=((str(tool), "/opt/tool"),), hide=("/opt/tool/secret",),
+                      env=(("PATH", "/opt/tool/bin:/usr/bin:/bin"),))
+    src = tmp_path / "src"
+    src.mkdir()
+    with open_sandbox(src, backend="bwrap", runtime=runtime, workdir="/work/repo") as sb:
+        res = sb.run("hello; ls /opt/tool/secret | wc -l; touch /opt/tool/x 2>&1; id -un")
+        assert res.stdout.splitlines()[:2] == ["hello from the runtime", "0"]
+        assert "Read-only file system" in res.stdout
+        if os.geteuid() == 0:
+            assert res.stdout.strip().endswith("sandbox")  # root drops to an unprivileged uid
+
+
+# ---------------------------------------------------------------------------------- selection and helpers
+def test_auto_never_picks_unsafe_local_and_unsafe_warns(tmp_path):
+    assert choose_backend("auto", Runtime()) in ("bwrap", "docker")
+    with pytest.raises(SandboxError, match="unknown sandbox backend"):
+        choose_backend("chroot")
+    src = tmp_path / "src"
+    src.mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with open_sandbox(src, backend="unsafe-local", limits=Limits(timeout=3)) as sb:
+            res = sb.run("echo $WORKSPACE")
+            assert res.stdout.strip() == str(sb.host_workspace)
+            assert sb.run("sleep 30").timed_out
+    assert any("WITHOUT isolation" in str(w.message) for w in caught)
+
+
+@pytest.mark.docker
+def test_missing_image_names_the_build_command(tmp_path):
+    if not engine_status()[0]:
+        pytest.skip(f"docker: {engine_status()[1]}")
+    with pytest.raises(SandboxUnavailable, match="clbench containers build"):
+        open_sandbox(tmp_path, backend="docker",
+                     runtime=Runtime(image="clbench/does-not-exist:0", build_hint="clbench containers build"))
+
+
+def test_output_capture_keeps_head_and_tail():
+    cap = OutputCapture(limit=20, kill_bytes=1000)
+    assert cap.feed(b"a" * 10 + b"b" * 30)
+    assert cap.feed(b"c" * 10)
+    text, cut = cap.text()
+    assert cut and text.startswith("a" * 10) and text.endswith("c" * 10) and "30 bytes omitted" in text
+    small = OutputCapture(limit=20, kill_bytes=1000)
+    small.feed(b"x" * 20)
+    assert small.text() == ("x" * 20, False)
+    assert not OutputCapture(limit=20, kill_bytes=5).feed(b"123456")
+
+
+@pytest.mark.docker
+def test_docker_workspace_can_start_from_the_image():
+    if _docker_image() is None or not image_exists("clbench/offline-base:bookworm"):
+        pytest.skip("docker: needs the offline base image (`clbench containers build --offline-base`)")
+    with open_sandbox(None, backend="docker", runtime=Runtime(image="clbench/offline-base:bookworm"),
+                      workdir="/etc/apt") as sb:
+        assert "sources.list" in sb.run("ls").stdout and sb.changes() == []
+        sb.run("echo '# local' >> sources.list")
+        assert [(c.path, c.kind) for c in sb.changes()] == [("sources.list", "modified")]
+
+
+def test_host_backends_need_a_source_folder():
+    with pytest.raises(SandboxError, match="starts from a folder"):
+        open_sandbox(None, backend="bwrap")
