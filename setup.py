@@ -1,4 +1,4 @@
-"""Maps the top-level envs/, agents/ and tasks/ folders into the clbench namespace.
+"""Maps the top-level envs/, agents/, tasks/ and containers/ folders into the clbench namespace.
 
 The folders sit at the repository root (see DESIGN.md) but install as clbench.envs,
 clbench.agents and clbench.tasks, so no top-level `envs`/`agents`/`tasks` lands in
@@ -6,7 +6,8 @@ site-packages. Subpackages are found automatically: adding a domain needs no edi
 """
 from setuptools import find_packages, setup
 
-MAPPED = {"clbench": "clbench", "clbench.envs": "envs", "clbench.agents": "agents", "clbench.tasks": "tasks"}
+MAPPED = {"clbench": "clbench", "clbench.envs": "envs", "clbench.agents": "agents", "clbench.tasks": "tasks",
+          "clbench.containers": "containers"}
 
 
 def _packages():
@@ -30,6 +31,7 @@ setup(
     package_dir=_package_dir(),
     package_data={
         "clbench": ["schemas/*.json", "data/*.yaml"],
+        "clbench.containers": ["*.sh", "*/Dockerfile"],
         "clbench.tasks": ["*/*.yaml", "*/*.json", "*/*/*.yaml", "*/*/*.json", "*/*/*.diff", "*/*/*.md"],
     },
     include_package_data=True,

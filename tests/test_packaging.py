@@ -18,7 +18,9 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
     top = {n.split("/")[0] for n in names}
     assert top <= {"clbench", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     for needed in ("clbench/envs/spectrum/spectrum_monitor.py", "clbench/agents/spectrum.py",
-                   "clbench/tasks/spectrum/default.yaml", "clbench/schemas/run_card.schema.json"):
+                   "clbench/tasks/spectrum/default.yaml", "clbench/schemas/run_card.schema.json",
+                   "clbench/containers/tablib/Dockerfile", "clbench/containers/make-offline-base.sh",
+                   "clbench/tasks/coderepair/tablib-01/bug.diff", "clbench/data/prices.yaml"):
         assert needed in names
 
     # a fresh venv that borrows the already-installed dependencies but not clbench's source tree
@@ -32,6 +34,7 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1.0"
-    cli = subprocess.run([str(env_dir / "bin" / "clbench"), "list", "--ids-only"], capture_output=True, text=True,
-                         cwd=tmp_path)
-    assert cli.returncode == 0 and "clbench/SpectrumMonitor-v0" in cli.stdout
+    # every env builds from the installed package data alone (task specs, questions, issue diffs)
+    cli = subprocess.run([str(env_dir / "bin" / "clbench"), "list"], capture_output=True, text=True, cwd=tmp_path)
+    assert cli.returncode == 0, cli.stderr
+    assert "unavailable" not in cli.stdout and cli.stdout.count("| clbench/") >= 7

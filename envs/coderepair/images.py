@@ -31,10 +31,12 @@ class BuildError(RuntimeError):
 
 
 def containers_dir() -> Path:
-    """containers/ of the source tree (Dockerfiles and scripts ship with the repository)."""
-    path = Path(__file__).resolve().parents[2] / "containers"
+    """The Dockerfiles and scripts, shipped as package data of clbench.containers."""
+    import clbench.containers
+
+    path = Path(clbench.containers.__file__).resolve().parent
     if not (path / "make-offline-base.sh").is_file():
-        raise BuildError(f"containers/ not found next to the package ({path}); run from a clbench source checkout")
+        raise BuildError(f"containers/ is incomplete at {path}; reinstall clbench")
     return path
 
 
