@@ -68,7 +68,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/CodeRepair-v0"
-    task = "CodeRepair"
+    task = "coderepair"
     domain = "coderepair"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from the same two "
