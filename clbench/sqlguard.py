@@ -9,6 +9,7 @@ SUMMARIZE, FROM ...) are accepted. Each query runs under a wall-clock limit enfo
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -64,6 +65,18 @@ def connect_readonly(path: str, memory_limit: str = "1GB") -> duckdb.DuckDBPyCon
         return con.cursor()
 
 
+@contextlib.contextmanager
+def time_limit(con: duckdb.DuckDBPyConnection, timeout: float):
+    """Interrupt `con`'s running query once `timeout` seconds have passed (DuckDB then raises
+    InterruptException inside the with-block)."""
+    timer = threading.Timer(timeout, con.interrupt)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def check_readonly(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Raise QueryRejected unless `sql` is exactly one SELECT-type statement."""
     if not sql.strip():
@@ -105,19 +118,18 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float = 10.0,
         check_readonly(con, sql)
     except QueryRejected as exc:
         return QueryResult(False, f"Rejected: {exc}", [], [], 0, 0.0, error=str(exc))
-    timer = threading.Timer(timeout, con.interrupt)
-    timer.start()
     try:
-        cur = con.execute(sql)
-        columns = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchmany(max_rows + 1)
-        total = len(rows)
-        more = False
-        if total > max_rows:
-            # count the rest up to a cap without materialising it all in Python
-            extra = len(cur.fetchmany(100_000))
-            total = max_rows + 1 + extra
-            more = extra == 100_000
+        with time_limit(con, timeout):
+            cur = con.execute(sql)
+            columns = [d[0] for d in cur.description] if cur.description else []
+            rows = cur.fetchmany(max_rows + 1)
+            total = len(rows)
+            more = False
+            if total > max_rows:
+                # count the rest up to a cap without materialising it all in Python
+                extra = len(cur.fetchmany(100_000))
+                total = max_rows + 1 + extra
+                more = extra == 100_000
     except duckdb.InterruptException:
         elapsed = time.perf_counter() - start
         msg = f"query interrupted after the {timeout:g} s time limit"
@@ -126,8 +138,6 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float = 10.0,
         elapsed = time.perf_counter() - start
         msg = f"{type(exc).__name__}: {exc}"
         return QueryResult(False, f"Error: {msg}", [], [], 0, elapsed, error=msg)
-    finally:
-        timer.cancel()
     elapsed = time.perf_counter() - start
     text = format_rows(columns, rows, total, max_rows, max_chars, more)
     return QueryResult(True, text, columns, rows[:max_rows], total, elapsed)

@@ -7,8 +7,6 @@ each instance copies what it needs.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import platformdirs
 
+from clbench.locking import file_lock
 from clbench.sandbox.base import TAR_FILTER
 
 
@@ -34,16 +33,9 @@ def cache_root() -> Path:
     return root
 
 
-@contextlib.contextmanager
 def cache_lock(name: str):
     """An exclusive inter-process lock on `<cache>/<name>.lock`."""
-    path = cache_root() / f"{name}.lock"
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock(cache_root() / f"{name}.lock")
 
 
 def sha256_of(path: Path) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from clbench.envs.cohort.population import Population
 from clbench.envs.cohort.scoring import information_gain_bits
 from clbench.envs.cohort.studies import Study, StudyData, write_database
 from clbench.schedule import Instance, Schedule, Slot, Variant
-from clbench.sqlguard import QueryRejected, check_readonly, connect_readonly, run_query
+from clbench.sqlguard import QueryRejected, check_readonly, connect_readonly, run_query, time_limit
 
 QUERY_TIMEOUT_S = 10.0
 
@@ -331,14 +330,11 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         sql = (f"SELECT {quote_ident(time_col)}, ({quote_ident(event_col)} = {sql_literal(dead)}), "
                f"CAST((\n{expr}\n) AS VARCHAR) FROM patients")
         check_readonly(self._con, sql)
-        timer = threading.Timer(QUERY_TIMEOUT_S, self._con.interrupt)
-        timer.start()
         try:
-            return self._con.execute(sql).fetchall()
+            with time_limit(self._con, QUERY_TIMEOUT_S):
+                return self._con.execute(sql).fetchall()
         except duckdb.InterruptException:
             raise ExpressionRejected(f"evaluation interrupted after the {QUERY_TIMEOUT_S:g} s time limit") from None
-        finally:
-            timer.cancel()
 
     def _km_block(self, expr: str, rows: list[tuple], per_month: float) -> str:
         labels = np.array([r[2] for r in rows], dtype=object)

@@ -7,7 +7,6 @@ file; a lock file (where the platform has one) keeps them from building the same
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -17,11 +16,8 @@ from pathlib import Path
 import platformdirs
 
 from clbench.envs.dbexplore import generator, migration
+from clbench.locking import file_lock
 
-try:
-    import fcntl
-except ImportError:  # Windows: rely on the atomic rename alone
-    fcntl = None
 
 #: spec keys that do not change the data (excluded from the cache key)
 _NOT_DATA = {"schedules", "r_max", "r_reference", "query_budget", "query_timeout_s", "result_max_rows",
@@ -42,19 +38,6 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return base / "dbexplore"
 
 
-@contextlib.contextmanager
-def _lock(path: Path):
-    if fcntl is None:
-        yield
-        return
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _build_atomically(final: Path, build) -> None:
     tmp = final.with_name(f".{final.stem}-{os.getpid()}-{uuid.uuid4().hex[:8]}.duckdb")
     try:
@@ -72,7 +55,7 @@ def database_paths(spec: dict, scale: float, cache_dir: str | os.PathLike | None
     if all(p.exists() for p in paths.values()):
         return paths
     folder.mkdir(parents=True, exist_ok=True)
-    with _lock(folder / ".lock"):
+    with file_lock(folder / ".lock"):
         if not paths[1].exists():
             _build_atomically(paths[1], lambda tmp: generator.build_release1(spec, scale, tmp))
         if not paths[2].exists():
