@@ -106,6 +106,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     denom_r = tr.r_max - tr.r_reference
 
     per = defaultdict(list)
+    windows = {k: _window_positions(recs, window) for k, recs in tr.stateful.items()}
     for k in sorted(tr.stateful):
         recs = tr.stateful[k]
         r = np.array([float(x["reward"]) for x in recs])
@@ -116,8 +117,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
         per["cumulative_gain"].append(g.sum())
         per["normalized_gain"].append((r.mean() - mean_sl) / denom_g if denom_g > 0 else math.nan)
         per["normalized_reward"].append((r.mean() - tr.r_reference) / denom_r if denom_r > 0 else math.nan)
-        inside = _window_positions(recs, window)
-        g_in = sum(gi for gi, x in zip(g, recs) if x["position"] in inside)
+        g_in = sum(gi for gi, x in zip(g, recs) if x["position"] in windows[k])
         g_out = g.sum() - g_in
         per["plasticity"].append(g_in / (n * denom_g) if denom_g > 0 else math.nan)
         per["stability"].append(g_out / (n * denom_g) if denom_g > 0 else math.nan)
@@ -135,7 +135,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     }
     for name, values in per.items():
         out[name] = estimate(values, n_boot=n_boot)
-    out["per_variant"] = _per_variant(tr, sl, window)
+    out["per_variant"] = _per_variant(tr, sl, windows)
     out["shocks"] = shock_effects(tr)
     out["curves"] = _curves(tr, sl)
     out["usage"] = _usage(tr)
@@ -173,12 +173,12 @@ def shock_effects(tr: TaskRecords, before: int = 5) -> list[dict]:
     return effects
 
 
-def _per_variant(tr: TaskRecords, sl: dict[str, float], window: float = DEFAULT_WINDOW) -> list[dict]:
+def _per_variant(tr: TaskRecords, sl: dict[str, float], windows: dict[int, set[int]]) -> list[dict]:
     """Per variant: stateful and stateless means, gain, and the gain inside the adaptation window
     (how fast the agent adapts after the boundary; shows faster recovery on returning conditions)."""
     rows: dict[str, dict] = {}
-    for recs in tr.stateful.values():
-        inside = _window_positions(recs, window)
+    for k, recs in tr.stateful.items():
+        inside = windows[k]
         for x in recs:
             row = rows.setdefault(x["variant"], {"variant": x["variant"], "start": x["position"], "sf": [], "ids": set(),
                                                  "early": []})

@@ -47,21 +47,15 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
     for cfg in cfgs:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
         base = env.unwrapped
-        ids = [s.instance_id for s in base.schedule.order(0)]
         merge_metadata(out, base.task, task_params(env),
                        {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs})
-        planned = plan_jobs(cfg, base.task, ids, resumable=getattr(base, "resumable", True), resume=resume)
+        planned = plan_jobs(cfg, base.task, base.schedule, resumable=getattr(base, "resumable", True), resume=resume)
         jobs += planned
         for job in planned:
-            n = len(ids) if job.mode == "stateful" else None
             key = (base.task, cfg.system, job.mode, job.rollout)
-            if job.mode == "stateful":
-                done = int(job.resume_state["position"]) + 1 if job.resume_state else 0
-                expected[key] = n - done
-            else:
-                expected[key] = expected.get(key, 0) + len(job.instance_ids)
+            expected[key] = expected.get(key, 0) + job.remaining
         if not quiet:
-            say(f"{cfg.env_id} / {cfg.system}: {len(ids)} instances, mode {cfg.mode}, "
+            say(f"{cfg.env_id} / {cfg.system}: {len(base.schedule)} instances, mode {cfg.mode}, "
                 f"{sum(j.config is cfg for j in planned)} jobs" + (" (resumed)" if resume else ""))
     conf = record_config(out, cfgs, executor)
     workers = max(cfg.workers for cfg in cfgs)
@@ -76,8 +70,7 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
             say(f"  FAILED {error}")
 
     # longest first: stateful rollouts of the biggest schedules keep the workers busy
-    jobs.sort(key=lambda j: -(len(cached_env(j.config.env_id, j.config.env_kwargs).unwrapped.schedule)
-                              if j.mode == "stateful" else len(j.instance_ids)))
+    jobs.sort(key=lambda j: -j.remaining)
     with RunProgress(out, expected, quiet=quiet):
         execute(jobs, workers, on_done, executor=executor, ray_address=ray_address)
     if failures:

@@ -20,6 +20,7 @@ from pathlib import Path
 import gymnasium as gym
 
 from clbench.agent import make_agent
+from clbench.schedule import Schedule
 from clbench.results import (RECORD_FORMAT, RESULTS_FILE, append_lines, iter_jsonl, read_json, record_key,
                              safe_name, trajectory_path, write_json_atomic)
 
@@ -59,6 +60,7 @@ class Job:
     rollout: int
     instance_ids: list[str] | None = None  # stateless jobs
     resume_state: dict | None = None  # stateful: {"position": P, "state": agent state} to continue after P
+    remaining: int = 0  # instances the job will play
 
     @property
     def label(self) -> str:
@@ -293,7 +295,7 @@ def _truncate_trajectory(path: Path, keep_through: int) -> None:
         path.unlink()
 
 
-def plan_jobs(cfg: RunConfig, task: str, order_ids: list[str], resumable: bool, resume: bool = False) -> list[Job]:
+def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, resume: bool = False) -> list[Job]:
     """Stateful rollouts first (the longest jobs), then the stateless pass in chunks.
 
     With resume, completed instances are skipped; a stateful rollout continues from the agent
@@ -304,10 +306,9 @@ def plan_jobs(cfg: RunConfig, task: str, order_ids: list[str], resumable: bool, 
     jobs = []
     if cfg.mode in ("both", "stateful"):
         for k in range(cfg.rollouts):
-            order = [s for s in _order_ids(cfg, k, order_ids)]
-            done_pos = [p for p, iid in enumerate(order) if ("stateful", k, iid) in ok]
+            order = [s.instance_id for s in schedule.order(cfg.seed + k)]
             errored = any(("stateful", k, iid) in bad for iid in order)
-            if len(done_pos) == len(order) and not errored:
+            if all(("stateful", k, iid) in ok for iid in order) and not errored:
                 continue
             tpath = trajectory_path(out, task, cfg.system, "stateful", k)
             spath = state_path(out, task, cfg.system, k)
@@ -322,27 +323,18 @@ def plan_jobs(cfg: RunConfig, task: str, order_ids: list[str], resumable: bool, 
                 tpath.unlink(missing_ok=True)
             else:
                 _truncate_trajectory(tpath, int(resume_state["position"]))
-            jobs.append(Job(cfg, "stateful", k, resume_state=resume_state))
+            start = int(resume_state["position"]) + 1 if resume_state else 0
+            jobs.append(Job(cfg, "stateful", k, resume_state=resume_state, remaining=len(order) - start))
     if cfg.mode in ("both", "stateless"):
-        todo = [i for i in order_ids if ("stateless", 0, i) not in ok]
+        todo = [s.instance_id for s in schedule.order(0) if ("stateless", 0, s.instance_id) not in ok]
         for iid in todo:  # a half-written trajectory of an unfinished instance starts over
             trajectory_path(out, task, cfg.system, "stateless", 0, instance_id=iid).unlink(missing_ok=True)
         if todo:
             size = cfg.stateless_chunk or max(1, -(-len(todo) // (cfg.workers * 2)))
             for s in range(0, len(todo), size):
-                jobs.append(Job(cfg, "stateless", 0, todo[s:s + size]))
+                chunk = todo[s:s + size]
+                jobs.append(Job(cfg, "stateless", 0, chunk, remaining=len(chunk)))
     return jobs
-
-
-_ORDERS: dict = {}
-
-
-def _order_ids(cfg: RunConfig, rollout: int, canonical: list[str]) -> list[str]:
-    key = (cfg.env_id, repr(sorted(cfg.env_kwargs.items())), cfg.seed + rollout)
-    if key not in _ORDERS:
-        env = cached_env(cfg.env_id, cfg.env_kwargs)
-        _ORDERS[key] = [s.instance_id for s in env.unwrapped.schedule.order(cfg.seed + rollout)]
-    return _ORDERS[key]
 
 
 def default_workers() -> int:

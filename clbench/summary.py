@@ -1,6 +1,8 @@
 """Plain-text and markdown tables of run metrics."""
 from __future__ import annotations
 
+import sys
+
 
 def fmt(x, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
@@ -70,8 +72,6 @@ def metrics_markdown(result: dict, variants: bool = True) -> str:
 def print_markdown(text: str) -> None:
     """Rich rendering on a terminal; the plain markdown when not a TTY or when CI is set."""
     from clbench.progress import plain_output
-
-    import sys
 
     if plain_output() or not sys.stdout.isatty():
         print(text)
