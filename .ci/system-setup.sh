@@ -19,6 +19,7 @@ else
     command -v bwrap >/dev/null || missing+=(bubblewrap)
     command -v dockerd >/dev/null || missing+=(docker.io)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
+    command -v chromium >/dev/null || missing+=(chromium)  # screenshots of the HTML report (tests/test_report_view.py)
     if [ ${#missing[@]} -gt 0 ]; then
         log "installing ${missing[*]}"
         apt-get update -qq

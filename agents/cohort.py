@@ -1,10 +1,12 @@
-"""Scripted agents for CohortStudies-v0: the reference (learns across studies) and the oracle.
+"""Scripted agents for CohortStudies-v1: the reference (learns across studies) and the oracle.
 
 CohortReference works only from what the tools show. Per instance it reads the standard
 variables and cohorts from the first observation, maps the study's columns to standard
-variables through the [standard: ...] tags of the column descriptions, turns every cohort it
-can resolve into a CASE expression and asks estimate_survival_by_group for Kaplan-Meier
-estimates (12 expressions per call), then reports:
+variables through the [standard: ...] tags of the column descriptions (stateful, it remembers
+the last tag seen for each column name and uses it for a column that comes without one, as the
+consortium's data dictionary would; a new tag for a known name replaces the old one), turns
+every cohort it can resolve into a CASE expression and asks estimate_survival_by_group for
+Kaplan-Meier estimates (12 expressions per call), then reports:
 
 - stateless (a fresh agent): the in-study KM where the cohort is observable (at least
   `min_patients` patients and estimable at every time point), the study's overall KM elsewhere;
@@ -14,6 +16,8 @@ estimates (12 expressions per call), then reports:
   studies of the same region `same_region` times as much). In-study KM, where available, is
   shrunk towards the pooled estimate with a prior worth `prior_patients` patients; cohorts no
   study has shown yet get the study's overall KM.
+- `freeze_at=K` (for `clbench drift-check`): from position K on it stops adding studies and tags
+  to its memory and keeps using what it held at K.
 
 CohortOracle is privileged: it reports the true population survival it is handed.
 """
@@ -49,19 +53,30 @@ def parse_brief(text: str) -> tuple[dict[str, list[str] | None], dict[str, str]]
     return levels, cohorts
 
 
-def parse_columns(metadata: str) -> dict[str, object]:
-    """Standard variable -> (column, coding) from the metadata's column list (first column wins)."""
+def column_tags(metadata: str) -> dict[str, str | None]:
+    """Column name -> its description's [standard: ...] tag (None when untagged), from the metadata."""
     out = {}
     for line in metadata.splitlines():
         if not line.startswith("- ") or line.count(" | ") < 2:
             continue
         name, _sql_type, description = line[2:].split(" | ", 2)
+        m = re.search(r"\[standard:.*\]\s*$", description, re.DOTALL)
+        out[name.strip()] = m.group(0).strip() if m else None
+    return out
+
+
+def parse_columns(metadata: str, known: dict[str, str] | None = None) -> dict[str, object]:
+    """Standard variable -> (column, coding) from the metadata's column list (first column wins);
+    an untagged column uses the tag `known` holds for its name."""
+    out = {}
+    for name, tag in column_tags(metadata).items():
+        tag = tag or (known or {}).get(name)
         try:
-            coding = parse_tag(description)
+            coding = parse_tag(tag) if tag else None
         except ValueError:
             coding = None
         if coding is not None and coding.var not in out:
-            out[coding.var] = (name.strip(), coding)
+            out[coding.var] = (name, coding)
     return out
 
 
@@ -79,15 +94,19 @@ def parse_km(text: str) -> dict[str, tuple[int, list[float | None]]]:
 
 class CohortReference(Agent):
     name = "reference"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
 
     def __init__(self, card, seed: int = 0, latent=None, min_patients: int = 25,
-                 prior_patients: float = 150.0, same_region: float = 3.0):
+                 prior_patients: float = 150.0, same_region: float = 3.0, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
         self.min_patients = int(min_patients)
         self.prior_patients = float(prior_patients)
         self.same_region = float(same_region)
+        self.freeze_at = freeze_at
         #: cohort id -> earlier studies' estimates {"n", "km", "study", "region"}
         self.memory: dict[str, list[dict]] = {}
+        #: column name -> the last [standard: ...] tag seen for it
+        self.tags: dict[str, str] = {}
 
     # ------------------------------------------------------------------ instance loop
     def begin_instance(self, observation: str, info: dict) -> None:
@@ -98,13 +117,15 @@ class CohortReference(Agent):
         m = re.search(r"region (\w+)\.", observation)
         self.region = m.group(1) if m else ""
         self.phase = "start"
+        self.seen_tags: dict[str, str] = {}
 
     def act(self, observation: str, info: dict) -> str:
         if self.phase == "start":
             self.phase = "metadata"
             return json.dumps({"tool": "get_database_metadata", "arguments": {}})
         if self.phase == "metadata":
-            self.pending = self._expressions(parse_columns(observation))
+            self.seen_tags = {k: v for k, v in column_tags(observation).items() if v}
+            self.pending = self._expressions(parse_columns(observation, self.tags))
             self.phase = "estimates"
         else:
             self.estimates.update(parse_km(observation))
@@ -114,6 +135,9 @@ class CohortReference(Agent):
         return self._submit()
 
     def end_instance(self, reward: float, info: dict) -> None:
+        if self.freeze_at is not None and info["position"] >= self.freeze_at:
+            return
+        self.tags.update(self.seen_tags)
         for cid, (n, km) in self._observed().items():
             self.memory.setdefault(cid, []).append({"n": n, "km": km, "study": self.study, "region": self.region})
 
@@ -170,16 +194,18 @@ class CohortReference(Agent):
         return json.dumps({"tool": "submit_cohort_report", "arguments": {"survival": report}})
 
     def state_dict(self) -> dict:
-        return {"memory": self.memory}
+        return {"memory": self.memory, "tags": self.tags}
 
     def load_state_dict(self, state: dict) -> None:
         self.memory = {k: list(v) for k, v in state["memory"].items()}
+        self.tags = dict(state.get("tags", {}))
 
 
 class CohortOracle(Agent):
     """Reports the true population survival of every cohort (privileged)."""
 
     name = "oracle"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
     privileged = True
 
     def act(self, observation: str, info: dict) -> str:

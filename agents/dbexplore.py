@@ -18,6 +18,8 @@ which (a partly NULL column overrides the full one; a `*_cur` price supersedes t
 changes (the migration notice), a query fails on a missing table or column, or the catalog no
 longer matches, it re-reads the catalog and re-explores only the tables that changed.
 Stateless (a fresh agent per question) it rediscovers everything every time.
+`freeze_at=K` (for `clbench drift-check`): from position K on, every question starts from the
+knowledge held at K; what it explores within a question is dropped when the question ends.
 """
 from __future__ import annotations
 
@@ -233,6 +235,7 @@ def _dates(rv: str, cols: dict, prof: dict) -> tuple[str, str]:
 class _QuestionAgent(Agent):
     """Plays one question as a generator of actions fed with observations."""
 
+    deterministic = True  # plays from its observations only: one stateless pass measures it
     def __init__(self, card, seed: int = 0, latent=None):
         super().__init__(card, seed=seed, latent=latent)
         self._plan: Generator[str, str, None] | None = None
@@ -288,10 +291,21 @@ class DBExploreReference(_QuestionAgent):
     #: rediscovery attempts per question after a query failed on a stale map
     max_refreshes = 2
 
-    def __init__(self, card, seed: int = 0, latent=None):
+    def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
         self.knowledge = {"release": None, "catalog": None, "profiles": {}, "samples": {}, "values": {}}
         self._catalog_stale = False
+        self.freeze_at = freeze_at
+        self._frozen: dict | None = None  # the state_dict held at freeze_at
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        if self.freeze_at is not None and info["position"] >= self.freeze_at and self._frozen is None:
+            self._frozen = self.state_dict()  # what it knew at freeze_at
+        super().begin_instance(observation, info)
+
+    def end_instance(self, reward: float, info: dict) -> None:
+        if self._frozen is not None:
+            self.load_state_dict(self._frozen)  # this question's discoveries are not kept
 
     # --- knowledge --------------------------------------------------------------------------
     def _learn_catalog(self, observation: str) -> bool:
@@ -401,8 +415,12 @@ class DBExploreReference(_QuestionAgent):
 
     # --- persistence ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"knowledge": copy.deepcopy(self.knowledge), "catalog_stale": self._catalog_stale}
+        state = {"knowledge": copy.deepcopy(self.knowledge), "catalog_stale": self._catalog_stale}
+        if self._frozen is not None:
+            state["frozen"] = self._frozen
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.knowledge = copy.deepcopy(state["knowledge"])
         self._catalog_stale = bool(state.get("catalog_stale", False))
+        self._frozen = state.get("frozen", self._frozen)

@@ -1,4 +1,4 @@
-"""Scripted memory strategies for MemoryProbe-v0 (no model calls).
+"""Scripted memory strategies for MemoryProbe-v1 (no model calls).
 
 All four strategies read a session, answer its recall questions from what they carry plus the
 session in view, then commit the session to memory. What they carry between sessions is held
@@ -20,7 +20,8 @@ be answered with its near-identical twin's value (the confusable-pair failure).
 
 Every strategy supports the lifecycle shocks through `memory_event`: "flush" (drop everything),
 "recompact" (force the strategy's compaction) and "partial-reset" (drop `fraction` of it), and
-`state_dict` / `load_state_dict` for resumable runs.
+`state_dict` / `load_state_dict` for resumable runs, and `freeze_at=K`: from rollout position K on
+it still answers from memory and the session in view but commits nothing more to memory.
 """
 from __future__ import annotations
 
@@ -183,8 +184,11 @@ class MemoryStrategy(Agent):
 
     name = "memory-strategy"
 
-    def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None):
+    def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None,
+                 freeze_at: int | None = None):
         super().__init__(card, seed=seed)
+        #: from this rollout position on, sessions are no longer committed to memory (drift checks)
+        self.freeze_at = None if freeze_at is None else int(freeze_at)
         m = _BUDGET.search(card.brief)
         if budget_tokens is None and m is None:
             raise ValueError("no memory budget in the task brief; pass budget_tokens")
@@ -201,7 +205,8 @@ class MemoryStrategy(Agent):
         now = extract(text)
         answers = self.answer(self.recall(now), questions)
         self._reply = reply(answers, [q for q, _ in questions])
-        self.commit(text, now)
+        if self.freeze_at is None or info["position"] < self.freeze_at:
+            self.commit(text, now)
         return self._reply
 
     def answer(self, table: dict, questions: list[tuple[str, str]]) -> dict[str, str | None]:
@@ -275,8 +280,9 @@ class TruncationAgent(MemoryStrategy):
 
     name = "truncation"
 
-    def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None):
-        super().__init__(card, seed=seed, budget_tokens=budget_tokens)
+    def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None,
+                 freeze_at: int | None = None):
+        super().__init__(card, seed=seed, budget_tokens=budget_tokens, freeze_at=freeze_at)
         self.lines: list[str] = []
 
     def recall(self, now):
@@ -312,8 +318,9 @@ class SlidingSummaryAgent(MemoryStrategy):
 
     name = "sliding-summary"
 
-    def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None):
-        super().__init__(card, seed=seed, budget_tokens=budget_tokens)
+    def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None,
+                 freeze_at: int | None = None):
+        super().__init__(card, seed=seed, budget_tokens=budget_tokens, freeze_at=freeze_at)
         self.window: list[str] = []
         self.summary: list[str] = []
 
@@ -360,8 +367,9 @@ class MemoryBankAgent(MemoryStrategy):
 
     name = "memory-bank"
 
-    def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None):
-        super().__init__(card, seed=seed, budget_tokens=budget_tokens)
+    def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None,
+                 freeze_at: int | None = None):
+        super().__init__(card, seed=seed, budget_tokens=budget_tokens, freeze_at=freeze_at)
         self.banks: dict[str, OrderedDict] = {b: OrderedDict() for b in BANKS}
 
     @property
@@ -415,8 +423,8 @@ class FileStateAgent(MemoryStrategy):
     name = "file-state"
 
     def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None,
-                 directory: str | None = None):
-        super().__init__(card, seed=seed, budget_tokens=budget_tokens)
+                 directory: str | None = None, freeze_at: int | None = None):
+        super().__init__(card, seed=seed, budget_tokens=budget_tokens, freeze_at=freeze_at)
         if directory is None:
             directory = tempfile.mkdtemp(prefix="clbench-memoryprobe-")
             self._cleanup = weakref.finalize(self, shutil.rmtree, directory, True)
@@ -499,6 +507,7 @@ class MemoryProbeOracle(Agent):
     """Knows every fact: answers from the env's answer key."""
 
     name = "oracle"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
     privileged = True
 
     def act(self, observation: str, info: dict) -> str:

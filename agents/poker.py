@@ -1,4 +1,4 @@
-"""Scripted agents for Poker-v0: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v1: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
 Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`:
 one sound default strategy and one exploit per opponent style (never bluff a calling station
@@ -8,8 +8,12 @@ respect its turn and river bets).
 
 - reference, stateful: counts, per opponent name, how often it folds to bets, calls, and
   bets or raises by street, and what it showed down with; once the counts point to a style it
-  plays that style's exploit, and remembers it when the opponent returns. Stateless (a fresh
+  plays that style's exploit, and remembers it when the opponent returns. When a hand
+  contradicts the style (a "calling station" folds, bets or raises) it drops that opponent's counts
+  and starts over: the opponent has adapted. Stateless (a fresh
   agent per hand) it has no counts and plays the default.
+  `freeze_at=K` (for `clbench drift-check`): from position K on it stops updating its counts
+  and keeps playing what they pointed to at K.
 - oracle: knows each opponent's exact policy (`latent`) but not the hidden cards. At every
   decision it keeps the opponent holdings consistent with the policy and the actions seen so
   far, samples them with the unseen board cards, and plays each candidate action out on a
@@ -224,6 +228,11 @@ class OpponentModel:
         n = self.counts[chances]
         return self.counts[hits] / n if n >= self.MIN_EVIDENCE else None
 
+    def contradicted_by(self, hand: "OpponentModel") -> bool:
+        """One hand's counts show a "calling station" folding, betting or raising: it is not one any more."""
+        acts = ("faced_FOLD", "faced_RAISE", *(f"opened_{street}" for street in range(4)))
+        return self.style() == STATION and any(hand.counts[k] for k in acts)
+
     def style(self) -> str | None:
         c = self.counts
         if c["hands"] < self.MIN_HANDS:
@@ -246,10 +255,12 @@ class PokerReference(Agent):
     """Models every named opponent from what it sees and plays the matching exploit."""
 
     name = "reference"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
 
-    def __init__(self, card, seed: int = 0, latent=None):
+    def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
         self.models: dict[str, OpponentModel] = {}
+        self.freeze_at = freeze_at
 
     def playbook(self, opponent: str) -> Policy:
         model = self.models.get(opponent)
@@ -264,8 +275,16 @@ class PokerReference(Agent):
 
     def end_instance(self, reward: float, info: dict) -> None:
         table = info.get("table")
+        if self.freeze_at is not None and info["position"] >= self.freeze_at:
+            return
         if table and table["over"]:
-            self.models.setdefault(table["opponent"], OpponentModel()).observe(table)
+            hand = OpponentModel()
+            hand.observe(table)
+            model = self.models.setdefault(table["opponent"], OpponentModel())
+            if model.contradicted_by(hand):
+                model.counts = hand.counts  # the opponent has changed: what we knew about it is wrong
+            else:
+                model.counts.update(hand.counts)
 
     def state_dict(self) -> dict:
         return {"models": {name: dict(m.counts) for name, m in self.models.items()}}
@@ -279,6 +298,7 @@ class PokerOracle(Agent):
     """Best-responds to the opponent's known policy, without seeing hidden or future cards."""
 
     name = "oracle"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
     privileged = True
 
     def __init__(self, card, seed: int = 0, latent=None, samples: int = 160, margin_bb: float = 0.25, z: float = 2.0):
@@ -288,6 +308,7 @@ class PokerOracle(Agent):
         specs = latent["opponents"]
         self.opponents = {name: make_opponent(spec) for name, spec in specs.items()}
         self.styles = {name: spec["style"] for name, spec in specs.items()}
+        self.policies = latent["policies"]  # instance id -> the policy playing that hand
         self.samples, self.margin_bb, self.z = samples, margin_bb, z
         self._posterior: tuple[int, list] = (0, [])
 
@@ -301,8 +322,8 @@ class PokerOracle(Agent):
         return action_text(self.decide(table, info["instance_id"]))
 
     def decide(self, table: dict, instance_id: str) -> Decision:
-        opponent = self.opponents[table["opponent"]]
-        base = PLAYBOOKS[self.styles[table["opponent"]]]
+        policy = self.policies[instance_id]
+        opponent, base = self.opponents[policy], PLAYBOOKS[self.styles[policy]]
         hole, board = hand_cards(table)
         betting = replay(table)
         spot = betting.spot(hole, board)

@@ -1,14 +1,18 @@
-"""Scripted agents for SalesForecast-v0.
+"""Scripted agents for SalesForecast-v1.
 
 `SalesForecastReference` works through the sandbox like any agent: it writes a Python script
 into the workspace (`forecast.py`) and runs it. The script maps the visible export to one
 schema (each store's system spells its columns differently), appends it to `panel.csv` in the
 workspace, fits a Poisson GLM (scikit-learn's PoissonRegressor) with store, type,
 store-by-type, collection, collection-by-year (growth), log-price and product terms across
-every row of the panel, and writes `predictions.json`, which it then submits. Stateful, the
+every row of the panel, recent years weighted more (half-life 1.5 years, so a changed store
+level or trend takes over within a few years), and writes `predictions.json`, which it then
+submits. Stateful, the
 panel grows by one store-year per instance, so growth, store levels and interactions become
 estimable; stateless (an empty workspace) it fits the single visible year, where every growth
-term is zero and the other stores look like the visible one.
+term is zero and the other stores look like the visible one. `freeze_at=K` (for
+`clbench drift-check`): from position K on the script runs with `--frozen`, fitting the panel
+as it was at K plus the visible export without saving the panel.
 
 `SalesForecastOracle` submits the true expected demand of every requested cell inline.
 """
@@ -24,6 +28,7 @@ FORECAST_SCRIPT = r'''
 import glob
 import json
 import os
+import sys
 
 import numpy as np
 import pandas as pd
@@ -60,7 +65,8 @@ panel = pd.DataFrame(rows, columns=cols)
 if os.path.exists("panel.csv"):
     panel = pd.concat([pd.read_csv("panel.csv"), panel])
 panel = panel.drop_duplicates(["store", "year", "product_id"], keep="last")
-panel.to_csv("panel.csv", index=False)
+if "--frozen" not in sys.argv:
+    panel.to_csv("panel.csv", index=False)
 
 info = cat.set_index("product_id")
 t0 = panel["year"].mean()
@@ -74,6 +80,7 @@ colls, prods = sorted(set(cat["collection"])), list(cat["product_id"])
 names = (stores + types + colls + [f"g:{c}" for c in colls] + ["log_price"]
          + [f"{s}x{t}" for s in stores for t in types] + prods)
 index = {n: i for i, n in enumerate(names)}
+HALF_LIFE = 1.5
 
 
 def features(store, year, pid, price):
@@ -89,7 +96,9 @@ def features(store, year, pid, price):
 
 X = np.array([features(r.store, r.year, r.product_id, r.price) for r in panel.itertuples()])
 model = PoissonRegressor(alpha=1e-3, solver="newton-cholesky", max_iter=300)
-model.fit(X, panel["units"].to_numpy(dtype=float))
+# recent years weigh more (half-life HALF_LIFE years): trends change, and old years should not outvote new ones
+recency = 0.5 ** ((panel["year"].max() - panel["year"]).to_numpy(dtype=float) / HALF_LIFE)
+model.fit(X, panel["units"].to_numpy(dtype=float), sample_weight=recency)
 request = json.load(open("inbox/request.json"))
 preds = []
 for c in request["cells"]:
@@ -106,11 +115,17 @@ class SalesForecastReference(Agent):
     """Writes forecast.py into the workspace, runs it, submits predictions.json."""
 
     name = "reference"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
+
+    def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
+        super().__init__(card, seed=seed)
+        self.freeze_at = freeze_at
 
     def begin_instance(self, observation: str, info: dict) -> None:
+        frozen = self.freeze_at is not None and info["position"] >= self.freeze_at
         self.plan = [
             "cat > forecast.py <<'CLBENCH_EOF'\n" + FORECAST_SCRIPT.strip() + "\nCLBENCH_EOF",
-            "python3 forecast.py",
+            "python3 forecast.py" + (" --frozen" if frozen else ""),
             "SUBMIT predictions.json",
         ]
 
@@ -133,6 +148,7 @@ class SalesForecastOracle(Agent):
     """Submits the true expected demand of every requested cell (read from the first observation)."""
 
     name = "oracle"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
     privileged = True
 
     def act(self, observation: str, info: dict) -> str:

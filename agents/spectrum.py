@@ -1,12 +1,17 @@
-"""Scripted agents for SpectrumMonitor-v0.
+"""Scripted agents for SpectrumMonitor-v1.
 
-`SpectrumReference` reads the peak table of each scan. Stateful, it clusters repeated
-detections across scans (a peak joins a cluster whose centre is within a tolerance that
-scales with the widths) and reports every cluster confirmed by at least two detections, with
-median centre and width, so one-off false alarms and spikes drop out while dormant channels are
-carried forward. Stateless (a fresh agent per scan) it can only echo the current scan.
+`SpectrumReference` reads the peak table of each scan. Stateful, it clusters detections across
+scans (a peak joins the cluster whose centre is within a tolerance that scales with the widths
+and whose width is alike) and so learns the band plan: a cluster seen in at least
+`min_detections` and `min_share` of the last `horizon` scans is a channel, placed at the median
+of its last `window` detections (recent ones, so a re-tuned channel is followed). It reports
+each peak that matches a channel at the channel's learned centre and width; a peak that matches
+none is echoed during the first `warmup` scans and afterwards dropped (false alarms, spikes, and
+a new channel until it recurs). Stateless (a fresh agent per scan) it knows no channel and can
+only echo the scan's peaks. `freeze_at=K` stops learning from rollout position K on (the
+clusters keep what was learned before K), which measures what the band re-plan costs.
 
-`SpectrumOracle` knows the channel grid and reports it exactly.
+`SpectrumOracle` reads the channels transmitting in each scan and reports them exactly.
 """
 from __future__ import annotations
 
@@ -29,82 +34,107 @@ def report(transmitters: list[dict]) -> str:
     return json.dumps({"transmitters": transmitters})
 
 
+def transmitter(center: float, width: float, power: float) -> dict:
+    return {"center_mhz": round(center, 3), "bandwidth_mhz": round(width, 3), "currently_active": True,
+            "estimated_power_dbm": round(power, 1)}
+
+
 @dataclass
 class Cluster:
-    centers: list[float] = field(default_factory=list)
-    widths: list[float] = field(default_factory=list)
-    powers: list[float] = field(default_factory=list)
-    last_seen: int = -1
+    """Detections of one (putative) channel: (scan number, centre, width, power)."""
+
+    seen: list[tuple[int, float, float, float]] = field(default_factory=list)
+
+    #: detections the estimates are taken from (the most recent ones, so a re-tuned channel is followed)
+    window = 15
+
+    def _median(self, k: int) -> float:
+        return median(d[k] for d in self.seen[-self.window:])
 
     @property
     def center(self) -> float:
-        return median(self.centers)
+        return self._median(1)
 
     @property
     def width(self) -> float:
-        return median(self.widths)
+        return self._median(2)
+
+    @property
+    def power(self) -> float:
+        return self._median(3)
+
+    def recent(self, since: int) -> int:
+        return sum(d[0] > since for d in self.seen)
 
 
 class SpectrumReference(Agent):
     name = "reference"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
 
-    #: detections needed before a cluster is reported as a channel
-    min_detections = 2
+    #: a cluster is a channel when seen in at least this many, and this share, of the recent scans
+    min_detections = 3
+    min_share = 0.15
+    #: scans that count as recent
+    horizon = 24
+    #: scans before a peak that matches no known channel is taken for a false alarm
+    warmup = 3
 
-    def __init__(self, card, seed: int = 0, latent=None):
+    def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
+        self.freeze_at = None if freeze_at is None else int(freeze_at)
         self.clusters: list[Cluster] = []
-        self.scans_seen = 0
+        self.scans = 0
 
-    def _match(self, center: float, width: float) -> Cluster | None:
+    @staticmethod
+    def _match(center: float, width: float, clusters: list[Cluster]) -> Cluster | None:
         best, best_d = None, None
-        for cl in self.clusters:
-            d = abs(cl.center - center)
-            if d <= max(1.5, 0.25 * min(width, cl.width)) and abs(cl.width - width) <= 0.5 * max(width, cl.width):
-                if best_d is None or d < best_d:
-                    best, best_d = cl, d
+        for cl in clusters:
+            d, w = abs(cl.center - center), cl.width
+            if d <= max(2.0, 0.3 * min(width, w)) and 0.5 <= width / w <= 2.0 and (best_d is None or d < best_d):
+                best, best_d = cl, d
         return best
+
+    def _channels(self) -> list[Cluster]:
+        since = self.scans - self.horizon
+        need = max(self.min_detections, self.min_share * min(self.scans, self.horizon))
+        return [cl for cl in self.clusters if cl.recent(since) >= need]
 
     def act(self, observation: str, info: dict) -> str:
         peaks = parse_peaks(observation)
-        if info.get("step", 0) > 0:  # a retry after an error: report again
-            return self._report(peaks)
-        self.scans_seen += 1
-        for center, power, width in peaks:
-            cl = self._match(center, width)
-            if cl is None:
-                cl = Cluster()
-                self.clusters.append(cl)
-            cl.centers.append(center)
-            cl.widths.append(width)
-            cl.powers.append(power)
-            cl.last_seen = self.scans_seen
-        return self._report(peaks)
-
-    def _report(self, peaks) -> str:
-        confirmed = [cl for cl in self.clusters if len(cl.centers) >= self.min_detections]
-        if not confirmed:  # nothing confirmed yet (always so when stateless): echo this scan
-            return report([{"center_mhz": c, "bandwidth_mhz": w, "currently_active": True,
-                            "estimated_power_dbm": p} for c, p, w in peaks])
-        return report([{"center_mhz": round(cl.center, 3), "bandwidth_mhz": round(cl.width, 3),
-                        "currently_active": cl.last_seen == self.scans_seen,
-                        "estimated_power_dbm": round(median(cl.powers), 1)} for cl in confirmed])
+        channels = self._channels()  # what was known before this scan
+        if info.get("step", 0) == 0 and (self.freeze_at is None or info["position"] < self.freeze_at):
+            self.scans += 1
+            for center, power, width in peaks:
+                cl = self._match(center, width, self.clusters)
+                if cl is None:
+                    cl = Cluster()
+                    self.clusters.append(cl)
+                cl.seen.append((self.scans, center, width, power))
+        # a peak on a known channel is reported as that channel; any other peak is echoed while the
+        # agent is still learning (always so when stateless) and dropped as a false alarm after
+        known: dict[int, Cluster] = {}
+        unknown = []
+        for c, p, w in peaks:
+            cl = self._match(c, w, channels)
+            if cl is not None:
+                known[id(cl)] = cl
+            elif self.scans <= self.warmup:
+                unknown.append(transmitter(c, w, p))
+        return report([transmitter(cl.center, cl.width, cl.power) for cl in known.values()] + unknown)
 
     def state_dict(self) -> dict:
-        return {"scans_seen": self.scans_seen,
-                "clusters": [{"centers": c.centers, "widths": c.widths, "powers": c.powers,
-                              "last_seen": c.last_seen} for c in self.clusters]}
+        return {"scans": self.scans, "clusters": [cl.seen for cl in self.clusters]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.scans_seen = int(state["scans_seen"])
-        self.clusters = [Cluster(list(c["centers"]), list(c["widths"]), list(c["powers"]), int(c["last_seen"]))
-                         for c in state["clusters"]]
+        self.scans = int(state["scans"])
+        self.clusters = [Cluster([tuple(d) for d in seen]) for seen in state["clusters"]]
 
 
 class SpectrumOracle(Agent):
     name = "oracle"
+    deterministic = True  # plays from its observations only: one stateless pass measures it
     privileged = True
 
     def act(self, observation: str, info: dict) -> str:
-        return report([{"center_mhz": ch["center"], "bandwidth_mhz": ch["width"], "currently_active": True,
-                        "estimated_power_dbm": ch["power"]} for ch in self.latent["channels"]])
+        return report([transmitter(ch["center"], ch["width"], ch["power"])
+                       for ch in self.latent["active"][info["instance_id"]]])

@@ -1,21 +1,30 @@
-"""CohortStudies-v0 speed: study builds, tool-call latency and a whole reference instance.
+"""CohortStudies-v1 speed: study builds, tool-call latency and a whole reference instance.
 
     python benchmarks/bench_cohort.py [--quick]
 
 Targets (2 cores): building one study instance (sample, DuckDB file, baseline KM) < 0.3 s;
 query_sql < 20 ms; estimate_survival_by_group with 12 expressions < 1 s; one reference
-instance end to end < 1.5 s. The KM step is also compared with the bare lifelines fits it
+instance end to end < 1.5 s. The KM step is also compared with the bare km_at fits it
 makes (overhead ratio). Prints medians and ratios to the targets.
+
+Overhead ratios (issue 18): a whole instance through the env (reset to the instance, then the
+reference agent's recorded tool calls through env.step) <= the original benchmark's equivalent,
+the same tool calls made directly: DESCRIBE and SELECTs on the study's DuckDB file, a lifelines
+Kaplan-Meier fit per group and the numpy score; and the env module's import in a fresh process
+(after `import clbench`) < 0.5 s.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 
-ENV = "clbench/CohortStudies-v0"
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _ratio import Ratio, env_id, interleaved, table  # noqa: E402
+
 
 
 def _row(what: str, values: list[float], target: float | None, unit: str, scale: float = 1.0) -> str:
@@ -34,7 +43,92 @@ def _timed(fn, repeats: int) -> list[float]:
     return out
 
 
-def main(quick: bool = False) -> None:
+def _record_calls(env, instances) -> dict[str, list[dict]]:
+    """The reference agent's tool calls on each instance (stateless, as JSON objects)."""
+    from clbench.agent import make_agent
+
+    calls = {}
+    for inst in instances:
+        agent = make_agent("reference", env)
+        obs, info = env.reset(seed=0, options={"instance": inst.instance_id, "stateless": True})
+        agent.begin_instance(obs, info)
+        calls[inst.instance_id] = []
+        done = False
+        while not done:
+            action = agent.act(obs, info)
+            calls[inst.instance_id].append(json.loads(action))
+            obs, r, term, trunc, info = env.step(action)
+            done = term or trunc
+    return calls
+
+
+def _original(env, inst, calls: list[dict]) -> None:
+    """The same tool calls made directly on DuckDB, lifelines and numpy (no parsing, checks or text)."""
+    import numpy as np
+    from lifelines import KaplanMeierFitter
+
+    from clbench.envs.cohort.codings import quote_ident, sql_literal
+    from clbench.envs.cohort.scoring import information_gain_bits
+    from clbench.sqlguard import connect_readonly
+
+    built = env.build(inst)
+    con = connect_readonly(str(built.path))
+    study = env.studies[inst.payload["study"]]
+    t, e = study.time, study.event
+    for call in calls:
+        tool, args = call["tool"], call["arguments"]
+        if tool == "get_database_metadata":
+            con.execute("DESCRIBE patients").fetchall()
+        elif tool == "query_sql":
+            con.execute(args["sql"]).fetchmany(51)
+        elif tool == "estimate_survival_by_group":
+            for expr in [args["group_expression"]] if "group_expression" in args else args["group_expressions"]:
+                rows = con.execute(f"SELECT {quote_ident(t['column'])}, ({quote_ident(e['column'])} = "
+                                   f"{sql_literal(e['dead'])}), CAST(({expr}) AS VARCHAR) FROM patients").fetchall()
+                months = np.array([r[0] for r in rows], dtype=float) / float(t["per_month"])
+                events = np.array([bool(r[1]) for r in rows])
+                labels = np.array([r[2] for r in rows], dtype=object)
+                for label in {lb for lb in labels if lb is not None}:
+                    m = labels == label
+                    KaplanMeierFitter().fit(months[m], events[m]).survival_function_at_times(env.points)
+        elif tool == "submit_cohort_report":
+            report = np.array([args["survival"][c] for c in env.cohorts], dtype=float)
+            information_gain_bits(built.truth, built.baseline, report, env.eps)
+    con.close()
+
+
+def _through_env(env, inst, calls: list[dict]) -> None:
+    env.reset(options={"instance": inst.instance_id, "stateless": True})
+    for call in calls:
+        env.step(json.dumps(call))
+
+
+_IMPORT = """
+import time
+import clbench
+t = time.perf_counter()
+import clbench.envs.cohort.cohort_env
+print(time.perf_counter() - t)
+"""
+
+
+def ratios(quick: bool = False) -> list[Ratio]:
+    import gymnasium as gym
+
+    env = gym.make(env_id("CohortStudies")).unwrapped
+    insts = [i for v in env.schedule.variants for i in v.instances][: 5 if quick else 20]
+    calls = _record_calls(env, insts)
+    repeats = 3 if quick else 7
+    instance = interleaved(lambda: [_through_env(env, i, calls[i.instance_id]) for i in insts],
+                           lambda: [_original(env, i, calls[i.instance_id]) for i in insts], repeats)
+    env.close()
+    imports = [float(subprocess.run([sys.executable, "-c", _IMPORT], capture_output=True, text=True,
+                                    check=True).stdout.split()[-1]) for _ in range(repeats)]
+    return [Ratio("cohort: instance via env / original's equivalent (same tool calls)", instance, 1.0, "lower"),
+            Ratio("cohort: env module import, fresh process (seconds)", imports, 0.5, "lower")]
+
+
+def main(quick: bool = False) -> list[Ratio]:
     import gymnasium as gym
     import numpy as np
 
@@ -42,10 +136,10 @@ def main(quick: bool = False) -> None:
     from clbench.agent import make_agent
     from clbench.envs.cohort.km import km_at
 
-    env = gym.make(ENV).unwrapped
+    env = gym.make(env_id("CohortStudies")).unwrapped
     insts = [i for v in env.schedule.variants for i in v.instances]
     n = 5 if quick else len(insts)
-    print(f"{ENV}\n| what | n | median | target | ratio |\n|---|---|---|---|---|")
+    print(f"{env.env_id}\n| what | n | median | target | ratio |\n|---|---|---|---|---|")
 
     def build(inst):
         env._built.pop(inst.instance_id, None)
@@ -69,8 +163,8 @@ def main(quick: bool = False) -> None:
     age = data.table["age_entry"].to_numpy()
     bare = _timed(lambda: [km_at(data.months[m], data.events[m], env.points)
                            for a in range(50, 74, 2) for m in (age >= a, age < a)], 2 if quick else 5)
-    print(_row("bare lifelines fits for the same 24 groups", bare, None, "s"))
-    print(f"KM step overhead over bare lifelines: {statistics.median(est) / statistics.median(bare):.2f}x")
+    print(_row("bare km_at fits for the same 24 groups", bare, None, "s"))
+    print(f"KM step overhead over bare km_at fits: {statistics.median(est) / statistics.median(bare):.2f}x")
 
     plays = []
     for inst in insts[:n]:
@@ -86,6 +180,9 @@ def main(quick: bool = False) -> None:
     print(_row("reference instance end to end (built DB)", plays, 1.5, "s"))
     print(f"mean rows per study: {np.mean([len(env.build(i).data.table) for i in insts[:n]]):.0f}")
     env.close()
+    out = ratios(quick)
+    print(table(out))
+    return out
 
 
 if __name__ == "__main__":

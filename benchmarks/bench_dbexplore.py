@@ -4,14 +4,24 @@
 
 Targets (default scale, 2 cores): cold build of both releases < 20 s, cached load < 1 s,
 median step < 10 ms for catalog queries. Prints medians and their ratio to the target.
+
+Overhead ratios (issue 18), each side alternated with the other: a cached load in a fresh process
+(`gym.make` after `import clbench`, then entering a release-1 and a release-2 question) <= 2x a
+fresh process opening both database files with DuckDB; a catalog query through `env.step` <= 1.2x
+the same query executed on a DuckDB cursor of the same database instance, fetching the rows a
+step can show (51).
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _ratio import Ratio, env_id, interleaved, table  # noqa: E402
 
 CATALOG_QUERIES = [
     "SELECT table_name, comment FROM duckdb_tables()",
@@ -47,11 +57,11 @@ def cached_load(scale: float, repeats: int, cache_dir: str) -> list[float]:
 
     import clbench  # noqa: F401
 
-    gym.make("clbench/DBExplore-v0", scale=scale, cache_dir=cache_dir).unwrapped.database_paths()  # warm
+    gym.make(env_id("DBExplore"), scale=scale, cache_dir=cache_dir).unwrapped.database_paths()  # warm
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        env = gym.make("clbench/DBExplore-v0", scale=scale, cache_dir=cache_dir)
+        env = gym.make(env_id("DBExplore"), scale=scale, cache_dir=cache_dir)
         env.reset(seed=0)
         env.reset(options={"instance": "q21", "stateless": True})
         times.append(time.perf_counter() - t)
@@ -64,7 +74,7 @@ def step_latency(scale: float, rounds: int, cache_dir: str, queries: list[str]) 
 
     import clbench  # noqa: F401
 
-    env = gym.make("clbench/DBExplore-v0", scale=scale, cache_dir=cache_dir)
+    env = gym.make(env_id("DBExplore"), scale=scale, cache_dir=cache_dir)
     times = []
     env.reset(seed=0)
     for _ in range(rounds):
@@ -78,10 +88,73 @@ def step_latency(scale: float, rounds: int, cache_dir: str, queries: list[str]) 
     return times
 
 
-def main(quick: bool = False) -> None:
+_FRESH_ENV = """
+import sys, time
+import clbench, gymnasium as gym
+t = time.perf_counter()
+env = gym.make(sys.argv[1], cache_dir=sys.argv[2])
+env.reset(seed=0)
+env.reset(options={"instance": "q21", "stateless": True})
+print(time.perf_counter() - t)
+"""
+_FRESH_DUCKDB = """
+import sys, time
+t = time.perf_counter()
+import duckdb
+cons = [duckdb.connect(p, read_only=True) for p in sys.argv[1:]]
+print(time.perf_counter() - t)
+"""
+
+
+def _fresh(code: str, *args: str) -> float:
+    """Seconds a fresh interpreter reports for the timed part of `code`."""
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def ratios(quick: bool = False) -> list[Ratio]:
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
+
+    env_name = env_id("DBExplore")
+    repeats = 5 if quick else 11
+    with tempfile.TemporaryDirectory() as cache:
+        env = gym.make(env_name, cache_dir=cache)
+        paths = [str(p) for p in env.unwrapped.database_paths().values()]  # built once, outside the timing
+        loads = [_fresh(_FRESH_ENV, env_name, cache) / _fresh(_FRESH_DUCKDB, *paths) for _ in range(repeats)]
+
+        from clbench.sqlguard import connect_readonly
+
+        env.reset(seed=0)
+        bare = connect_readonly(paths[0])  # a cursor on the same DuckDB instance (one per file and process)
+        rounds = 20 if quick else 60
+
+        def env_queries():
+            for i in range(rounds):
+                if i % 3 == 0:  # a fresh question before the query budget runs out
+                    env.reset(options={"instance": "q01"})
+                for sql in CATALOG_QUERIES:
+                    env.step("QUERY: " + sql)
+
+        shown = int(env.unwrapped.spec_data["result_max_rows"]) + 1  # the rows a step can show, and one more
+
+        def bare_queries():
+            for i in range(rounds):
+                for sql in CATALOG_QUERIES:
+                    bare.execute(sql).fetchmany(shown)
+
+        steps = interleaved(env_queries, bare_queries, repeats)
+        env.close()
+        bare.close()
+    return [Ratio("dbexplore: cached load, fresh process / opening both files with DuckDB", loads, 2.0, "lower"),
+            Ratio("dbexplore: catalog query via env.step / the same query on DuckDB", steps, 1.2, "lower")]
+
+
+def main(quick: bool = False) -> list[Ratio]:
     scale = 1.0
     repeats = 1 if quick else 3
-    print(f"DBExplore-v0 at scale {scale}\n| what | n | median | target | ratio |\n|---|---|---|---|---|")
+    print(f"{env_id('DBExplore')} at scale {scale}\n| what | n | median | target | ratio |\n|---|---|---|---|---|")
     build = cold_build(scale, repeats)
     print(_row("cold build, both releases", statistics.median(build), 20.0, "s", len(build)))
     with tempfile.TemporaryDirectory() as cache:
@@ -91,6 +164,9 @@ def main(quick: bool = False) -> None:
         print(_row("step, catalog queries", statistics.median(cat) * 1e3, 10.0, "ms", len(cat)))
         summ = step_latency(scale, 2 if quick else 5, cache, ["SUMMARIZE fdbk_g1", "SUMMARIZE items_g2"])
         print(_row("step, SUMMARIZE of a 150k-row table", statistics.median(summ) * 1e3, None, "ms", len(summ)))
+    out = ratios(quick)
+    print(table(out))
+    return out
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""MemoryProbe-v0 speed: conversation generation, question replay and one stateful rollout per
+"""MemoryProbe-v1 speed: conversation generation, question replay and one stateful rollout per
 memory strategy on the default schedule (medians of a few repeats, ratios to truncation), plus
 each strategy's accuracy breakdown (explicit vs implicit, depth quartiles) over 5 rollouts.
 
@@ -16,7 +16,7 @@ from clbench.agent import make_agent
 from clbench.envs.memoryprobe.breakdown import accuracy_breakdown, breakdown_text, depth_edges
 from clbench.envs.memoryprobe.questions import build_questions
 
-ENV = "clbench/MemoryProbe-v0"
+ENV = "clbench/MemoryProbe-v1"
 STRATEGIES = ["truncation", "sliding-summary", "memory-bank", "file-state", "oracle"]
 
 
@@ -47,7 +47,7 @@ def main() -> None:
     t_make = median_time(lambda: gym.make(ENV).unwrapped, repeats=3)
     env = gym.make(ENV).unwrapped
     order = [slot.instance_id for slot in env.schedule.order(1)]
-    t_questions = median_time(lambda: build_questions(env.conversation, order, env.spec_data["questions"], 1))
+    t_questions = median_time(lambda: build_questions(env.conversation, order, env.spec_data["questions"]))
     print(f"generate conversation ({env.total_tokens} tokens): {t_make * 1e3:.1f} ms median")
     print(f"replay questions of one rollout order: {t_questions * 1e3:.1f} ms median")
     times = {name: median_time(lambda name=name: rollout(env, name, 0)) for name in STRATEGIES}

@@ -1,4 +1,4 @@
-"""SalesForecast-v0 speed: world generation, workspace start, sandboxed command steps, a reference year.
+"""SalesForecast-v1 speed: world generation, workspace start, sandboxed command steps, a reference year.
 
     python benchmarks/bench_salesforecast.py [--quick]
 
@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 
-ENV = "clbench/SalesForecast-v0"
+ENV = "clbench/SalesForecast-v1"
 
 
 def _row(what: str, times: list[float], target: float) -> str:

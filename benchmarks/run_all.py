@@ -5,7 +5,11 @@
   Poker hands/s vs a bare texasholdem loop);
 - the full reference suite (all tasks, 5 stateful rollouts + stateless) wall time on this machine
   (target: under 10 minutes on 2 cores, image builds excluded);
-- Ray vs the local pool on the same suite, and the local pool with 1 vs 2 workers.
+- Ray vs the local pool on the same suite, and the local pool with 1 vs 2 workers;
+- last, one table of every overhead ratio with its target (the benches' `ratios()`: runner,
+  CohortStudies, DBExplore, Poker). Each ratio is the median of repeats that alternate clbench and
+  its baseline; the exit status is 1 when a ratio misses its target by more than its noise (the
+  spread of the repeats), 0 otherwise. `--ratios` runs only that table.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _ratio import Ratio, table  # noqa: E402
 
 
 def step_latency(env_id: str, instances: int) -> tuple[float, float, int]:
@@ -56,16 +62,48 @@ def suite_time(tasks: list[str], rollouts: int, workers: int, executor: str = "l
         return time.perf_counter() - t
 
 
-def domain_benchmarks(quick: bool) -> None:
+def _benches():
     for path in sorted(HERE.glob("bench_*.py")):
         spec = importlib.util.spec_from_file_location(path.stem, path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        print(f"\n## {path.stem}")
+        yield path.stem, mod
+
+
+def domain_benchmarks(quick: bool) -> list[Ratio]:
+    """Every bench's report; returns the ratios of those that measure some."""
+    ratios = []
+    for name, mod in _benches():
+        print(f"\n## {name}")
         try:
-            mod.main(quick=quick) if "quick" in mod.main.__code__.co_varnames else mod.main()
+            out = mod.main(quick=quick) if "quick" in mod.main.__code__.co_varnames else mod.main()
         except Exception as exc:  # one domain's missing prerequisite must not hide the others
             print(f"skipped: {type(exc).__name__}: {exc}")
+            continue
+        if isinstance(out, list):  # the benches that measure overhead ratios return them
+            ratios += [r for r in out if isinstance(r, Ratio)]
+    return ratios
+
+
+def ratio_benchmarks(quick: bool) -> list[Ratio]:
+    ratios = []
+    for name, mod in _benches():
+        if hasattr(mod, "ratios"):
+            print(f"measuring {name} ...", flush=True)
+            try:
+                ratios += mod.ratios(quick=quick)
+            except Exception as exc:  # e.g. lifelines (the cohort baseline) not installed
+                print(f"skipped: {type(exc).__name__}: {exc}")
+    return ratios
+
+
+def report(ratios: list[Ratio]) -> int:
+    """The ratio table; 1 when a ratio misses its target by more than the noise."""
+    print("\n## overhead ratios (median of interleaved repeats)\n" + table(ratios))
+    missed = [r.name for r in ratios if r.misses]
+    if missed:
+        print(f"{len(missed)} ratio(s) miss their target beyond noise: " + "; ".join(missed))
+    return 1 if missed else 0
 
 
 def main(argv=None) -> int:
@@ -76,7 +114,10 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer instances and rollouts")
     p.add_argument("--tasks", nargs="+", help="suite tasks (default: all six)")
     p.add_argument("--no-ray", action="store_true")
+    p.add_argument("--ratios", action="store_true", help="only the overhead-ratio table")
     args = p.parse_args(argv)
+    if args.ratios:
+        return report(ratio_benchmarks(args.quick))
     tasks = resolve_tasks(args.tasks)
     print(f"clbench {clbench.__version__} benchmarks on {len(tasks)} tasks")
     print("\n## step latency (reference agent)\n| env | steps | median ms | p95 ms |\n|---|---|---|---|")
@@ -86,7 +127,7 @@ def main(argv=None) -> int:
             print(f"| {env_id} | {n} | {med * 1e3:.3f} | {p95 * 1e3:.3f} |")
         except Exception as exc:
             print(f"| {env_id} | skipped: {type(exc).__name__}: {exc} | | |")
-    domain_benchmarks(args.quick)
+    ratios = domain_benchmarks(args.quick)
     rollouts = 1 if args.quick else 5
     print(f"\n## reference suite wall time ({rollouts} stateful rollouts + stateless)")
     t2 = suite_time(tasks, rollouts, 2)
@@ -99,7 +140,7 @@ def main(argv=None) -> int:
             print(f"ray, 2 CPUs: {tr:.1f} s; ray / local ratio: {tr / t2:.2f}")
         except RuntimeError as exc:
             print(f"ray skipped: {exc}")
-    return 0
+    return report(ratios)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,12 @@ whose message is shown to the agent; they never escape `step()`.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
-
-import jsonschema
 
 
 class ActionError(ValueError):
@@ -43,24 +43,30 @@ def tool_schema(name: str, description: str, properties: dict, required: list[st
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+#: parse attempts per reply: each can cost O(length), so a 100 KB reply of brackets stays cheap
+MAX_JSON_ATTEMPTS = 16
+#: what `json` raises on bad input: syntax, nesting too deep, integers over Python's digit limit
+JSON_ERRORS = (ValueError, RecursionError)
 
 
 def extract_json(text: str) -> Any | None:
     """The first JSON object in `text` (bare, fenced in ``` or embedded in prose), else None."""
     stripped = text.strip()
-    candidates = [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]
-    for cand in candidates:
+    fences = (m.group(1).strip() for m in _FENCE.finditer(text))
+    starts = (m.start() for m in re.finditer(r"\{", text))
+    decoder = json.JSONDecoder()
+    attempts = 0
+    for cand in (stripped, *itertools.islice(fences, MAX_JSON_ATTEMPTS)):
         if cand.startswith(("{", "[")):
+            attempts += 1
             try:
                 return json.loads(cand)
-            except (json.JSONDecodeError, RecursionError):
+            except JSON_ERRORS:
                 pass
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
+    for start in itertools.islice(starts, max(1, MAX_JSON_ATTEMPTS - attempts)):
         try:
-            obj, _ = decoder.raw_decode(text, match.start())
-            return obj
-        except (json.JSONDecodeError, RecursionError):
+            return decoder.raw_decode(text, start)[0]
+        except JSON_ERRORS:
             continue
     return None
 
@@ -78,23 +84,37 @@ def as_tool_call(obj: Any) -> ToolCall | None:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ActionError(f"tool call {name!r}: arguments are not valid JSON ({exc.msg})") from None
+        except JSON_ERRORS as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:200]
+            raise ActionError(f"tool call {name!r}: arguments are not valid JSON ({why})") from None
     if not isinstance(args, dict):
         raise ActionError(f"tool call {name!r}: arguments must be a JSON object")
     return ToolCall(name, args)
 
 
+@functools.lru_cache(maxsize=512)
+def _validator(schema_json: str):
+    """A checked validator per schema: what jsonschema.validate rebuilds (and re-checks) per call."""
+    import jsonschema  # lazily: its import is a third of a fresh env's load
+
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 def validate_call(call: ToolCall, tools: list[dict]) -> ToolCall:
     """Check a call against the tool schemas; raise ActionError naming the legal tools."""
+    from jsonschema.exceptions import best_match
+
     by_name = {t["function"]["name"]: t["function"] for t in tools}
     if call.tool not in by_name:
         raise ActionError(f"unknown tool {call.tool!r}; available tools: {', '.join(sorted(by_name))}")
-    try:
-        jsonschema.validate(call.arguments, by_name[call.tool]["parameters"])
-    except jsonschema.ValidationError as exc:
+    validator = _validator(json.dumps(by_name[call.tool]["parameters"], sort_keys=True))
+    exc = best_match(validator.iter_errors(call.arguments))  # the error jsonschema.validate raises
+    if exc is not None:
         where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
-        raise ActionError(f"tool {call.tool!r}: {where}: {exc.message}") from None
+        raise ActionError(f"tool {call.tool!r}: {where}: {exc.message}")
     return call
 
 

@@ -50,6 +50,9 @@ class Agent:
     name = "agent"
     #: privileged agents (oracles) receive the env's latent structure as `latent`
     privileged = False
+    #: True when play depends on the observations only, never on the seed: the runner then plays
+    #: one stateless pass instead of one per rollout seed (clbench.runner.stateless_plan)
+    deterministic = False
 
     def __init__(self, card: SpecCard, seed: int = 0, latent: Any = None, **kwargs):
         if kwargs:
@@ -100,7 +103,18 @@ class Agent:
 GENERIC_AGENTS = {
     "random": "clbench.agents.random_agent:RandomAgent",
     "llm": "clbench.agents.llm:LLMAgent",
+    # degenerate agents (clbench.agents.degenerate); `fixed:NAME` plays the env's fixed answer NAME
+    "first-legal": "clbench.agents.degenerate:FirstLegal",
+    "submit": "clbench.agents.degenerate:Submit",
+    "empty": "clbench.agents.degenerate:Empty",
+    "fixed": "clbench.agents.degenerate:Fixed",
 }
+
+
+def split_agent_name(name: str) -> tuple[str, dict]:
+    """`fixed:NAME` -> ("fixed", {"answer": NAME}); any other name -> (name, {})."""
+    head, sep, arg = name.partition(":")
+    return (head, {"answer": arg}) if sep and head == "fixed" else (name, {})
 
 
 def load_object(path: str):
@@ -116,6 +130,8 @@ def make_agent(name: str, env, seed: int = 0, **kwargs) -> Agent:
     """Build agent `name` for `env` (a gym env or its unwrapped clbench env)."""
     base = env.unwrapped
     table = {**GENERIC_AGENTS, **type(base).agents}
+    name, extra = split_agent_name(name)
+    kwargs = {**extra, **kwargs}
     if name not in table and ":" not in name:
         raise ValueError(f"unknown agent {name!r} for {base.env_id}; available: {', '.join(sorted(table))}")
     cls = load_object(table.get(name, name))

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
+import threading
 import warnings
 
 from gymnasium import error as gym_error
+
+#: commands that play instances into a run directory
+RUN_COMMANDS = ("rollout", "suite", "probe-ladder")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,14 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from clbench.executors import install_signal_handlers
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if in_main else None
+    if in_main:
+        install_signal_handlers()
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # SIGINT -> 130, SIGTERM (executors.Terminated) -> 143
+        code = getattr(exc, "exit_code", 130)
+        print("terminated" if code == 143 else "interrupted", "(unfinished instances are not recorded; "
+              "continue with --resume DIR)" if args.command in RUN_COMMANDS else "", file=sys.stderr)
+        return code
     except (ValueError, FileNotFoundError, RuntimeError, KeyError, gym_error.Error) as exc:
         print(f"clbench {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

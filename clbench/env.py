@@ -10,7 +10,10 @@ A domain subclasses `InstanceSequenceEnv` and implements four hooks:
 """
 from __future__ import annotations
 
+import copy
 import importlib.resources
+import json
+import pickle
 import re
 import string
 from dataclasses import asdict, dataclass, field
@@ -31,6 +34,10 @@ CHARSET = string.printable
 _OUTSIDE = re.compile("[^" + re.escape(CHARSET) + "]")
 MAX_OBS_CHARS = 200_000
 MAX_ACTION_CHARS = 100_000
+#: lone surrogates (from JSON escapes such as "\ud800") have no UTF-8 encoding
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")
+#: what parsing an action in a text grammar may raise besides ActionError; step() turns it into one
+PARSE_ERRORS = (ValueError, TypeError, OverflowError, RecursionError, UnicodeError)
 
 
 def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
@@ -49,7 +56,18 @@ def load_task_spec(domain: str, name: str = "default") -> dict:
     path = importlib.resources.files("clbench.tasks") / domain / f"{name}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no task spec {domain}/{name}.yaml in clbench.tasks")
-    return yaml.safe_load(path.read_text())
+    # libyaml's parser when present (10x faster); the same safe constructor, so the same data
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def _require_unicode(call: ToolCall) -> None:
+    """Refuse arguments with lone surrogates (JSON's "\\ud800"): no shell, file or database takes them."""
+    try:
+        json.dumps(call.arguments, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end]
+        raise ActionError(f"tool {call.tool!r}: the arguments contain \\u{ord(bad[0]):04x}, a lone surrogate "
+                          "that is not valid Unicode text") from None
 
 
 class TextSpace(spaces.Text):
@@ -63,6 +81,10 @@ def _no_shared_text(space, n: int = 1, ctx=None):
         "clbench observations are text and cannot live in shared memory: use "
         "gym.make_vec(id, num_envs, vectorization_mode='async', vector_kwargs={'shared_memory': False}) "
         "or vectorization_mode='sync'")
+
+
+#: ids of envs whose members are being test-pickled (guards __getstate__ against recursion)
+_PICKLING: set[int] = set()
 
 
 class ScheduleExhausted(RuntimeError):
@@ -250,7 +272,15 @@ class InstanceSequenceEnv(gym.Env):
         try:
             if not isinstance(action, str):
                 raise ActionError(f"actions are strings, got {type(action).__name__}")
-            outcome = self._act(self.parse_action(action))
+            try:
+                call = self.parse_action(action)
+            except ActionError:
+                raise
+            except PARSE_ERRORS as exc:  # e.g. int() of a 5,000-digit number in a text grammar
+                raise ActionError(f"could not parse the action ({type(exc).__name__}: {str(exc)[:200]}). "
+                                  f"{self.action_grammar}") from None
+            _require_unicode(call)
+            outcome = self._act(call)
         except ActionError as exc:
             outcome = Outcome(f"Invalid action: {exc}", invalid=True,
                               costs_step=self.invalid_action_costs_step)
@@ -286,12 +316,47 @@ class InstanceSequenceEnv(gym.Env):
         """JSON tool call if the reply is one, else the env's text grammar."""
         if len(action) > MAX_ACTION_CHARS:
             raise ActionError(f"action longer than {MAX_ACTION_CHARS} characters")
+        bad = _NOT_UTF8.search(action)
+        if bad:  # a lone surrogate cannot be encoded for a shell, a file or a database
+            raise ActionError(f"the action contains \\u{ord(bad.group()):04x}, a lone surrogate that is not "
+                              "valid Unicode text")
         stripped = action.strip()
         if stripped.startswith("{") or stripped.startswith("```"):
             call = as_tool_call(extract_json(stripped))
             if call is not None:
                 return validate_call(call, self.tools)
         return self._parse_text(action)
+
+    # ------------------------------------------------------------------ copying
+    # A copy is exact or refused with a TypeError: an env holding live resources (sandboxes,
+    # database connections) must never end up sharing them with a copy that later closes them.
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        try:
+            state = copy.deepcopy(self.__dict__, memo)
+        except Exception as exc:  # noqa: BLE001 - any member that refuses makes the env uncopyable
+            raise self._uncopyable("copied", exc) from None
+        new.__dict__.update(state)
+        return new
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        if id(self) not in _PICKLING:  # check the members once, so a failure names the env
+            _PICKLING.add(id(self))
+            try:
+                pickle.dumps(state)
+            except Exception as exc:  # noqa: BLE001
+                raise self._uncopyable("pickled", exc) from None
+            finally:
+                _PICKLING.discard(id(self))
+        return state
+
+    def _uncopyable(self, verb: str, exc: BaseException) -> TypeError:
+        return TypeError(
+            f"{self.env_id or type(self).__name__} cannot be {verb}: it holds live resources or state that "
+            f"cannot be copied ({type(exc).__name__}: {str(exc)[:200]}); make a new env with gym.make(...) and "
+            "jump to an instance with reset(seed=..., options={'instance': ...}) instead")
 
     def render(self):
         if self.render_mode == "ansi":

@@ -8,11 +8,46 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import signal
+import time
 from typing import Callable
 
 from clbench.runner import Job, LocalSink, run_job
 
 OnDone = Callable[[Job, "list[dict] | None", "str | None"], None]
+#: seconds the workers get to unwind (close sandboxes) after an interrupt before they are killed
+STOP_GRACE = 10.0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so the same unwinding runs; exit code 143."""
+
+    exit_code = 143
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM unwinds like SIGINT (main process and pool workers): whatever instance is being played
+    is never recorded, and `--resume` replays it."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
+    """After an interrupt: cancel queued jobs, stop running ones (SIGTERM, then SIGKILL)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + STOP_GRACE
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(1)
 
 
 def _failure(job: Job, exc: BaseException) -> str:
@@ -31,7 +66,9 @@ def run_local(jobs: list[Job], workers: int, on_done: OnDone) -> list[str]:
                 on_done(job, None, errors[-1])
         return errors
     ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+    pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
+                                  initializer=install_signal_handlers)
+    try:
         futures = {pool.submit(run_job, job): job for job in jobs}
         for fut in cf.as_completed(futures):
             job = futures[fut]
@@ -40,6 +77,10 @@ def run_local(jobs: list[Job], workers: int, on_done: OnDone) -> list[str]:
             except Exception as exc:
                 errors.append(_failure(job, exc))
                 on_done(job, None, errors[-1])
+    except BaseException:  # Ctrl-C, SIGTERM or a worker's KeyboardInterrupt: stop everything now
+        _stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
     return errors
 
 
@@ -88,8 +129,8 @@ class _SinkActor:
     def append(self, rel: str, lines: list[dict]) -> None:
         self.sink.append(rel, lines)
 
-    def put_json(self, rel: str, obj) -> None:
-        self.sink.put_json(rel, obj)
+    def checkpoint(self, rel: str, line: bytes) -> None:
+        self.sink.checkpoint(rel, line)
 
 
 class _RemoteSink:
@@ -103,10 +144,10 @@ class _RemoteSink:
 
         ray.get(self.actor.append.remote(rel, lines))
 
-    def put_json(self, rel, obj):
+    def checkpoint(self, rel, line):
         import ray
 
-        ray.get(self.actor.put_json.remote(rel, obj))
+        ray.get(self.actor.checkpoint.remote(rel, line))
 
 
 def _ray_job(job: Job, sink_actor) -> list[dict]:

@@ -1,24 +1,31 @@
-"""Metrics of stateful vs stateless play, exactly as DESIGN.md defines them.
+"""Metrics of stateful vs stateless play, exactly as DESIGN.md defines them (docs/statistics.md).
 
-For one task and system, with stateful rollouts k = 1..K and one stateless pass:
+For one task and system, with stateful rollouts k = 1..K and stateless passes p = 1..P (one per
+rollout seed for a stochastic agent, one for a deterministic agent):
 
-- gain per instance `g_t = r_sf,t - r_sl,t`, paired by **instance_id** (never by position);
-- cumulative reward `sum_t r_sf,t` and cumulative gain `sum_t g_t` per rollout;
-- normalized gain `(mean r_sf - mean r_sl) / (r_max - mean r_sl)`;
+- gain per instance `g_t = r_sf,t - r_sl,t`, paired by **instance_id** (never by position), with
+  r_sl,t the mean over the stateless passes;
+- cumulative reward `sum_t r_sf,t` and cumulative gain `sum_t g_t` per rollout (means over rollouts);
+- normalized gain `(mean r_sf - mean r_sl) / (r_max - mean r_sl)`, undefined (with the reason) when
+  `mean r_sl >= r_max`;
 - normalized reward `(mean r_sf - r_reference) / (r_max - r_reference)`;
 - the stability/plasticity split of normalized gain: every variant starts at a boundary (its
   first position in the rollout's order); the gain earned in the *adaptation window* right after
   each boundary (the first `ceil(window * len(variant))` positions, at least one) is the
   plasticity term, the gain earned afterwards the stability term. Both are divided by the same
   denominator as the normalized gain, so plasticity + stability = normalized gain exactly;
-- point estimates are means over rollouts; uncertainty is a percentile bootstrap 95% CI over
-  rollouts (seeded, so reports are reproducible) plus the standard error stdev/sqrt(K).
+- uncertainty: a seeded paired bootstrap that resamples instances (the same draw for the stateful
+  and the stateless side), rollouts and stateless passes together; 95% percentile CI and the
+  bootstrap standard error. When r_max comes with a standard error (Poker's oracle score is
+  itself noisy) every replicate also draws r_max, and r_max gets its own interval.
 
-Suite aggregate: the unweighted mean over tasks of each task's estimate.
+Suite aggregate: the unweighted mean over tasks of each task's estimate; its interval comes from
+the mean of the tasks' bootstrap replicates (tasks are independent samples).
 """
 from __future__ import annotations
 
 import math
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -26,6 +33,21 @@ import numpy as np
 
 N_BOOT = 10_000
 DEFAULT_WINDOW = 0.25
+HEADLINE = ("normalized_gain", "normalized_reward")
+SPLIT = ("plasticity", "stability")
+#: the metrics whose bootstrap replicates a suite aggregate combines
+AGGREGATED = (*HEADLINE, *SPLIT)
+
+
+def undefined_gain_reason(mean_sl: float, r_max: float) -> str:
+    return (f"mean stateless reward {mean_sl:.6g} is at or above r_max {r_max:.6g}: "
+            "no headroom to normalize by")
+
+
+def no_headroom(mean_sl, r_max) -> np.ndarray:
+    """r_max - mean_sl is zero or negative, up to rounding (a ratio of rounding errors is no number)."""
+    mean_sl, r_max = np.asarray(mean_sl, dtype=float), np.asarray(r_max, dtype=float)
+    return r_max - mean_sl <= 1e-9 * np.maximum(1.0, np.abs(r_max))
 
 
 @dataclass
@@ -36,12 +58,13 @@ class TaskRecords:
     system: str
     r_max: float
     r_reference: float
+    r_max_se: float | None = None  # standard error of r_max when the oracle's score is noisy
     stateful: dict[int, list[dict]] = field(default_factory=dict)  # rollout -> records by position
-    stateless: dict[str, dict] = field(default_factory=dict)  # instance_id -> record
+    stateless: dict[int, dict[str, dict]] = field(default_factory=dict)  # pass -> instance_id -> record
 
 
 def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[str, str], TaskRecords]:
-    """Split records by (task, system); `params[task]` gives r_max and r_reference."""
+    """Split records by (task, system); `params[task]` gives r_max, r_reference (and r_max_se)."""
     groups: dict[tuple[str, str], TaskRecords] = {}
     for rec in records:
         task, system = rec["task"], rec["system"]
@@ -50,9 +73,11 @@ def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[st
         tr = groups.get((task, system))
         if tr is None:
             p = params[task]
-            tr = groups[(task, system)] = TaskRecords(task, system, float(p["r_max"]), float(p["r_reference"]))
+            se = p.get("r_max_se")
+            tr = groups[(task, system)] = TaskRecords(task, system, float(p["r_max"]), float(p["r_reference"]),
+                                                      float(se) if se else None)
         if rec["mode"] == "stateless":
-            tr.stateless[rec["instance_id"]] = rec
+            tr.stateless.setdefault(int(rec.get("rollout") or 0), {})[rec["instance_id"]] = rec
         else:
             tr.stateful.setdefault(int(rec["rollout"]), []).append(rec)
     for tr in groups.values():
@@ -61,19 +86,34 @@ def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[st
     return groups
 
 
+def summarize(point: float | None, draws: np.ndarray | None, n: int, reason: str | None = None) -> dict:
+    """An estimate: point value, bootstrap SE and 95% percentile CI over the defined replicates."""
+    if point is None or not math.isfinite(point):
+        out = {"mean": None, "se": None, "ci": [None, None], "n": n}
+        return {**out, "undefined": reason} if reason else out
+    if draws is None:  # a point estimate without replicates (e.g. upstream headline numbers)
+        return {"mean": float(point), "se": None, "ci": [None, None], "n": n}
+    d = np.asarray(draws, dtype=float)
+    d = d[np.isfinite(d)]
+    if d.size < 2:
+        return {"mean": float(point), "se": 0.0, "ci": [float(point), float(point)], "n": n}
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    return {"mean": float(point), "se": float(d.std(ddof=1)), "ci": [float(lo), float(hi)], "n": n}
+
+
 def estimate(values, n_boot: int = N_BOOT, seed: int = 0) -> dict:
-    """Mean over rollouts with standard error and percentile-bootstrap 95% CI."""
+    """Mean of independent values with its percentile-bootstrap 95% CI and standard error stdev/sqrt(n)."""
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if v.size == 0:
         return {"mean": None, "se": None, "ci": [None, None], "n": 0}
     mean = float(v.mean())
-    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
     if v.size == 1:
-        return {"mean": mean, "se": se, "ci": [mean, mean], "n": 1}
+        return {"mean": mean, "se": 0.0, "ci": [mean, mean], "n": 1}
     rng = np.random.default_rng(seed)
     boots = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
     lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"mean": mean, "se": se, "ci": [float(lo), float(hi)], "n": int(v.size)}
+    return {"mean": mean, "se": float(v.std(ddof=1) / math.sqrt(v.size)), "ci": [float(lo), float(hi)],
+            "n": int(v.size)}
 
 
 def _window_positions(recs: list[dict], window: float) -> set[int]:
@@ -89,56 +129,137 @@ def _window_positions(recs: list[dict], window: float) -> set[int]:
     return inside
 
 
-def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = N_BOOT) -> dict:
-    """Headline metrics, per-variant means and per-position curves for one task and system."""
+def bootstrap_seed(*parts: str) -> int:
+    """A fixed seed per (task, system): reports are reproducible and tasks' replicates independent."""
+    return zlib.crc32("/".join(parts).encode())
+
+
+@dataclass
+class Matrices:
+    """Rewards as rollouts x instances (stateful, with a presence mask and the adaptation window)
+    and passes x instances (stateless); columns are instance ids in sorted order."""
+
+    ids: list[str]
+    sf: np.ndarray
+    present: np.ndarray
+    window: np.ndarray
+    sl: np.ndarray
+
+
+def matrices(tr: TaskRecords, window: float) -> Matrices:
     if not tr.stateful:
         raise ValueError(f"{tr.task}/{tr.system}: no stateful records")
     if not tr.stateless:
         raise ValueError(f"{tr.task}/{tr.system}: no stateless records (run --mode both)")
-    sl = {iid: float(rec["reward"]) for iid, rec in tr.stateless.items()}
-    ids = {r["instance_id"] for recs in tr.stateful.values() for r in recs}
-    missing = sorted(ids - set(sl))
-    if missing:
-        raise ValueError(f"{tr.task}/{tr.system}: stateless results missing for {len(missing)} instances, "
-                         f"e.g. {missing[:3]}; finish or resume the run")
-    mean_sl = float(np.mean([sl[i] for i in sorted(ids)]))
-    denom_g = tr.r_max - mean_sl
-    denom_r = tr.r_max - tr.r_reference
+    ids = sorted({r["instance_id"] for recs in tr.stateful.values() for r in recs})
+    col = {iid: j for j, iid in enumerate(ids)}
+    for p, recs in sorted(tr.stateless.items()):
+        missing = [i for i in ids if i not in recs]
+        if missing:
+            raise ValueError(f"{tr.task}/{tr.system}: stateless results missing for {len(missing)} instances "
+                             f"(pass {p}), e.g. {missing[:3]}; finish or resume the run")
+    rollouts, passes = sorted(tr.stateful), sorted(tr.stateless)
+    sf = np.zeros((len(rollouts), len(ids)))
+    present = np.zeros_like(sf)
+    win = np.zeros_like(sf)
+    for row, k in enumerate(rollouts):
+        inside = _window_positions(tr.stateful[k], window)
+        for x in tr.stateful[k]:
+            j = col[x["instance_id"]]
+            sf[row, j], present[row, j] = float(x["reward"]), 1.0
+            win[row, j] = x["position"] in inside
+    sl = np.array([[float(tr.stateless[p][i]["reward"]) for i in ids] for p in passes])
+    return Matrices(ids, sf, present, win, sl)
 
-    per = defaultdict(list)
-    windows = {k: _window_positions(recs, window) for k, recs in tr.stateful.items()}
-    for k in sorted(tr.stateful):
-        recs = tr.stateful[k]
-        r = np.array([float(x["reward"]) for x in recs])
-        g = np.array([float(x["reward"]) - sl[x["instance_id"]] for x in recs])
-        n = len(recs)
-        per["mean_reward"].append(r.mean())
-        per["cumulative_reward"].append(r.sum())
-        per["cumulative_gain"].append(g.sum())
-        per["normalized_gain"].append((r.mean() - mean_sl) / denom_g if denom_g > 0 else math.nan)
-        per["normalized_reward"].append((r.mean() - tr.r_reference) / denom_r if denom_r > 0 else math.nan)
-        g_in = sum(gi for gi, x in zip(g, recs) if x["position"] in windows[k])
-        g_out = g.sum() - g_in
-        per["plasticity"].append(g_in / (n * denom_g) if denom_g > 0 else math.nan)
-        per["stability"].append(g_out / (n * denom_g) if denom_g > 0 else math.nan)
+
+def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
+    """Bootstrap multiplicities: how often each of `size` units is drawn in each replicate."""
+    draws = rng.integers(0, size, size=(n_boot, size))
+    w = np.zeros((n_boot, size))
+    np.add.at(w, (np.arange(n_boot)[:, None], draws), 1.0)
+    return w
+
+
+def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
+    """Every headline statistic from weights on rollouts (ck), instances (ci) and passes (cp).
+
+    Weights of ones give the point estimates; bootstrap multiplicities give replicates (one row
+    per replicate). Instances carry one weight for both modes: the pairing by instance id."""
+    ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
+    slbar = (cp @ m.sl) / cp.sum(axis=1, keepdims=True)  # per replicate and instance: mean over passes
+    mass = np.einsum("bi,bi->b", ck @ m.present, ci)  # (rollout, instance) cells played
+    rollout_n = ck.sum(axis=1)
+    sf_sum = np.einsum("bi,bi->b", ck @ (m.sf * m.present), ci)
+    sl_paired = np.einsum("bi,bi->b", (ck @ m.present) * slbar, ci)  # stateless on the cells played
+    gain_sum = sf_sum - sl_paired
+    in_w = m.present * m.window
+    gain_in = np.einsum("bi,bi->b", ck @ (m.sf * in_w), ci) - np.einsum("bi,bi->b", (ck @ in_w) * slbar, ci)
+    mean_sf = sf_sum / mass
+    mean_sl = np.einsum("bi,bi->b", slbar, ci) / ci.sum(axis=1)
+    r_max = np.broadcast_to(np.asarray(r_max, dtype=float), mean_sf.shape)
+    bad = no_headroom(mean_sl, r_max)
+    denom = np.where(bad, np.nan, r_max - mean_sl)
+    denom_r = r_max - r_reference
+    denom_r = np.where(denom_r > 0, denom_r, np.nan)
+    return {
+        "mean_reward": mean_sf,
+        "mean_reward_stateless": mean_sl,
+        "cumulative_reward": sf_sum / rollout_n,
+        "cumulative_gain": gain_sum / rollout_n,
+        "normalized_gain": (mean_sf - mean_sl) / denom,
+        "normalized_reward": (mean_sf - r_reference) / denom_r,
+        "plasticity": gain_in / mass / denom,
+        "stability": (gain_sum - gain_in) / mass / denom,
+    }
+
+
+def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = N_BOOT,
+                 keep_draws: bool = False) -> dict:
+    """Headline metrics with paired-bootstrap CIs, per-variant means and per-position curves."""
+    m = matrices(tr, window)
+    K, n = m.sf.shape
+    P = m.sl.shape[0]
+    point = {k: float(v[0]) for k, v in headline_stats(m, tr.r_max, tr.r_reference, np.ones(K), np.ones(n),
+                                                      np.ones(P)).items()}
+    rng = np.random.default_rng(bootstrap_seed(tr.task, tr.system))
+    ck, ci, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, n), _weights(rng, n_boot, P)
+    r_max_draws = tr.r_max + tr.r_max_se * rng.standard_normal(n_boot) if tr.r_max_se else tr.r_max
+    draws = headline_stats(m, r_max_draws, tr.r_reference, ck, ci, cp)
+    sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
+    reason = undefined_gain_reason(point["mean_reward_stateless"], tr.r_max) \
+        if no_headroom(point["mean_reward_stateless"], tr.r_max) else None
 
     out = {
         "task": tr.task,
         "system": tr.system,
         "r_max": tr.r_max,
         "r_reference": tr.r_reference,
-        "rollouts": len(tr.stateful),
-        "instances": len(ids),
-        "mean_reward_stateless": mean_sl,
-        "cumulative_reward_stateless": float(sum(sl[i] for i in ids)),
+        "rollouts": K,
+        "stateless_passes": P,
+        "instances": n,
+        "mean_reward_stateless": point["mean_reward_stateless"],
+        "cumulative_reward_stateless": float(m.sl.mean(axis=0).sum()),
         "split_window": window,
+        "bootstrap": {"replicates": n_boot, "resampled": ["instances (paired by instance_id)", "rollouts",
+                                                          "stateless passes"] + (["r_max"] if tr.r_max_se else [])},
     }
-    for name, values in per.items():
-        out[name] = estimate(values, n_boot=n_boot)
-    out["per_variant"] = _per_variant(tr, sl, windows)
+    if tr.r_max_se:
+        out["r_max_estimate"] = {"mean": tr.r_max, "se": tr.r_max_se,
+                                 "ci": [tr.r_max - 1.96 * tr.r_max_se, tr.r_max + 1.96 * tr.r_max_se], "n": n}
+    for name in ("mean_reward", "cumulative_reward", "cumulative_gain", "normalized_gain", "normalized_reward",
+                 "plasticity", "stability"):
+        undefined = reason if name in ("normalized_gain", *SPLIT) else None
+        out[name] = summarize(None if undefined else point[name], draws[name], n, undefined)
+    if reason is None and math.isfinite(point["normalized_gain"]):
+        # the split is exact in every replicate too; keep it exact in the reported means
+        out["stability"]["mean"] = out["normalized_gain"]["mean"] - out["plasticity"]["mean"]
+    out["per_variant"] = _per_variant(tr, sl_mean, m, window)
     out["shocks"] = shock_effects(tr)
-    out["curves"] = _curves(tr, sl)
+    out["curves"] = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
+                            n_boot=min(n_boot, 2000))
     out["usage"] = _usage(tr)
+    if keep_draws:
+        out["draws"] = {name: draws[name] for name in AGGREGATED}
     return out
 
 
@@ -173,12 +294,12 @@ def shock_effects(tr: TaskRecords, before: int = 5) -> list[dict]:
     return effects
 
 
-def _per_variant(tr: TaskRecords, sl: dict[str, float], windows: dict[int, set[int]]) -> list[dict]:
+def _per_variant(tr: TaskRecords, sl: dict[str, float], m: Matrices, window: float) -> list[dict]:
     """Per variant: stateful and stateless means, gain, and the gain inside the adaptation window
     (how fast the agent adapts after the boundary; shows faster recovery on returning conditions)."""
     rows: dict[str, dict] = {}
     for k, recs in tr.stateful.items():
-        inside = windows[k]
+        inside = _window_positions(recs, window)
         for x in recs:
             row = rows.setdefault(x["variant"], {"variant": x["variant"], "start": x["position"], "sf": [], "ids": set(),
                                                  "early": []})
@@ -197,35 +318,59 @@ def _per_variant(tr: TaskRecords, sl: dict[str, float], windows: dict[int, set[i
     return result
 
 
-def _curves(tr: TaskRecords, sl: dict[str, float]) -> dict:
-    """Per-position curves over rollouts; stateless paired to each rollout by instance id."""
+def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int) -> dict:
+    """Per-position curves: mean over rollouts, min-max, and a 95% CI of the mean (bootstrap over
+    rollouts and stateless passes); the stateless side is paired to each rollout by instance id."""
     n = max(len(v) for v in tr.stateful.values())
-    sf = np.full((len(tr.stateful), n), np.nan)
-    slp = np.full_like(sf, np.nan)
+    K, P = len(tr.stateful), m.sl.shape[0]
+    col = {iid: j for j, iid in enumerate(m.ids)}
+    sf = np.full((K, n), np.nan)
+    cols = np.zeros((K, n), dtype=int)
+    has = np.zeros((K, n), dtype=bool)
     variants = [None] * n
     for row, k in enumerate(sorted(tr.stateful)):
         for x in tr.stateful[k]:
             p = x["position"]
             if p < n:
-                sf[row, p] = float(x["reward"])
-                slp[row, p] = sl[x["instance_id"]]
+                sf[row, p], cols[row, p], has[row, p] = float(x["reward"]), col[x["instance_id"]], True
                 variants[p] = x["variant"]
+
+    def paired_sl(pass_weights: np.ndarray) -> np.ndarray:
+        """Stateless reward (mean over weighted passes) of the instance each rollout played at each
+        position; pass_weights (B, P) gives (B, K, n)."""
+        slbar = pass_weights @ m.sl / pass_weights.sum(axis=1, keepdims=True)
+        return np.where(has, slbar[:, cols], np.nan)
+
+    slp = paired_sl(np.ones((1, P)))[0]
     gain = sf - slp
-    cum_gain = np.nancumsum(gain, axis=1)
+    cum_gain = np.where(has, np.nancumsum(gain, axis=1), np.nan)
+    ck, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, P)
 
-    def stat(a):
+    def rows_mean(a: np.ndarray) -> np.ndarray:
+        """Weighted mean over rollouts per replicate: a is (K, n) or (B, K, n)."""
+        a = np.broadcast_to(a, (n_boot, K, n))
+        ok = ~np.isnan(a)
+        num, den = np.einsum("bk,bkn->bn", ck, np.where(ok, a, 0.0)), np.einsum("bk,bkn->bn", ck, ok)
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+    def stat(a: np.ndarray, boots: np.ndarray) -> dict:
+        lo, hi = np.nanpercentile(boots, [2.5, 97.5], axis=0)
         return {"mean": np.nanmean(a, axis=0).tolist(), "min": np.nanmin(a, axis=0).tolist(),
-                "max": np.nanmax(a, axis=0).tolist()}
+                "max": np.nanmax(a, axis=0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
 
+    g_b = sf[None] - paired_sl(cp)
+    cum_b = np.where(has[None], np.nancumsum(g_b, axis=2), np.nan)
     boundaries = [p for p in range(n) if variants[p] is not None and (p == 0 or variants[p] != variants[p - 1])]
     return {"positions": list(range(n)), "variants": variants, "boundaries": boundaries,
-            "stateful": stat(sf), "stateless": stat(slp), "gain": stat(gain), "cumulative_gain": stat(cum_gain)}
+            "stateful": stat(sf, rows_mean(sf)), "stateless": stat(slp, rows_mean(paired_sl(cp))),
+            "gain": stat(gain, rows_mean(g_b)), "cumulative_gain": stat(cum_gain, rows_mean(cum_b))}
 
 
 def _usage(tr: TaskRecords) -> dict:
     total = {"calls": 0, "prompt": 0, "completion": 0, "cached": 0, "reasoning": 0}
     cost, have_cost, have_tokens = 0.0, False, False
-    for rec in [*tr.stateless.values(), *(x for v in tr.stateful.values() for x in v)]:
+    stateless = [x for recs in tr.stateless.values() for x in recs.values()]
+    for rec in [*stateless, *(x for v in tr.stateful.values() for x in v)]:
         tokens = rec.get("tokens")
         if tokens:
             have_tokens = True
@@ -237,10 +382,38 @@ def _usage(tr: TaskRecords) -> dict:
     return {"tokens": total if have_tokens else None, "cost": cost if have_cost else None}
 
 
-def aggregate(task_results: list[dict]) -> dict:
-    """Unweighted mean over tasks of each headline metric (one system)."""
-    out = {"tasks": sorted(t["task"] for t in task_results)}
-    for name in ("normalized_gain", "normalized_reward", "plasticity", "stability"):
-        vals = [t[name]["mean"] for t in task_results if t[name]["mean"] is not None]
-        out[name] = float(np.mean(vals)) if len(vals) == len(task_results) and vals else None
+def aggregate(task_results: list[dict], draws: list[dict] | None = None, tasks: list[str] | None = None,
+              names: tuple[str, ...] = AGGREGATED) -> dict:
+    """Suite aggregate of one system: the unweighted mean over tasks of each task's estimate.
+
+    `tasks` restricts it to a shared set (comparisons); `draws` (each task's bootstrap replicates,
+    task_metrics(keep_draws=True)) give it a 95% CI and SE: replicate b of the aggregate is the
+    mean of the tasks' replicates b. A metric undefined on any task is undefined in the aggregate."""
+    chosen = [(t, d) for t, d in zip(task_results, draws or [None] * len(task_results))
+              if tasks is None or t["task"] in tasks]
+    out: dict = {"tasks": sorted(t["task"] for t, _ in chosen)}
+    for name in names:
+        points = [t[name]["mean"] for t, _ in chosen]
+        if not chosen or any(p is None for p in points):
+            missing = [t["task"] for t, _ in chosen if t[name]["mean"] is None]
+            out[name] = {"mean": None, "se": None, "ci": [None, None], "n": len(chosen),
+                         "undefined": f"undefined on {', '.join(missing)}" if missing else "no tasks"}
+            continue
+        reps = np.mean([d[name] for _, d in chosen], axis=0) if all(d is not None for _, d in chosen) else None
+        out[name] = summarize(float(np.mean(points)), reps, len(chosen))
+    return out
+
+
+def suite_aggregates(task_results: list[dict], draws: dict[tuple[str, str], dict] | None = None) -> dict[str, dict]:
+    """Per system, the aggregate over the tasks that every system in `task_results` has (the one
+    definition used by run cards, reports and comparisons); `left_out` names the other tasks."""
+    by_system: dict[str, dict[str, dict]] = defaultdict(dict)
+    for t in task_results:
+        by_system[t["system"]][t["task"]] = t
+    shared = sorted(set.intersection(*(set(v) for v in by_system.values()))) if by_system else []
+    out = {}
+    for system, mine in sorted(by_system.items()):
+        chosen = [mine[task] for task in shared]
+        d = [draws[(task, system)] for task in shared] if draws is not None else None
+        out[system] = {**aggregate(chosen, d), "left_out": sorted(set(mine) - set(shared))}
     return out

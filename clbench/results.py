@@ -45,7 +45,10 @@ def _json_default(obj):
 
 def dumps(obj) -> str:
     """Compact, key-sorted, NaN-free JSON (NaN/inf become null) for byte-stable files."""
-    return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"), default=_json_default)
+    try:  # the C encoder alone when every float is finite (nearly always): walking first cost 20x
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"), default=_json_default)
 
 
 def _finite(obj):
@@ -119,6 +122,26 @@ def load_records(run_dir: str | Path) -> list[dict]:
                                f"({RECORD_FORMAT}); upgrade clbench")
         by_key[record_key(rec)] = rec
     return list(by_key.values())
+
+
+def check_out_dir(out: str | Path, runs: list[tuple[str, str]]) -> None:
+    """Refuse a run directory that would mix results: an existing file, a non-empty folder that is
+    not a run directory, or a run directory that already holds one of `runs` ((env id, system));
+    re-running those would append duplicate records (continuing them is `--resume`)."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ResultsError(f"--out {out} is an existing file, not a run directory")
+    if not path.is_dir():
+        return
+    if (path / "config.json").is_file():
+        listed = {(r.get("env_id"), r.get("system")) for r in read_json(path / "config.json").get("runs", [])}
+        clash = [f"{env_id} / {system}" for env_id, system in runs if (env_id, system) in listed]
+        if clash:
+            raise ResultsError(f"{out} already holds a run of {', '.join(clash)}; continue it with "
+                               f"`--resume {out}` or choose another --out")
+    elif any(path.iterdir()):
+        raise ResultsError(f"--out {out} is an existing folder that is not a clbench run directory; "
+                           "choose a new or empty folder")
 
 
 def write_json_atomic(path: str | Path, obj) -> None:

@@ -76,7 +76,7 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
     if failures:
         raise RuntimeError(f"{len(failures)} job(s) failed: " + "; ".join(failures[:3]) +
                            f" (finished instances are saved; continue with --resume {out})")
-    if not any(cfg.mode == "both" for cfg in cfgs) and not resume:
+    if not any(cfg.mode == "both" for cfg in cfgs):  # resumed runs carry their modes in cfgs too
         return {}
     return write_run_card(out, conf)
 

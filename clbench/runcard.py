@@ -13,8 +13,8 @@ from pathlib import Path
 import jsonschema
 
 import clbench
-from clbench.metrics import aggregate, group_records, task_metrics
-from clbench.results import load_metadata, load_records, write_json_atomic
+from clbench.metrics import group_records, suite_aggregates, task_metrics
+from clbench.results import RESULTS_FILE, load_metadata, load_records, write_json_atomic
 
 RUN_CARD_FORMAT = "clbench.run_card/1"
 
@@ -45,6 +45,9 @@ def task_params(env) -> dict:
         "instances": len(base.schedule),
         "schedule": base.schedule.name,
         "variants": base.schedule.describe(),
+        # a noisy oracle score (Poker) comes with its standard error; units label every report
+        **{k: base.spec_data[k] for k in ("r_max_se",) if base.spec_data.get(k) is not None},
+        **({"reward_unit": base.reward_unit} if getattr(base, "reward_unit", None) else {}),
     }
 
 
@@ -68,16 +71,59 @@ def merge_metadata(run_dir: Path, task: str, params: dict, system: dict) -> dict
     return meta
 
 
+#: the newest result of `compute`, keyed by the run directory's files as they were read: a
+#: rollout writes its run card and prints the same metrics, and the bootstrap is the cost
+_LAST: dict = {}
+
+
+def _files_key(run_dir: Path, window, n_boot) -> tuple:
+    stats = []
+    for name in (RESULTS_FILE, "metadata.json"):
+        try:
+            st = (run_dir / name).stat()
+            stats.append((st.st_size, st.st_mtime_ns, st.st_ino))
+        except OSError:
+            stats.append(None)
+    return (str(run_dir.resolve()), tuple(stats), window, n_boot)
+
+
 def compute(run_dir: str | Path, window: float | None = None, n_boot: int | None = None) -> dict:
-    """Metrics for every (task, system) in a run directory plus per-system aggregates."""
+    """Metrics for every (task, system) in a run directory plus per-system aggregates.
+
+    The result is read-only for callers: an unchanged run directory returns the same object."""
+    key = _files_key(Path(run_dir), window, n_boot)
+    if _LAST.get("key") == key:
+        return _LAST["result"]
+    result = _compute(run_dir, window, n_boot)
+    _LAST.clear()
+    _LAST.update(key=key, result=result)
+    return result
+
+
+def _compute(run_dir: str | Path, window: float | None, n_boot: int | None) -> dict:
     meta = load_metadata(run_dir)
     records = load_records(run_dir)
     kwargs = {k: v for k, v in (("window", window), ("n_boot", n_boot)) if v is not None}
     groups = group_records(records, meta["tasks"])
-    per_task = [task_metrics(tr, **kwargs) for _, tr in sorted(groups.items())]
-    systems = sorted({t["system"] for t in per_task})
-    agg = {s: aggregate([t for t in per_task if t["system"] == s]) for s in systems}
-    return {"tasks": per_task, "aggregate": agg, "metadata": meta}
+    per_task = [task_metrics(tr, keep_draws=True, **kwargs) for _, tr in sorted(groups.items())]
+    # bootstrap replicates stay in memory (suite and comparison intervals), never in the run card
+    draws = {(t["task"], t["system"]): t.pop("draws") for t in per_task}
+    agg = suite_aggregates(per_task, draws)
+    return {"tasks": per_task, "aggregate": agg, "metadata": meta, "draws": draws}
+
+
+def _stateless_plan(config: dict | None, params: dict, t: dict) -> dict:
+    """What the run card says about the stateless side: passes played and why that many."""
+    from clbench.runner import RunConfig, stateless_plan
+
+    for entry in (config or {}).get("runs", []):
+        if entry.get("env_id") == params.get("env_id") and entry.get("system") == t["system"]:
+            try:
+                plan = stateless_plan(RunConfig(**entry))
+            except Exception as exc:  # an env no longer registered: the records still tell the count
+                plan = {"reason": f"unknown ({type(exc).__name__})"}
+            return {"stateless_plan": {**plan, "passes": t["stateless_passes"]}}
+    return {"stateless_plan": {"passes": t["stateless_passes"], "reason": "from the records"}}
 
 
 def build_run_card(run_dir: str | Path, config: dict | None = None) -> dict:
@@ -89,7 +135,9 @@ def build_run_card(run_dir: str | Path, config: dict | None = None) -> dict:
         "provenance": meta.get("provenance") or provenance(),
         "config": config or {},
         "systems": meta.get("systems", {}),
-        "tasks": {f"{t['task']}/{t['system']}": {**t, "params": meta["tasks"][t["task"]]} for t in result["tasks"]},
+        "tasks": {f"{t['task']}/{t['system']}": {**t, "params": meta["tasks"][t["task"]],
+                                                 **_stateless_plan(config, meta["tasks"][t["task"]], t)}
+                  for t in result["tasks"]},
         "aggregate": result["aggregate"],
     }
     jsonschema.validate(json.loads(json.dumps(card, default=float)), run_card_schema())

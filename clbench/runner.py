@@ -5,24 +5,28 @@ whole schedule; a stateful stream never runs in parallel with itself) or one chu
 stateless pass (each instance played by a fresh agent on an env jumped to that instance with
 `stateless=True`). Executors (clbench.executors) run jobs inline, on a spawn process pool or on
 Ray. Every finished instance is appended at once to results.jsonl with its step trajectory, and a
-stateful agent's `state_dict()` is saved at each instance boundary so an interrupted rollout
-resumes where it stopped (agents without one restart the rollout).
+stateful agent's `state_dict()` is appended to a journal at instance boundaries (see
+CHECKPOINT_SHARE) so an interrupted rollout resumes from there (agents without one restart it).
 """
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import time
 import traceback
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 
 from clbench.agent import make_agent
 from clbench.schedule import Schedule
 from clbench.results import (RECORD_FORMAT, RESULTS_FILE, append_lines, iter_jsonl, read_json, record_key,
-                             safe_name, trajectory_path, write_json_atomic)
+                             safe_name, trajectory_path)
+from clbench.results import _json_default  # the same numpy handling as the records
 
 
 @dataclass
@@ -40,6 +44,7 @@ class RunConfig:
     stateless_chunk: int = 0  # instances per stateless job; 0 = balance over workers
     shocks: list = field(default_factory=list)  # lifecycle shocks "EVENT@K" (clbench.shocks)
     probe: str | None = None  # probe ladder rung: None (P1), "select" (P2) or "gold" (P3)
+    stateless_passes: int = 0  # 0: one per rollout seed (stochastic agent), one (deterministic agent)
 
     def __post_init__(self):
         if self.mode not in ("both", "stateful", "stateless"):
@@ -50,6 +55,8 @@ class RunConfig:
             raise ValueError("workers must be >= 1")
         if self.seed < 0:
             raise ValueError("seed must be >= 0")
+        if self.stateless_passes < 0:
+            raise ValueError("stateless_passes must be >= 0 (0 = the default)")
         self.system = self.system or self.agent
 
 
@@ -76,8 +83,8 @@ class LocalSink:
     def append(self, rel: str, lines: list[dict]) -> None:
         append_lines(self.out / rel, lines)
 
-    def put_json(self, rel: str, obj) -> None:
-        write_json_atomic(self.out / rel, obj)
+    def checkpoint(self, rel: str, line: bytes) -> None:
+        append_checkpoint(self.out / rel, line)
 
 
 _ENVS: dict[tuple, gym.Env] = {}
@@ -164,7 +171,7 @@ def _record(job: Job, env, info: dict, outcome: dict) -> dict:
         "system": cfg.system,
         "mode": job.mode,
         "rollout": job.rollout,
-        "seed": cfg.seed + job.rollout if job.mode == "stateful" else cfg.seed,
+        "seed": cfg.seed + job.rollout,  # rollout k and stateless pass k share seed SEED+k
         "instance_id": info["instance_id"],
         "position": info["position"],
         "variant": info["variant"],
@@ -178,8 +185,70 @@ def rel(path: Path, out: Path) -> str:
 
 
 def state_path(out: Path, task: str, system: str, rollout: int) -> Path:
-    """Where a stateful rollout's agent state is saved after each instance."""
-    return Path(out) / "state" / task / safe_name(system) / f"stateful-r{rollout}.json"
+    """The journal a stateful rollout appends its agent state to at instance boundaries."""
+    return Path(out) / "state" / task / safe_name(system) / f"stateful-r{rollout}.jsonl"
+
+
+#: a journal is compacted to its newest line once it outgrows that line this many times (and 1 MiB):
+#: disk stays bounded and compaction costs O(1) amortized per checkpoint
+_JOURNAL_SLACK = 8
+_JOURNAL_MIN_BYTES = 1 << 20
+#: checkpoints may take at most this share of a stateful rollout's time. A growing state saved after
+#: every instance costs the square of the schedule length; within this budget its cost stays linear.
+#: An instance is checkpointed whenever the budget allows (for agents that think for more than a few
+#: milliseconds, after every instance); resuming re-plays, and re-records, the instances after the
+#: newest checkpoint, as it always did for an instance finished just before a kill.
+CHECKPOINT_SHARE = 0.05
+
+
+def state_line(position: int, state) -> bytes:
+    """One checkpoint as a compact JSON line (C encoder; NaN kept, so a state round-trips exactly)."""
+    return (json.dumps({"position": position, "state": state}, separators=(",", ":"),
+                       default=_json_default) + "\n").encode()
+
+
+def append_checkpoint(path: Path, line: bytes) -> None:
+    """Append one checkpoint to a state journal: a single O_APPEND write, no rewrite of older state.
+
+    Cost per instance is the size of the state, not of the history (rewriting and renaming a file
+    per instance made checkpoints most of a run). A SIGKILL leaves whole lines, or at worst a torn
+    last line that `load_checkpoint` skips and the next append starts after.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max(_JOURNAL_MIN_BYTES, _JOURNAL_SLACK * len(line)):
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(line)
+            os.replace(tmp, path)  # atomic: a reader sees the old journal or the compacted one
+            return
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(path: Path) -> dict | None:
+    """The newest whole checkpoint {"position", "state"} of a journal, or None.
+
+    Runs written before the journal kept one JSON file per rollout (`stateful-rK.json`); it is read
+    when there is no journal.
+    """
+    legacy = path.with_suffix(".json")
+    if not path.exists():
+        return read_json(legacy) if legacy.exists() else None
+    for raw in reversed(path.read_bytes().split(b"\n")):
+        try:
+            saved = json.loads(raw)
+        except ValueError:  # blank or torn line
+            continue
+        if isinstance(saved, dict) and "position" in saved and "state" in saved:
+            return saved
+    return None
 
 
 def _run_stateful(job: Job, env, sink) -> list[dict]:
@@ -201,7 +270,9 @@ def _run_stateful(job: Job, env, sink) -> list[dict]:
     tpath = rel(trajectory_path(out, task, cfg.system, "stateful", job.rollout), out)
     spath = rel(state_path(out, task, cfg.system, job.rollout), out)
     records = []
+    played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
     for pos in range(start, n):
+        begun = time.perf_counter()
         if pos > start:
             obs, info = env.reset()
         events = apply_shocks(agent, cfg.shocks, pos)
@@ -214,10 +285,14 @@ def _run_stateful(job: Job, env, sink) -> list[dict]:
             rec["shocks"] = [e["event"] for e in events]
         sink.append(tpath, traj)
         sink.append(RESULTS_FILE, [rec])
-        state = agent.state_dict()
-        if state is not None:
-            sink.put_json(spath, {"position": pos, "state": state})
         records.append(rec)
+        now = time.perf_counter()
+        played += now - begun
+        if saving <= CHECKPOINT_SHARE * played:
+            state = agent.state_dict()
+            if state is not None:
+                sink.checkpoint(spath, state_line(pos, state))
+            saving += time.perf_counter() - now
     return records
 
 
@@ -225,13 +300,14 @@ def _run_stateless(job: Job, env, sink) -> list[dict]:
     cfg, out = job.config, Path(job.config.out)
     task = env.unwrapped.task
     records = []
+    seed = cfg.seed + job.rollout  # pass k is seeded like stateful rollout k
     for iid in job.instance_ids:
-        agent = make_agent(cfg.agent, env, seed=cfg.seed, **cfg.agent_kwargs)
-        obs, info = env.reset(seed=cfg.seed, options={"instance": iid, "stateless": True})
+        agent = make_agent(cfg.agent, env, seed=stateless_agent_seed(seed, iid), **cfg.agent_kwargs)
+        obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
         traj: list[dict] = []
         outcome = play_instance(env, agent, obs, info, traj)
         rec = _record(job, env, info, outcome)
-        tpath = trajectory_path(out, task, cfg.system, "stateless", 0, instance_id=iid)
+        tpath = stateless_trajectory(out, task, cfg.system, job.rollout, iid)
         sink.append(rel(tpath, out), traj)
         sink.append(RESULTS_FILE, [rec])
         records.append(rec)
@@ -296,10 +372,11 @@ def _truncate_trajectory(path: Path, keep_through: int) -> None:
 
 
 def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, resume: bool = False) -> list[Job]:
-    """Stateful rollouts first (the longest jobs), then the stateless pass in chunks.
+    """Stateful rollouts first (the longest jobs), then the stateless passes (stateless_plan) in chunks.
 
-    With resume, completed instances are skipped; a stateful rollout continues from the agent
-    state saved after its last completed instance, or restarts when that is impossible.
+    With resume, completed instances are skipped; a stateful rollout continues from its newest
+    agent checkpoint (instances finished after it are played and recorded again; later records
+    replace earlier ones), or restarts when there is none.
     """
     out = Path(cfg.out)
     ok, bad = done_keys(out, task, cfg.system) if resume else (set(), set())
@@ -313,28 +390,65 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
             tpath = trajectory_path(out, task, cfg.system, "stateful", k)
             spath = state_path(out, task, cfg.system, k)
             resume_state = None
-            if resume and resumable and not errored and spath.exists():
-                saved = read_json(spath)
+            saved = load_checkpoint(spath) if resume and resumable and not errored else None
+            if saved is not None:
                 p = int(saved["position"])
                 if all(("stateful", k, order[q]) in ok for q in range(p + 1)):
                     resume_state = saved
             if resume_state is None:
                 spath.unlink(missing_ok=True)
+                spath.with_suffix(".json").unlink(missing_ok=True)
                 tpath.unlink(missing_ok=True)
             else:
                 _truncate_trajectory(tpath, int(resume_state["position"]))
             start = int(resume_state["position"]) + 1 if resume_state else 0
             jobs.append(Job(cfg, "stateful", k, resume_state=resume_state, remaining=len(order) - start))
     if cfg.mode in ("both", "stateless"):
-        todo = [s.instance_id for s in schedule.order(0) if ("stateless", 0, s.instance_id) not in ok]
-        for iid in todo:  # a half-written trajectory of an unfinished instance starts over
-            trajectory_path(out, task, cfg.system, "stateless", 0, instance_id=iid).unlink(missing_ok=True)
-        if todo:
-            size = cfg.stateless_chunk or max(1, -(-len(todo) // (cfg.workers * 2)))
-            for s in range(0, len(todo), size):
-                chunk = todo[s:s + size]
-                jobs.append(Job(cfg, "stateless", 0, chunk, remaining=len(chunk)))
+        for p in range(stateless_plan(cfg)["passes"]):
+            todo = [s.instance_id for s in schedule.order(0) if ("stateless", p, s.instance_id) not in ok]
+            for iid in todo:  # a half-written trajectory of an unfinished instance starts over
+                stateless_trajectory(out, task, cfg.system, p, iid).unlink(missing_ok=True)
+            if todo:
+                size = cfg.stateless_chunk or max(1, -(-len(todo) // (cfg.workers * 2)))
+                for s in range(0, len(todo), size):
+                    chunk = todo[s:s + size]
+                    jobs.append(Job(cfg, "stateless", p, chunk, remaining=len(chunk)))
     return jobs
+
+
+def stateless_agent_seed(rollout_seed: int, instance_id: str) -> int:
+    """The fresh agent of one stateless instance: seeded from the pass's seed and the instance, so
+    instances of a pass do not replay one random stream (stateful rollout k's agent gets SEED+k)."""
+    return int(np.random.SeedSequence([rollout_seed, zlib.crc32(instance_id.encode())]).generate_state(1)[0])
+
+
+def stateless_trajectory(out: Path, task: str, system: str, p: int, instance_id: str) -> Path:
+    """Pass 0 keeps the historical layout; further passes get a folder each."""
+    return trajectory_path(out, task, system, "stateless" if p == 0 else f"stateless-pass{p}", p,
+                           instance_id=instance_id)
+
+
+def agent_class(env_id: str, name: str):
+    """The class `make_agent` would build, found without making the env."""
+    import clbench  # noqa: F401  registers the envs
+    from clbench.agent import GENERIC_AGENTS, load_object, split_agent_name
+
+    entry = gym.spec(env_id).entry_point
+    env_cls = load_object(entry) if isinstance(entry, str) else entry
+    name = split_agent_name(name)[0]
+    return load_object({**GENERIC_AGENTS, **getattr(env_cls, "agents", {})}.get(name, name))
+
+
+def stateless_plan(cfg: RunConfig) -> dict:
+    """How many stateless passes a run plays and why (the run card repeats it).
+
+    An agent declares `deterministic = True` when its play depends on the observations only (not
+    on its seed): one pass then measures it exactly. Any other agent is treated as stochastic."""
+    if cfg.stateless_passes:
+        return {"passes": cfg.stateless_passes, "reason": "set with --stateless-passes"}
+    if getattr(agent_class(cfg.env_id, cfg.agent), "deterministic", False):
+        return {"passes": 1, "reason": "deterministic agent: one pass"}
+    return {"passes": max(1, cfg.rollouts), "reason": "stochastic agent: one pass per rollout seed"}
 
 
 def default_workers() -> int:

@@ -9,7 +9,10 @@ SUMMARIZE, FROM ...) are accepted. Each query runs under a wall-clock limit enfo
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
+import itertools
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -65,16 +68,99 @@ def connect_readonly(path: str, memory_limit: str = "1GB") -> duckdb.DuckDBPyCon
         return con.cursor()
 
 
+class _Armed:
+    __slots__ = ("deadline", "con", "fired")
+
+    def __init__(self, deadline: float, con):
+        self.deadline, self.con, self.fired = deadline, con, False
+
+
+class _Watchdog:
+    """One daemon thread interrupting every query that outlives its deadline.
+
+    A Timer thread per query cost 14% of a CohortStudies rollout; arming here is a dict insert
+    under a lock, and the thread is only woken when a new deadline is earlier than its next one.
+    """
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._armed: dict[int, _Armed] = {}
+        self._tokens = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._wake_at = float("inf")
+        self._stopping = False
+        self._at_exit = False
+
+    def arm(self, con, timeout: float) -> tuple[int, _Armed]:
+        entry = _Armed(time.monotonic() + timeout, con)
+        with self._cond:
+            token = next(self._tokens)
+            self._armed[token] = entry
+            if self._thread is None or not self._thread.is_alive():
+                self._stopping = False
+                self._thread = threading.Thread(target=self._loop, name="clbench-query-watchdog", daemon=True)
+                self._thread.start()
+                if not self._at_exit:  # a thread still parked at exit keeps DuckDB from finalizing cleanly
+                    atexit.register(self.stop)
+                    self._at_exit = True
+            if entry.deadline < self._wake_at:
+                self._cond.notify()
+        return token, entry
+
+    def disarm(self, token: int) -> None:
+        """After this returns the query can no longer be interrupted by the watchdog."""
+        with self._cond:
+            self._armed.pop(token, None)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
+
+    def _loop(self) -> None:
+        with self._cond:
+            while not self._stopping:
+                now = time.monotonic()
+                for token in [t for t, e in self._armed.items() if e.deadline <= now]:
+                    entry = self._armed.pop(token)
+                    entry.fired = True
+                    try:
+                        entry.con.interrupt()
+                    except duckdb.Error:  # closed meanwhile
+                        pass
+                    entry.con = entry = None  # hold no connection while idle (nor at interpreter exit)
+                self._wake_at = min((e.deadline for e in self._armed.values()), default=float("inf"))
+                self._cond.wait(None if self._wake_at == float("inf") else self._wake_at - now)
+
+
+_WATCHDOG = _Watchdog()
+
+
 @contextlib.contextmanager
 def time_limit(con: duckdb.DuckDBPyConnection, timeout: float):
     """Interrupt `con`'s running query once `timeout` seconds have passed (DuckDB then raises
-    InterruptException inside the with-block)."""
-    timer = threading.Timer(timeout, con.interrupt)
-    timer.start()
+    InterruptException inside the with-block).
+
+    DuckDB turns a SIGINT during a query into the same InterruptException; one the watchdog did
+    not cause is re-raised as KeyboardInterrupt, so Ctrl-C stops the run instead of reading to the
+    agent as a slow query (and silently changing the instance's reward).
+    """
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"query time limit must be a finite number of seconds > 0, got {timeout!r}")
+    token, entry = _WATCHDOG.arm(con, timeout)
     try:
         yield
+    except (duckdb.InterruptException, RuntimeError) as exc:
+        _WATCHDOG.disarm(token)
+        # DuckDB 2 reports a SIGINT as RuntimeError("Query interrupted"), older ones as InterruptException
+        by_signal = isinstance(exc, duckdb.InterruptException) or "interrupted" in str(exc).lower()
+        if by_signal and not entry.fired:
+            raise KeyboardInterrupt("query interrupted by a signal") from None
+        raise
     finally:
-        timer.cancel()
+        _WATCHDOG.disarm(token)
 
 
 def check_readonly(con: duckdb.DuckDBPyConnection, sql: str) -> None:

@@ -1,16 +1,54 @@
-"""Plain-text and markdown tables of run metrics."""
+"""The tables of run metrics as data (title, headers, rows, note), rendered to markdown, to rich
+terminal tables (here) and to HTML (clbench.reporting.html). One builder per table, so every
+format shows the same columns, units and system names, with the headline first."""
 from __future__ import annotations
 
+import re
 import sys
+from dataclasses import dataclass
+
+#: reward unit per task (native clbench names and the original CL-Bench's); an env may also set
+#: `reward_unit`, which the run's metadata then carries
+UNITS = {
+    "poker": "BB per hand", "exploitable_poker": "BB per hand",
+    "cohort": "bits", "cohort_studies": "bits",
+    "spectrum": "IoU", "blind_spectrum_monitoring": "IoU",
+    "dbexplore": "query-efficiency score 0-1", "database_exploration": "query-efficiency score 0-1",
+    "salesforecast": "WAPE skill 0-1", "sales_prediction": "WAPE skill 0-1",
+    "coderepair": "step-efficiency score 0-1", "codebase_adaptation": "step-efficiency score 0-1",
+    "memoryprobe": "recall accuracy 0-1",
+}
+
+HOW_TO_READ = """\
+How to read this. Per instance t, gain g_t = r_sf,t - r_sl,t, the stateful reward minus the
+stateless reward of the same instance (paired by instance id; r_sl,t = mean over stateless passes).
+normalized gain = (mean r_sf - mean r_sl) / (r_max - mean r_sl): the share of the headroom left by
+stateless play that the agent closed by learning (0 = no learning, 1 = reaches the oracle); it is
+undefined when mean r_sl >= r_max. normalized reward = (mean r_sf - r_reference) / (r_max -
+r_reference): 0 = the stateless reference agent, 1 = the oracle. plasticity + stability =
+normalized gain: the part earned in the adaptation window after each variant boundary, and the rest.
+Cumulative reward and gain are sums over the instances of one rollout, in the task's reward unit.
+[a, b] = 95% confidence interval from a paired bootstrap that resamples instances (one draw for both
+modes), rollouts and stateless passes; an agent that cannot learn gets an interval containing 0.
+Poker's r_max is itself a noisy oracle score, so its normalized numbers carry r_max's uncertainty too."""
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    note: str = ""
 
 
 def fmt(x, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def fmt_est(e: dict, digits: int = 3) -> str:
-    if e.get("mean") is None:
-        return "n/a"
+def fmt_est(e: dict | None, digits: int = 3) -> str:
+    """mean [95% CI]; 'undefined' (the reason goes in the table's note)."""
+    if not e or e.get("mean") is None:
+        return "undefined" if e and e.get("undefined") else "n/a"
     lo, hi = e["ci"]
     return f"{e['mean']:.{digits}f} [{fmt(lo, digits)}, {fmt(hi, digits)}]"
 
@@ -21,62 +59,231 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-HEADLINE = ["task", "system", "K", "mean r stateful", "mean r stateless", "r_max", "cumulative reward",
-            "cumulative gain", "normalized gain [95% CI]", "normalized reward [95% CI]", "plasticity", "stability"]
+def to_markdown(table: Table) -> str:
+    parts = [f"### {table.title}", "", markdown_table(table.headers, table.rows)]
+    if table.note:
+        parts += ["", table.note]
+    return "\n".join(parts)
 
 
-def headline_rows(task_results: list[dict]) -> list[list[str]]:
-    rows = []
-    for t in task_results:
-        rows.append([
-            t["task"], t["system"], str(t["rollouts"]), fmt(t["mean_reward"]["mean"]), fmt(t["mean_reward_stateless"]),
-            fmt(t["r_max"]), fmt_est(t["cumulative_reward"], 2), fmt_est(t["cumulative_gain"], 2),
-            fmt_est(t["normalized_gain"]), fmt_est(t["normalized_reward"]), fmt(t["plasticity"]["mean"]),
-            fmt(t["stability"]["mean"]),
-        ])
-    return rows
+def display_name(meta: dict | None, system: str) -> str:
+    """The one name a system goes by in every table and plot."""
+    return (((meta or {}).get("systems") or {}).get(system) or {}).get("display_name") or system
 
 
-def variant_rows(t: dict) -> list[list[str]]:
-    return [[v["variant"], str(v["start"]), str(v["instances"]), fmt(v["mean_reward_stateful"]),
+def reward_unit(task: str, meta: dict | None = None) -> str:
+    params = ((meta or {}).get("tasks") or {}).get(task) or {}
+    return params.get("reward_unit") or UNITS.get(task, "reward")
+
+
+def _undefined_notes(result: dict, names: tuple[str, ...]) -> str:
+    notes = sorted({f"{t['task']} / {display_name(result.get('metadata'), t['system'])}: {t[n]['undefined']}"
+                    for t in result["tasks"] for n in names if t[n].get("undefined")})
+    return (" Undefined: " + "; ".join(notes) + ".") if notes else ""
+
+
+def headline_table(result: dict) -> Table:
+    meta = result.get("metadata")
+    rows = [[t["task"], display_name(meta, t["system"]), fmt_est(t["normalized_gain"]), fmt_est(t["normalized_reward"])]
+            for t in result["tasks"]]
+    return Table("Headline (clbench conventions)",
+                 ["task", "system", "normalized gain [95% CI] (fraction)", "normalized reward [95% CI] (fraction)"],
+                 rows, "Fractions of the headroom: 0 = stateless play (gain) or the stateless reference (reward), "
+                       "1 = the oracle." + _undefined_notes(result, ("normalized_gain",)))
+
+
+def aggregate_table(result: dict) -> Table | None:
+    aggs = result["aggregate"]
+    if not any(len(a["tasks"]) > 1 for a in aggs.values()):
+        return None
+    meta = result.get("metadata")
+    rows = [[display_name(meta, s), str(len(a["tasks"])), fmt_est(a["normalized_gain"]), fmt_est(a["normalized_reward"]),
+             fmt_est(a["plasticity"]), fmt_est(a["stability"])] for s, a in sorted(aggs.items())]
+    left = sorted({t for a in aggs.values() for t in a.get("left_out", [])})
+    return Table("Suite aggregate (clbench conventions)",
+                 ["system", "tasks", "normalized gain [95% CI] (fraction)", "normalized reward [95% CI] (fraction)",
+                  "plasticity [95% CI] (fraction)", "stability [95% CI] (fraction)"], rows,
+                 "Unweighted mean over the tasks every system here has; the interval combines the tasks' bootstrap "
+                 "replicates." + (f" Left out (not shared by every system): {', '.join(left)}." if left else ""))
+
+
+def _r_max(t: dict) -> str:
+    e = t.get("r_max_estimate")
+    return fmt_est(e) if e else fmt(t["r_max"])
+
+
+def rewards_table(result: dict) -> Table:
+    meta = result.get("metadata")
+    rows = [[t["task"], display_name(meta, t["system"]), reward_unit(t["task"], meta), str(t["rollouts"]),
+             str(t.get("stateless_passes", 1)), str(t["instances"]), fmt_est(t["mean_reward"]),
+             fmt(t["mean_reward_stateless"]), _r_max(t), fmt(t["r_reference"])] for t in result["tasks"]]
+    return Table("Mean reward per instance",
+                 ["task", "system", "reward unit", "rollouts K", "stateless passes P", "instances N",
+                  "stateful [95% CI] (unit)", "stateless (unit)", "r_max (unit)", "r_reference (unit)"], rows,
+                 "r_max = the oracle's mean, r_reference = the stateless reference agent's mean (default schedule); "
+                 "an interval on r_max means the oracle's score is itself noisy.")
+
+
+def sums_table(result: dict) -> Table:
+    meta = result.get("metadata")
+    rows = [[t["task"], display_name(meta, t["system"]), reward_unit(t["task"], meta),
+             fmt_est(t["cumulative_reward"], 2), fmt_est(t["cumulative_gain"], 2)] for t in result["tasks"]]
+    return Table("Cumulative reward and gain per rollout",
+                 ["task", "system", "reward unit", "cumulative reward [95% CI] (unit)", "cumulative gain [95% CI] (unit)"],
+                 rows, "Sums over the instances of one rollout, mean over rollouts.")
+
+
+def split_table(result: dict) -> Table:
+    meta = result.get("metadata")
+    rows = [[t["task"], display_name(meta, t["system"]), fmt_est(t["normalized_gain"]), fmt_est(t["plasticity"]),
+             fmt_est(t["stability"]), f"{t['split_window']:.2f}"] for t in result["tasks"]]
+    return Table("Stability/plasticity split of normalized gain",
+                 ["task", "system", "normalized gain [95% CI] (fraction)", "plasticity [95% CI] (fraction)",
+                  "stability [95% CI] (fraction)", "window (share of variant)"],
+                 rows, "Plasticity: gain earned in the adaptation window after each variant boundary (first "
+                       "`window` share of the variant's instances); stability: gain earned afterwards. "
+                       "Both share normalized gain's denominator, so they add up to it."
+                       + _undefined_notes(result, ("plasticity",)))
+
+
+def variant_table(result: dict, t: dict) -> Table:
+    unit = reward_unit(t["task"], result.get("metadata"))
+    rows = [[v["variant"], str(v["start"]), str(v["instances"]), fmt(v["mean_reward_stateful"]),
              fmt(v["mean_reward_stateless"]), fmt(v["mean_gain"]), fmt(v.get("window_gain"))] for v in t["per_variant"]]
+    return Table(f"Per variant, {t['task']} / {display_name(result.get('metadata'), t['system'])}",
+                 ["variant", "start position", "instances", f"stateful mean ({unit})", f"stateless mean ({unit})",
+                  f"gain ({unit})", f"gain in adaptation window ({unit})"], rows)
+
+
+def shocks_table(result: dict, t: dict) -> Table | None:
+    if not t.get("shocks"):
+        return None
+    unit = reward_unit(t["task"], result.get("metadata"))
+    rows = [[str(e["position"]), ",".join(e["events"]), fmt(e["reward_before"]), fmt(e["reward_after"]),
+             "never" if e["recovery_instances"] is None else str(e["recovery_instances"])] for e in t["shocks"]]
+    return Table(f"Lifecycle shocks, {t['task']} / {display_name(result.get('metadata'), t['system'])}",
+                 ["position", "events", f"reward before ({unit})", f"reward after ({unit})", "instances to recover"], rows)
+
+
+def usage_line(t: dict) -> str | None:
+    usage = t.get("usage") or {}
+    if not (usage.get("tokens") or usage.get("cost") is not None):
+        return None
+    tok = usage.get("tokens") or {}
+    return (f"Tokens: prompt {tok.get('prompt', 0)}, completion {tok.get('completion', 0)}, cached "
+            f"{tok.get('cached', 0)}; cost {fmt(usage.get('cost'), 4)} USD ({t['task']} / {t['system']})")
+
+
+def summary_tables(result: dict) -> list[Table]:
+    """Headline first, then the suite aggregate, rewards, sums and the split."""
+    return [tb for tb in (headline_table(result), aggregate_table(result), rewards_table(result), sums_table(result),
+                          split_table(result)) if tb is not None]
+
+
+def task_tables(result: dict) -> list[Table]:
+    out = []
+    for t in result["tasks"]:
+        out.append(variant_table(result, t))
+        shocks = shocks_table(result, t)
+        if shocks is not None:
+            out.append(shocks)
+    return out
 
 
 def metrics_markdown(result: dict, variants: bool = True) -> str:
-    parts = [markdown_table(HEADLINE, headline_rows(result["tasks"]))]
-    for system, agg in sorted(result["aggregate"].items()):
-        if len(agg["tasks"]) > 1:
-            parts.append(f"\nSuite aggregate for {system} over {len(agg['tasks'])} tasks: normalized gain "
-                         f"{fmt(agg['normalized_gain'])}, normalized reward {fmt(agg['normalized_reward'])}")
+    parts = [to_markdown(tb) for tb in summary_tables(result)]
     if variants:
-        for t in result["tasks"]:
-            parts.append(f"\nPer variant, {t['task']} / {t['system']}:\n")
-            parts.append(markdown_table(["variant", "start", "instances", "stateful", "stateless", "gain",
-                                         "gain in adaptation window"],
-                                        variant_rows(t)))
-            if t.get("shocks"):
-                parts.append("\nLifecycle shocks:\n")
-                parts.append(markdown_table(
-                    ["position", "events", f"reward before", "reward after", "instances to recover"],
-                    [[str(e["position"]), ",".join(e["events"]), fmt(e["reward_before"]), fmt(e["reward_after"]),
-                      "never" if e["recovery_instances"] is None else str(e["recovery_instances"])]
-                     for e in t["shocks"]]))
-            usage = t.get("usage") or {}
-            if usage.get("tokens") or usage.get("cost") is not None:
-                tok = usage.get("tokens") or {}
-                parts.append(f"\nTokens: prompt {tok.get('prompt', 0)}, completion {tok.get('completion', 0)}, "
-                             f"cached {tok.get('cached', 0)}; cost {fmt(usage.get('cost'), 4)} USD")
-    return "\n".join(parts) + "\n"
+        parts += [to_markdown(tb) for tb in task_tables(result)]
+        parts += [line for line in map(usage_line, result["tasks"]) if line]
+    parts.append(HOW_TO_READ)
+    return "\n\n".join(parts) + "\n"
 
 
-def print_markdown(text: str) -> None:
-    """Rich rendering on a terminal; the plain markdown when not a TTY or when CI is set."""
+# ----------------------------------------------------------------------------- terminal
+_BORDER = 3  # rich's box: "│ " before a column and " " after it
+
+
+def _min_width(cells: list[str]) -> int:
+    """Narrowest a column can get without splitting a number: its longest space-free token."""
+    return max((len(tok) for c in cells for tok in re.split(r"\s+", str(c)) if tok), default=1)
+
+
+def _keys_whole(table: Table, width: int, keys: int = 2) -> bool:
+    """Whether the key columns (task, system) fit unwrapped next to the widest other column."""
+    if len(table.headers) <= keys:
+        return False
+    full = sum(max(len(str(c)) for c in [r[j] for r in table.rows] + [table.headers[j]]) + _BORDER for j in range(keys))
+    rest = max(_min_width([r[j] for r in table.rows] + [table.headers[j]]) for j in range(keys, len(table.headers)))
+    return full + rest + _BORDER + 1 <= width
+
+
+def column_groups(table: Table, width: int, keys: int = 2) -> list[list[int]]:
+    """Split the columns into groups that each fit `width`, repeating the first `keys` columns."""
+    keys = min(keys, len(table.headers))
+    whole = _keys_whole(table, width, keys)  # then rich_tables never wraps them: they need their longest cell
+    need = [(max(len(str(c)) for c in [r[j] for r in table.rows] + [table.headers[j]]) if j < keys and whole else
+             _min_width([r[j] for r in table.rows] + [table.headers[j]])) + _BORDER for j in range(len(table.headers))]
+    base = sum(need[:keys]) + 1
+    groups, cur, used = [], [], base
+    for j in range(keys, len(table.headers)):
+        if cur and used + need[j] > width:
+            groups.append(cur)
+            cur, used = [], base
+        cur.append(j)
+        used += need[j]
+    groups.append(cur)
+    return [list(range(keys)) + g for g in groups]
+
+
+def rich_tables(table: Table, width: int) -> list:
+    """The table as rich Tables that fit `width` columns: cells wrap at spaces, never inside a number."""
+    from rich import box
+    from rich.table import Table as RichTable
+
+    out = []
+    groups = column_groups(table, width) if table.headers else [[]]
+    whole = _keys_whole(table, width)
+    for n, cols in enumerate(groups):
+        title = table.title + (f" ({n + 1}/{len(groups)})" if len(groups) > 1 else "")
+        rt = RichTable(title=title, box=box.SQUARE, title_justify="left", show_lines=False)
+        for j in cols:
+            numeric = j >= 2 and all(re.match(r"^[-\d\[]|^n/a$|^undefined$", str(r[j])) for r in table.rows)
+            # rich never splits a word while the columns' longest words fit (column_groups sees to it)
+            rt.add_column(table.headers[j], justify="right" if numeric else "left", overflow="fold",
+                          no_wrap=j < 2 and whole)
+        for r in table.rows:
+            rt.add_row(*(str(r[j]) for j in cols))
+        out.append(rt)
+    return out
+
+
+def terminal() -> bool:
+    """Rich output only on a terminal and outside CI (plain lines otherwise)."""
     from clbench.progress import plain_output
 
-    if plain_output() or not sys.stdout.isatty():
-        print(text)
+    return not plain_output() and sys.stdout.isatty()
+
+
+def print_tables(tables: list[Table], lines: list[str] = (), console=None) -> None:
+    """Tables as rich tables fitting the console's width, then free text; markdown when not a terminal."""
+    if console is None and not terminal():
+        print("\n\n".join([*(to_markdown(tb) for tb in tables), *lines]))
         return
     from rich.console import Console
-    from rich.markdown import Markdown
+    from rich.text import Text
 
-    Console().print(Markdown(text))
+    console = console or Console()
+    for tb in tables:
+        for rt in rich_tables(tb, console.width):
+            console.print(rt)
+        if tb.note:
+            console.print(Text(tb.note, style="dim"))
+        console.print()
+    for line in lines:
+        console.print(Text(line))
+
+
+def print_metrics(result: dict, console=None) -> None:
+    """The metrics of a run, headline first."""
+    print_tables(summary_tables(result) + task_tables(result),
+                 [*filter(None, map(usage_line, result["tasks"])), HOW_TO_READ], console=console)

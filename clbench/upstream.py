@@ -80,12 +80,12 @@ R_MAX = {
 PUBLISHED_EXTERNAL = {"exploitable_poker": 133.6}
 #: Each upstream task's counterpart among clbench's own environments.
 COUNTERPARTS = {
-    "blind_spectrum_monitoring": "clbench/SpectrumMonitor-v0",
-    "codebase_adaptation": "clbench/CodeRepair-v0",
-    "cohort_studies": "clbench/CohortStudies-v0",
+    "blind_spectrum_monitoring": "clbench/SpectrumMonitor-v1",
+    "codebase_adaptation": "clbench/CodeRepair-v1",
+    "cohort_studies": "clbench/CohortStudies-v1",
     "database_exploration": "clbench/DBExplore-v0",
-    "exploitable_poker": "clbench/Poker-v0",
-    "sales_prediction": "clbench/SalesForecast-v0",
+    "exploitable_poker": "clbench/Poker-v1",
+    "sales_prediction": "clbench/SalesForecast-v1",
 }
 DISPLAY_NAMES = {
     "icl-gpt-5.4": "ICL GPT-5.4",

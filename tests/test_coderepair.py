@@ -1,9 +1,10 @@
-"""CodeRepair-v0 on the real tablib 3.5.0 / tenacity 8.2.3 sdists, in real sandboxes.
+"""CodeRepair-v1 on the real tablib 3.5.0 / tenacity 8.2.3 sdists, in real sandboxes.
 
 Task data (diffs, hidden tests, issue texts), the sdists' hashes, the env contract (check_env,
 reward semantics, what is evaluated, ground truth out of reach), the scripted agents and the
 injected-bug check (FAIL_TO_PASS fail with the bug and pass with the reference fix,
-PASS_TO_PASS pass in both). The default run uses bubblewrap and checks one bug per repository;
+PASS_TO_PASS pass in both), attacks on the grading (each must score 0, named as tampering
+where the grader detects it) and the checkout's file metadata. The default run uses bubblewrap and checks one bug per repository;
 the full 19-bug checks and the r_max / r_reference recomputation are `slow` (opt-in: `-m slow`
 or CLBENCH_SLOW=1); the Docker variants are marked `docker` and skip with the reason when no
 engine answers or the images are not built (`clbench containers build --offline-base`).
@@ -28,7 +29,7 @@ from clbench.agent import make_agent
 from clbench.agents.coderepair import issue_names
 from clbench.env import load_task_spec
 from clbench.envs.coderepair.checkout import agent_checkout, buggy_tree
-from clbench.envs.coderepair.evaluation import run_tests
+from clbench.envs.coderepair.evaluation import grade_tree
 from clbench.envs.coderepair.issues import load_issue
 from clbench.envs.coderepair.patching import apply_diff, parse_diff, touched_files
 from clbench.envs.coderepair.sources import SourceError, pristine_tree, sha256_of, verify_sdist
@@ -36,7 +37,7 @@ from clbench.runner import play_instance
 from clbench.sandbox.bwrap import bwrap_works
 from clbench.sandbox.select import docker_ready
 
-ENV = "clbench/CodeRepair-v0"
+ENV = "clbench/CodeRepair-v1"
 SPEC = load_task_spec("coderepair")
 ISSUES = [i for block in SPEC["schedules"]["default"] for i in block["issues"]]
 #: the user's real cache, captured before conftest.py redirects XDG_CACHE_HOME for each test
@@ -156,9 +157,11 @@ def check_bug(issue_id: str, backend: str) -> None:
             tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / label)
             if fixed:
                 apply_diff(tree, issue.fix_diff)
-            with open_sandbox(tree, backend=backend, runtime=runtime, workdir=SPEC["workdir"],
-                              limits=Limits(timeout=300, memory_mb=3072)) as sb:
-                outcome = run_tests(sb, ids, timeout=300)
+            outcome, tampering = grade_tree(
+                tree, list(issue.fail_to_pass), list(issue.pass_to_pass),
+                lambda t: open_sandbox(t, backend=backend, runtime=runtime, workdir=SPEC["workdir"],
+                                       limits=Limits(timeout=300, memory_mb=3072)), 300, SPEC["workdir"], repo)
+            assert tampering == [], (issue_id, label, tampering)
             for node in issue.fail_to_pass:
                 assert outcome[node] == ("PASSED" if fixed else "FAILED"), (issue_id, label, node, outcome[node])
             bad = {n: outcome[n] for n in issue.pass_to_pass if outcome[n] != "PASSED"}
@@ -233,6 +236,236 @@ def test_only_source_changes_count(env):
     assert set(details["ignored_files"]) == {"conftest.py", "tests/conftest.py"} and details["changed_files"] == []
 
 
+# ---------------------------------------------------------------------------------- tamper-proof grading
+#: code appended to the package's __init__.py; it runs inside the test process at collection
+ATTACKS = {
+    # the issue's attack: every report rewritten to "passed"
+    "force_reports": """
+import sys as _sys
+if "_pytest.reports" in _sys.modules:
+    import _pytest.reports as _reports
+    _init = _reports.TestReport.__init__
+    def _forced(self, *args, **kwargs):
+        _init(self, *args, **kwargs)
+        self.outcome, self.longrepr = "passed", None
+    _reports.TestReport.__init__ = _forced
+""",
+    # a hookwrapper plugin registered with the running pytest, found through the garbage collector
+    "plugin_via_gc": """
+import gc as _gc, sys as _sys
+if "_pytest.config" in _sys.modules:
+    import pytest as _pytest
+    from _pytest.config import Config as _Config
+    class _Force:
+        @_pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            outcome = yield
+            outcome.get_result().outcome = "passed"
+    for _c in [o for o in _gc.get_objects() if isinstance(o, _Config)]:
+        _c.pluginmanager.register(_Force(), "force")
+""",
+    # a fake report on every descriptor (stdout, results and junit files, a verdict line), then os._exit(0)
+    "fake_report_and_exit": """
+import os as _os, sys as _sys
+if "_pytest" in _sys.modules:
+    _lines = "PASSED everything\\nCLBENCH-VERDICT 00 {\\"exit\\": 0, \\"outcomes\\": \\"%s\\", \\"problems\\": []}\\n" % ("P" * 400)
+    for _name in (".clbench-test-results.txt", "junit.xml", "report.xml"):
+        open(_name, "w").write(_lines)
+    for _fd in range(1, 64):
+        try:
+            _os.write(_fd, _lines.encode())
+        except OSError:
+            pass
+    _os._exit(0)
+""",
+    # rewrite the test files not imported yet so that every test passes
+    "rewrite_tests": """
+import pathlib as _p, re as _re
+for _f in _p.Path("/testbed/tests").glob("test_*.py"):
+    try:
+        _f.write_text(_re.sub(r"(\\n(\\s+)def test\\w*\\(.*?\\):)", r"\\1\\n\\2    return", _f.read_text()))
+    except OSError:
+        pass
+""",
+}
+
+
+def attack_command(repo: str, code: str) -> str:
+    init = f"{SPEC['repos'][repo]['source_root']}/__init__.py"
+    return f"cat >> {init} <<'CLBENCH_ATTACK'\n{code}CLBENCH_ATTACK\necho {SPEC['submit_marker']}"
+
+
+def submit_attack(env, issue_id: str, command: str) -> tuple[str, float, dict]:
+    env.reset(seed=0, options={"instance": issue_id, "stateless": True})
+    obs, reward, term, _, info = env.step(command)
+    if not term:
+        more, reward, term, _, info = env.step(f"echo {SPEC['submit_marker']}")
+        obs += more
+    assert term
+    return obs, reward, info
+
+
+def check_attack(env, issue_id: str, attack: str) -> None:
+    """The attack scores 0 and is named as tampering (or, for file rewriting as root, simply fails)."""
+    obs, reward, info = submit_attack(env, issue_id, attack_command(load_issue(issue_id).repo, ATTACKS[attack]))
+    assert reward == 0.0 and not info["solved"], obs
+    assert info["details"]["changed_files"], info["details"]
+    if attack == "rewrite_tests" and os.geteuid() == 0:
+        assert "issue tests 0/" in obs and not info["tampering"], obs  # root-owned read-only tests stay intact
+    else:
+        assert info["tampering"] and "tampering with the test run detected" in obs, obs
+    if attack == "fake_report_and_exit":
+        assert any("not signed" in t for t in info["tampering"]) and any("without" in t for t in info["tampering"])
+
+
+def check_outside_attack(env, issue_id: str) -> None:
+    """conftest.py, sitecustomize/usercustomize/.pth, edited tests, a python shim on PATH and writes
+    into the test runtime: none reach the grading."""
+    repo = load_issue(issue_id).repo
+    force = ("import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n"
+             "    outcome = yield\\n    outcome.get_result().outcome = 'passed'\\n")
+    command = (f"printf '{force}' > conftest.py && cp conftest.py tests/conftest.py && "
+               f"cp conftest.py {SPEC['repos'][repo]['source_root']}/conftest.py && "
+               "printf 'import os; os._exit(0)\\n' | tee sitecustomize.py usercustomize.py > /dev/null && "
+               "printf 'import os; os._exit(0)\\n' > clbench-evil.pth && "
+               "for f in tests/test_*.py; do sed -i 's/^\\( *\\)def test\\(.*\\):$/\\1def test\\2:\\n\\1    return/' $f; done; "
+               "mkdir -p bin && printf '#!/bin/sh\\nexit 0\\n' > bin/python && chmod +x bin/python && "
+               "cp bin/python /opt/venv/bin/python 2>&1; "
+               "echo 'import os; os._exit(0)' > $(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+               "/evil.pth 2>&1; echo done")
+    obs, reward, info = submit_attack(env, issue_id, command)
+    assert "done" in obs and obs.count("Read-only file system") + obs.count("Permission denied") >= 2, obs
+    assert reward == 0.0 and not info["solved"] and "issue tests 0/" in obs, obs
+    assert {"conftest.py", "tests/conftest.py", "sitecustomize.py", "bin/python"} <= set(info["details"]["ignored_files"])
+
+
+@pytest.mark.parametrize("issue_id", SAMPLE)
+def test_forced_reports_score_zero_bwrap(env, issue_id):
+    check_attack(env, issue_id, "force_reports")
+
+
+@pytest.mark.parametrize("attack", ["plugin_via_gc", "fake_report_and_exit", "rewrite_tests"])
+def test_other_attacks_score_zero_bwrap(env, attack):
+    check_attack(env, "tenacity-03", attack)
+
+
+def test_changes_outside_the_package_do_not_reach_grading_bwrap(env):
+    check_outside_attack(env, "tablib-05")
+
+
+@pytest.fixture(scope="module")
+def docker_env():
+    backend_or_skip("docker")
+    os.environ["CLBENCH_CACHE_DIR"] = REAL_CACHE
+    e = gym.make(ENV, backend="docker").unwrapped
+    yield e
+    e.close()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("issue_id", SAMPLE)
+def test_forced_reports_score_zero_docker(docker_env, issue_id):
+    check_attack(docker_env, issue_id, "force_reports")
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("attack", ["plugin_via_gc", "fake_report_and_exit", "rewrite_tests"])
+def test_other_attacks_score_zero_docker(docker_env, attack):
+    check_attack(docker_env, "tenacity-03", attack)
+
+
+@pytest.mark.docker
+def test_changes_outside_the_package_do_not_reach_grading_docker(docker_env):
+    check_outside_attack(docker_env, "tablib-05")
+
+
+def test_canaries_and_renamed_hidden_tests_are_fresh_each_grading(tmp_path):
+    """Each grading: new hidden-test names, canaries, folder and key; every planted test sits where
+    its id says (a method of its class, or top level). tenacity-02's module is small and has one
+    class, so canaries often share an insertion line."""
+    import ast
+
+    from clbench.envs.coderepair.grading import plan_grading
+
+    issue = load_issue("tenacity-02")
+    repo = SPEC["repos"][issue.repo]
+    pristine = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
+    plans = []
+    for k in range(20):
+        tree = buggy_tree(pristine, issue.bug_diff, tmp_path / str(k))
+        plan = plan_grading(tree, list(issue.fail_to_pass), list(issue.pass_to_pass))
+        plans.append(plan)
+        (hidden_id,) = plan.hidden.values()
+        assert hidden_id != issue.fail_to_pass[0] and hidden_id in plan.run_ids
+        assert sorted(set(plan.canaries.values())) == ["E", "F"] and set(plan.canaries) <= set(plan.run_ids)
+        module = ast.parse((tree / "tests/test_after.py").read_text())
+        top = {n.name: n for n in module.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+        for node_id in [hidden_id, *plan.canaries]:
+            *cls, name = node_id.split("::")[1:]
+            body = top[cls[0]].body if cls else module.body
+            assert any(isinstance(n, ast.FunctionDef) and n.name == name for n in body), (node_id, k)
+        original = issue.fail_to_pass[0].split("::")[-1]
+        assert not any(getattr(n, "name", None) == original for n in top["TestAfterLogFormat"].body)
+    assert len({p.key for p in plans}) == len({p.folder for p in plans}) == 20
+    assert len({tuple(p.hidden.values()) for p in plans}) > 10 and len({tuple(p.canaries) for p in plans}) == 20
+
+
+# ---------------------------------------------------------------------------------- nothing singles out the bug
+#: every entry's dates and mode, lstat-ed before its folder is listed (listing dates a folder);
+#: -I keeps the checkout off the front of sys.path, where imports would list (and date) it
+STAT_PROBE = """python3 -I - <<'EOF'
+import hashlib, json, os
+seen = {"mtime": set(), "atime": set(), "file": set(), "dir": set()}
+order, stack, count = [], ["."], 0
+while stack:
+    folder = stack.pop()
+    with os.scandir(folder) as it:
+        entries = list(it)
+    if not folder.startswith("./.git"):  # git's object folders are named after the content
+        order.append([folder, [e.name for e in entries]])
+    count += len(entries)
+    for e in entries:
+        st = e.stat(follow_symlinks=False)
+        is_dir = e.is_dir(follow_symlinks=False)
+        seen["mtime"].add(st.st_mtime_ns)
+        seen["atime"].add(st.st_atime_ns)
+        seen["dir" if is_dir else "file"].add(oct(st.st_mode & 0o7777))
+        if is_dir:
+            stack.append(e.path)
+print(json.dumps({**{k: sorted(v) for k, v in seen.items()}, "entries": count,
+                  "order": hashlib.sha256(json.dumps(order).encode()).hexdigest()}))
+EOF"""
+
+
+def check_checkout_looks_alike(env) -> None:
+    """All files of a fresh checkout share one modification date, one access date (even after reads),
+    one mode; listing order does not depend on the bug."""
+    import json
+
+    from clbench.envs.coderepair.checkout import CHECKOUT_TIME
+
+    seen = {}
+    for issue_id in ("tablib-01", "tablib-06", "tenacity-03", "tenacity-10"):
+        env.reset(seed=0, options={"instance": issue_id, "stateless": True})
+        env.step("cat $(git ls-files) > /dev/null; ls -laR > /dev/null; grep -rq zzz . ; true")  # reads only
+        obs, *_ = env.step(STAT_PROBE)
+        stats = json.loads(re.search(r"^\{.*\}$", obs, re.MULTILINE).group(0))
+        assert stats["entries"] > 50, stats
+        assert stats["mtime"] == [CHECKOUT_TIME * 10**9] and len(stats["atime"]) == 1, (issue_id, stats)
+        assert (stats["file"], stats["dir"]) == (["0o644"], ["0o755"]), (issue_id, stats)
+        seen.setdefault(load_issue(issue_id).repo, set()).add(stats["order"])
+    assert all(len(orders) == 1 for orders in seen.values()), seen  # other bug files, same listing order
+
+
+def test_checkout_files_look_alike_bwrap(env):
+    check_checkout_looks_alike(env)
+
+
+@pytest.mark.docker
+def test_checkout_files_look_alike_docker(docker_env):
+    check_checkout_looks_alike(docker_env)
+
+
 def test_oracle_scores_one_in_one_step(env):
     for issue_id in SAMPLE:
         agent = make_agent("oracle", env)
@@ -254,7 +487,7 @@ def test_invalid_actions_and_budget(env):
     obs, reward, term, trunc, info = env.step("   ")
     assert "Invalid action: empty command" in obs and info["step"] == 1 and not term
     obs, *_ = env.step('{"tool": "bash", "arguments": {"cmd": "ls"}}')
-    assert "Invalid action" in obs and "command" in obs
+    assert "Invalid action" in obs and "cmd" in obs  # names the argument it does not know
     obs, *_ = env.step('{"tool": "rm_rf", "arguments": {}}')
     assert "unknown tool" in obs
     env.reset(seed=0, options={"instance": "tenacity-01", "stateless": True})
@@ -275,22 +508,39 @@ def test_same_actions_same_observations(env):
 
 
 # ---------------------------------------------------------------------------------- agents
-def test_reference_stateless_needs_nine_steps(env):
-    out = play(env, make_agent("reference", env), "tablib-06")
-    assert out["reward"] == pytest.approx(SPEC["r_reference"]) == pytest.approx(1 - 8 / 40)
-    assert out["steps"] == 9
+def test_reference_checks_follow_the_reports():
+    """The honest reference's check scripts compile, and state the report's expectations."""
+    from clbench.agents.coderepair import check_script
+
+    for issue_id in ISSUES:
+        compile(check_script(load_issue(issue_id).text), issue_id, "exec")
+    assert "_expect(data.headers, \"['id', 'name']\")" in check_script(load_issue("tablib-05").text)
+    assert "_outcome(exc, 'RetryError')" in check_script(load_issue("tenacity-10").text)
 
 
-def test_reference_stateful_needs_fewer_steps_on_the_same_repository(env):
+def test_reference_sees_only_what_an_agent_sees_and_searches_a_fix(env):
     agent = make_agent("reference", env)
-    rewards = []
-    for issue_id in ("tenacity-01", "tenacity-04"):
+    assert not agent.privileged and agent.latent is None
+    out = play(env, agent, "tenacity-04")  # map, test command, check (fails), one search, submit
+    assert out["steps"] == 5 and out["reward"] == pytest.approx(1 - 4 / 40)
+    assert agent._fix_kind == "off_by_one"
+
+
+def test_reference_submits_without_a_fix_when_the_report_states_nothing_checkable(env):
+    out = play(env, make_agent("reference", env), "tablib-02")  # the check passes on the buggy code
+    assert out["steps"] == 4 and out["reward"] == 0.0
+
+
+def test_reference_stateful_needs_fewer_steps_and_freeze_at_stops_learning(env):
+    """After one tenacity issue it knows the layout and test command: tenacity-04 in 3 steps, not 5."""
+    agent, frozen = make_agent("reference", env), make_agent("reference", env, freeze_at=0)
+    for issue_id in ("tenacity-09", "tenacity-04"):
         out = play(env, agent, issue_id, stateless=False)
-        rewards.append(out["reward"])
-    assert rewards[0] == pytest.approx(0.8) and rewards[1] >= 0.9, rewards
-    state = agent.state_dict()
-    assert "python -m pytest" in state["memory"]["tenacity"]["test_command"]
-    assert state["memory"]["tenacity"]["symbols"]["wait_exponential"] == "tenacity/wait.py"
+    assert out["steps"] == 3 and out["reward"] == pytest.approx(1 - 2 / 40), out
+    memory = agent.state_dict()["memory"]["tenacity"]
+    assert memory["layout"] and "pytest" in memory["test_command"] and memory["kinds"] == {"off_by_one": 1}
+    play(env, frozen, "tenacity-09", stateless=False)
+    assert frozen.state_dict() == {"memory": {}}
 
 
 @pytest.mark.slow

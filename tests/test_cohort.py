@@ -1,4 +1,4 @@
-"""CohortStudies-v0: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth."""
+"""CohortStudies-v1: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from clbench.agents.cohort import CohortReference, parse_columns
 from clbench.envs.cohort.codings import CodeCoding, NumericCoding, parse_conditions, parse_tag
 from clbench.envs.cohort.scoring import binary_kl_bits, information_gain_bits
 
-ENV = "clbench/CohortStudies-v0"
+ENV = "clbench/CohortStudies-v1"
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_tags_round_trip_and_translate_conditions(env):
     levels = env.population.levels
     for study in env.studies.values():
         for col in study.columns:
-            assert parse_tag(col.description) == col.coding, col.name
+            assert parse_tag(col.description) == (col.coding if col.documented else None), col.name
     forge = {c.var: c for c in env.studies["FORGE"].columns}
     carrier = forge["risk_alleles"].coding
     assert carrier.sql_condition("carrier", parse_conditions("risk_alleles >= 1", levels)[0].domain) == \
@@ -241,8 +241,8 @@ def test_stateless_jump_equals_stateful_position(env):
 
 def test_reference_maps_columns_through_descriptions(env):
     expected = {  # resolvable cohorts per study follow from the measured variables and their codings
-        "HERALD": {"C14", "C19", "C33"}, "FORGE": {"C13", "C31"}, "MERIDIAN": {"C11", "C34", "C36"}}
-    absent = {"HERALD": {"C11", "C09"}, "FORGE": {"C14", "C11"}, "MERIDIAN": {"C07", "C09"}}
+        "HERALD": {"C14", "C19", "C33"}, "FORGE": {"C13", "C31", "C11"}, "MERIDIAN": {"C11", "C34", "C36"}}
+    absent = {"HERALD": {"C11", "C09"}, "FORGE": {"C14", "C05"}, "MERIDIAN": {"C07", "C09"}}
     for name in expected:
         env.reset(seed=0, options={"instance": f"{name}-1"})
         cols = parse_columns(env.step("get_database_metadata")[0])
@@ -294,7 +294,8 @@ def test_must_show_reference_rollout(tmp_path):
     r_ref = gym.make(ENV).unwrapped.r_reference
     card = run(RunConfig(ENV, "reference", str(tmp_path / "ref"), rollouts=5, workers=2), say=lambda m: None)
     t = card["tasks"]["cohort/reference"]
-    assert t["normalized_gain"]["ci"][0] > 0.3
+    # the interval resamples instances as well as rollouts (20 instances): wider than over rollouts alone
+    assert t["normalized_gain"]["mean"] >= 0.4 and t["normalized_gain"]["ci"][0] > 0.2
     assert t["mean_reward_stateless"] == pytest.approx(r_ref, abs=1e-6)
     card = run(RunConfig(ENV, "oracle", str(tmp_path / "oracle"), rollouts=1, workers=2), say=lambda m: None)
     t = card["tasks"]["cohort/oracle"]

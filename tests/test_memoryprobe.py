@@ -1,4 +1,4 @@
-"""MemoryProbe-v0: env contract, truth replay, grammar, memory strategies and the must-show numbers."""
+"""MemoryProbe-v1: env contract, truth replay, grammar, memory strategies and the must-show numbers."""
 from __future__ import annotations
 
 import gc
@@ -6,6 +6,7 @@ import json
 import re
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -15,10 +16,11 @@ from clbench.agents.memoryprobe import FileStateAgent, extract, parse_observatio
 from clbench.commands.calibrate import stateless_mean
 from clbench.envs.memoryprobe.breakdown import accuracy_breakdown, run_breakdowns
 from clbench.envs.memoryprobe.text import count_tokens, normalize_key, values_match
+from clbench.results import load_records
 from clbench.rollout import run
 from clbench.runner import RunConfig
 
-ENV = "clbench/MemoryProbe-v0"
+ENV = "clbench/MemoryProbe-v1"
 STRATEGIES = ["truncation", "sliding-summary", "memory-bank", "file-state"]
 
 
@@ -46,7 +48,7 @@ def play(env, agent, seed: int, upto: int | None = None, before=None) -> list[fl
 # ---------------------------------------------------------------- env contract
 def test_check_env_registration_and_spec(env):
     check_env(env)
-    assert gym.make("clbench:clbench/MemoryProbe-v0").unwrapped.env_id == ENV
+    assert gym.make("clbench:clbench/MemoryProbe-v1").unwrapped.env_id == ENV
     card = env.spec_card
     assert card.instances == 24 and [v["instances"] for v in card.variants] == [8, 8, 8]
     assert [v["name"] for v in card.variants] == ["light", "medium", "heavy"]
@@ -95,12 +97,23 @@ def _replay_truth(env, order, upto):
     return {k: (str(int(v) + adds[k]) if env.conversation.keys[k].accumulator else v) for k, v in value.items()}
 
 
+def test_one_chronology_so_a_session_asks_the_same_questions_in_every_rollout(env):
+    """v0 permuted sessions by the rollout seed and replayed questions from that order, so one id
+    asked different questions in different rollouts; v1 plays one chronology."""
+    asked = {}
+    for seed in (0, 3, 7):
+        env.reset(seed=seed)
+        assert [s.instance_id for s in env.order] == [s.instance_id for s in env.schedule.order(0)]
+        asked[seed] = {s.instance_id: [(q.qid, q.text, q.answer) for q in env.questions(s.instance_id)]
+                       for s in env.order}
+    assert asked[0] == asked[3] == asked[7]
+    assert len({q[0] for qs in asked[0].values() for q in qs}) == sum(map(len, asked[0].values()))  # ids unique
+
+
 @pytest.mark.parametrize("seed", [0, 3])
 def test_question_truth_follows_the_order_played(env, seed):
     env.reset(seed=seed)
     order = [s.instance_id for s in env.order]
-    if seed:
-        assert order != [s.instance_id for s in env.schedule.order(0)]
     structures = set()
     for pos, iid in enumerate(order):
         truth = _replay_truth(env, order, pos)
@@ -154,6 +167,32 @@ def test_invalid_replies_cost_a_step_then_score_zero(env):
     assert "Invalid action" in obs and "ANSWER <qid>" in obs and not (term or trunc) and info["steps_left"] == 1
     obs, r, term, trunc, info = env.step("ANSWER q99-9: 30s")
     assert "unknown question ids" in obs and (term or trunc) and r == 0.0 and info["instance_reward"] == 0.0
+
+
+def test_question_numbers_stand_for_qids(env):
+    _, info = env.reset(seed=0)
+    qs = env.questions(info["instance_id"])
+    _, r, term, _, fin = env.step(f"ANSWER q2: {qs[1].answer}\nANSWER {qs[0].qid}: {qs[0].answer}")
+    assert term and r == pytest.approx(2 / len(qs))
+    env.reset(options={"instance": info["instance_id"], "stateless": True})
+    obs, r, term, trunc, _ = env.step(f"ANSWER Q{len(qs) + 1}: 1")
+    assert "unknown question ids" in obs and not (term or trunc)
+
+
+def test_freeze_at_stops_committing_to_memory(env):
+    frozen, live = make_agent("reference", env, freeze_at=8), make_agent("reference", env)
+    rewards = {}
+    for name, agent in (("frozen", frozen), ("live", live)):
+        rewards[name] = play(env, agent, seed=0, upto=12)
+    assert rewards["frozen"][:8] == rewards["live"][:8]
+    assert frozen.memory_state() == _memory_after(env, 8)
+    assert sum(rewards["frozen"][8:]) < sum(rewards["live"][8:])
+
+
+def _memory_after(env, n):
+    agent = make_agent("reference", env)
+    play(env, agent, seed=0, upto=n)
+    return agent.memory_state()
 
 
 def test_values_match_rules():
@@ -311,10 +350,18 @@ def test_must_show_strategy_ordering_amnesia_and_implicit(tmp_path):
     for name in STRATEGIES:
         card = run(RunConfig(ENV, name, str(out), rollouts=5, workers=1), say=lambda m: None)
     tasks = card["tasks"]
-    ci = {n: tasks[f"memoryprobe/{n}"]["mean_reward"]["ci"] for n in STRATEGIES}
-    # file-state > memory-bank > sliding-summary > truncation, with disjoint 95% CIs
+    # file-state > memory-bank > sliding-summary > truncation: every session asks the same questions
+    # of every strategy, so the per-session difference (paired by instance id, bootstrapped over
+    # sessions) has a 95% CI above 0
+    per = {}
+    for r in load_records(out):
+        if r["mode"] == "stateful":
+            per.setdefault(r["system"], {}).setdefault(r["instance_id"], []).append(r["reward"])
+    rng = np.random.default_rng(0)
     for worse, better in zip(STRATEGIES, STRATEGIES[1:]):
-        assert ci[better][0] > ci[worse][1], (better, ci[better], worse, ci[worse])
+        d = np.array([np.mean(per[better][i]) - np.mean(per[worse][i]) for i in sorted(per[worse])])
+        low = np.percentile([d[rng.integers(0, len(d), len(d))].mean() for _ in range(2000)], 2.5)
+        assert low > 0, (better, worse, d.mean(), low)
     bd = run_breakdowns(out)
     for name in STRATEGIES:
         b = bd[(name, "stateful")]

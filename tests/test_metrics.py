@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from clbench.metrics import aggregate, estimate, group_records, task_metrics
+from clbench.runcard import run_card_schema
 
 PARAMS = {"t": {"r_max": 1.0, "r_reference": 0.2}}
 
@@ -16,12 +17,15 @@ def rec(mode, rollout, iid, pos, variant, reward):
             "position": pos, "variant": variant, "reward": reward}
 
 
-def make(stateful_orders, stateless):
-    """stateful_orders: per rollout a list of (instance_id, variant, reward) in position order."""
-    records = [rec("stateless", 0, iid, i, v, r) for i, (iid, v, r) in enumerate(stateless)]
+def make(stateful_orders, stateless, params=PARAMS, passes=None):
+    """stateful_orders: per rollout a list of (instance_id, variant, reward) in position order;
+    stateless: one pass as (instance_id, variant, reward), or `passes`, a list of such passes."""
+    records = []
+    for p, one in enumerate(passes or [stateless]):
+        records += [rec("stateless", p, iid, i, v, r) for i, (iid, v, r) in enumerate(one)]
     for k, order in enumerate(stateful_orders):
         records += [rec("stateful", k, iid, p, v, r) for p, (iid, v, r) in enumerate(order)]
-    return group_records(records, PARAMS)[("t", "s")]
+    return group_records(records, params)[("t", "s")]
 
 
 SL = [("a", "v1", 0.0), ("b", "v1", 0.5), ("c", "v2", 0.2), ("d", "v2", 0.3)]
@@ -50,7 +54,9 @@ def test_normalized_gain_and_reward_formulas():
     assert m["normalized_gain"]["mean"] == pytest.approx(np.mean([(p - mean_sl) / (1 - mean_sl) for p in per]))
     assert m["normalized_reward"]["mean"] == pytest.approx(np.mean([(p - 0.2) / 0.8 for p in per]))
     assert m["cumulative_reward"]["mean"] == pytest.approx(np.mean([1.8, 3.4]))
-    assert m["cumulative_reward"]["se"] == pytest.approx(np.std([1.8, 3.4], ddof=1) / math.sqrt(2))
+    # the SE is the bootstrap's (the spread of the replicates that also give the CI)
+    assert 0 < m["cumulative_reward"]["se"] and m["cumulative_reward"]["ci"][0] < 1.8 + 1e-9 < 3.4 - 1e-9 < \
+        m["cumulative_reward"]["ci"][1] + 2e-9
 
 
 def test_split_sums_to_normalized_gain_per_rollout_and_in_mean():
@@ -95,5 +101,108 @@ def test_aggregate_is_unweighted_mean_over_tasks():
     b = {"task": "y", "normalized_gain": {"mean": 0.6}, "normalized_reward": {"mean": 0.0},
          "plasticity": {"mean": 0.3}, "stability": {"mean": 0.3}}
     agg = aggregate([a, b])
-    assert agg["normalized_gain"] == pytest.approx(0.4)
-    assert agg["normalized_reward"] == pytest.approx(0.2)
+    assert agg["normalized_gain"]["mean"] == pytest.approx(0.4)
+    assert agg["normalized_reward"]["mean"] == pytest.approx(0.2)
+    assert aggregate([a, b], tasks=["y"])["normalized_gain"]["mean"] == pytest.approx(0.6)
+
+
+def hetero(n=40, seed=3, shift=0.1, noise=0.0, rollouts=1, passes=1):
+    """Instances of very different difficulty; stateful = stateless + shift (+ noise per rollout)."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.0, 0.6, n)
+    ids = [f"i{j:02d}" for j in range(n)]
+    sl = [[(i, "v", float(b + noise * rng.standard_normal())) for i, b in zip(ids, base)] for _ in range(passes)]
+    orders = [[(ids[j], "v", float(base[j] + shift + noise * rng.standard_normal())) for j in rng.permutation(n)]
+              for _ in range(rollouts)]
+    return make(orders, None, passes=sl), base
+
+
+def test_intervals_resample_instances_even_for_one_deterministic_rollout():
+    # one rollout, one pass: the old bootstrap over rollouts gave [m, m]
+    tr, base = hetero(shift=0.0, n=60)
+    m = task_metrics(tr, n_boot=4000)
+    lo, hi = m["mean_reward"]["ci"]
+    assert lo < m["mean_reward"]["mean"] < hi
+    # the bootstrap SE of a mean over n instances: sd / sqrt(n) (plug-in, ddof=0)
+    assert m["mean_reward"]["se"] == pytest.approx(np.std(base + 0.0) / math.sqrt(60), rel=0.1)
+
+
+def test_gain_is_paired_so_instance_difficulty_cancels():
+    # a constant gain of 0.1 on every instance: pairing by instance id makes the gain exact,
+    # although rewards alone vary a lot between instances
+    tr, _ = hetero(shift=0.1, rollouts=3)
+    m = task_metrics(tr, n_boot=2000)
+    assert m["cumulative_gain"]["mean"] == pytest.approx(4.0)
+    assert m["cumulative_gain"]["ci"] == pytest.approx([4.0, 4.0])
+    assert m["mean_reward"]["ci"][1] - m["mean_reward"]["ci"][0] > 0.05
+
+
+def test_rollout_noise_counts_in_the_interval():
+    # same instances, no instance heterogeneity in the gain, but rollouts differ by a level
+    ids = [(f"i{j}", "v", 0.2) for j in range(10)]
+    orders = [[(i, v, 0.2 + level) for i, v, _ in ids] for level in (0.0, 0.1, 0.2, 0.3, 0.4)]
+    m = task_metrics(make(orders, ids), n_boot=4000)
+    levels = np.array([0.0, 0.1, 0.2, 0.3, 0.4]) * 10
+    assert m["cumulative_gain"]["mean"] == pytest.approx(2.0)
+    assert m["cumulative_gain"]["se"] == pytest.approx(np.std(levels) / math.sqrt(5), rel=0.1)
+
+
+def test_stateless_passes_are_averaged_per_instance_and_resampled():
+    sl_passes = [[("a", "v", 0.0), ("b", "v", 0.4)], [("a", "v", 0.2), ("b", "v", 0.6)]]
+    tr = make([[("a", "v", 0.5), ("b", "v", 0.5)]], None, passes=sl_passes)
+    m = task_metrics(tr, n_boot=2000)
+    assert m["stateless_passes"] == 2
+    assert m["mean_reward_stateless"] == pytest.approx(0.3)
+    assert m["cumulative_gain"]["mean"] == pytest.approx(1.0 - 0.6)
+    assert m["normalized_gain"]["mean"] == pytest.approx((0.5 - 0.3) / (1 - 0.3))
+    # pass-to-pass noise shows: a replicate drawing pass 1 twice has stateless mean 0.4
+    assert m["mean_reward"]["ci"] == pytest.approx([0.5, 0.5])
+    assert m["cumulative_gain"]["ci"][0] < 0.4 < m["cumulative_gain"]["ci"][1]
+
+
+@pytest.mark.parametrize("r_max", [0.25, 0.25 + 1e-15, 0.2])
+def test_normalized_gain_is_undefined_without_headroom(r_max):
+    sl = [("a", "v", 0.2), ("b", "v", 0.3)]  # mean 0.25, the oracle's own score
+    params = {"t": {"r_max": r_max, "r_reference": 0.0}}
+    m = task_metrics(make([[("a", "v", 0.25), ("b", "v", 0.3)]], sl, params=params), n_boot=200)
+    for name in ("normalized_gain", "plasticity", "stability"):
+        assert m[name]["mean"] is None and m[name]["ci"] == [None, None]
+        assert "at or above r_max" in m[name]["undefined"]
+    assert m["normalized_reward"]["mean"] == pytest.approx(0.275 / r_max)
+    assert m["cumulative_gain"]["mean"] == pytest.approx(0.05)
+    agg = aggregate([m])
+    assert agg["normalized_gain"]["mean"] is None and "undefined on t" in agg["normalized_gain"]["undefined"]
+    import jsonschema
+    jsonschema.validate(m["normalized_gain"], run_card_schema()["$defs"]["estimate"])
+
+
+def test_split_holds_exactly_with_several_passes_and_rollouts():
+    tr, _ = hetero(shift=0.05, noise=0.1, rollouts=4, passes=3, n=24)
+    m = task_metrics(tr, n_boot=500)
+    assert m["plasticity"]["mean"] + m["stability"]["mean"] == m["normalized_gain"]["mean"]
+
+
+def test_noisy_r_max_gets_its_own_interval_and_widens_normalized_ones():
+    tr, _ = hetero(shift=0.1, noise=0.05, rollouts=3)
+    exact = task_metrics(tr, n_boot=3000)
+    tr.r_max_se = 0.1
+    noisy = task_metrics(tr, n_boot=3000)
+    assert noisy["r_max_estimate"]["ci"] == pytest.approx([1 - 0.196, 1 + 0.196])
+    assert "r_max" in noisy["bootstrap"]["resampled"] and "r_max_estimate" not in exact
+    width = {k: m["normalized_gain"]["ci"][1] - m["normalized_gain"]["ci"][0] for k, m in (("e", exact), ("n", noisy))}
+    assert width["n"] > width["e"]
+    # unnormalized numbers do not depend on r_max
+    assert noisy["cumulative_gain"] == exact["cumulative_gain"]
+
+
+def test_aggregate_interval_combines_the_tasks_replicates():
+    a = task_metrics(hetero(shift=0.1, noise=0.05, rollouts=3, seed=1)[0], n_boot=2000, keep_draws=True)
+    b = task_metrics(hetero(shift=0.3, noise=0.05, rollouts=3, seed=2)[0], n_boot=2000, keep_draws=True)
+    a["task"], b["task"] = "x", "y"
+    agg = aggregate([a, b], [a.pop("draws"), b.pop("draws")])
+    ng = agg["normalized_gain"]
+    assert ng["mean"] == pytest.approx((a["normalized_gain"]["mean"] + b["normalized_gain"]["mean"]) / 2)
+    assert ng["ci"][0] < ng["mean"] < ng["ci"][1]
+    # independent tasks: the mean's SE is sqrt(se_a^2 + se_b^2) / 2
+    se = math.hypot(a["normalized_gain"]["se"], b["normalized_gain"]["se"]) / 2
+    assert ng["se"] == pytest.approx(se, rel=0.1)

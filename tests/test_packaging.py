@@ -1,6 +1,7 @@
 """The wheel maps envs/, agents/ and tasks/ into the clbench namespace and works when installed."""
 from __future__ import annotations
 
+import site
 import subprocess
 import sys
 import venv
@@ -23,14 +24,19 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
                    "clbench/tasks/coderepair/tablib-01/bug.diff", "clbench/data/prices.yaml"):
         assert needed in names
 
-    # a fresh venv that borrows the already-installed dependencies but not clbench's source tree
+    # a fresh venv that borrows the dependencies of the Python running the tests (a venv, conda or
+    # the system's) as plain path entries: their .pth files, an editable clbench among them, stay inactive
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True, system_site_packages=True)
+    venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    borrowed = [p for p in site.getsitepackages() + [site.getusersitepackages()] if Path(p).is_dir()]
+    (Path(purelib) / "_borrowed_deps.pth").write_text("".join(p + "\n" for p in borrowed))
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
     code = ("import clbench, gymnasium as gym, pathlib; "
             "assert 'site-packages' in clbench.__file__ and 'venv' in clbench.__file__, clbench.__file__; "
-            "env = gym.make('clbench/SpectrumMonitor-v0'); print(env.unwrapped.r_max)")
+            "env = gym.make('clbench/SpectrumMonitor-v1'); print(env.unwrapped.r_max)")
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1.0"

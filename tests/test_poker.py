@@ -1,4 +1,4 @@
-"""Poker-v0: env contract, the library as referee, dealing, hidden cards, opponents, agents."""
+"""Poker-v1: env contract, the library as referee, dealing, hidden cards, opponents, agents."""
 from __future__ import annotations
 
 import json
@@ -25,7 +25,7 @@ from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Decision
 from clbench.envs.poker.strength import preflop_pct, strength
 from clbench.envs.poker.table import HandTable
 
-ENV_ID = "clbench/Poker-v0"
+ENV_ID = "clbench/Poker-v1"
 SPEC = load_task_spec("poker")
 
 
@@ -316,12 +316,15 @@ def test_reference_learns_each_opponent_and_recovers_faster_on_return():
             if slot.variant_position < 4:
                 early.setdefault(slot.variant, []).append(stateful[slot.instance_id] - stateless[slot.instance_id])
         styles = {name: m.style() for name, m in agent.models.items()}
-        assert styles == {name: spec["style"] for name, spec in SPEC["opponents"].items()}
+        # each name's last policy: Mara ends adapted (the drift), the others never change
+        last = {SPEC["opponents"][v["opponent"]].get("name", v["opponent"]): SPEC["opponents"][v["opponent"]]["style"]
+                for v in SPEC["schedules"]["default"]}
+        assert styles == last and last["Mara"] == "loose_aggressive"
     assert estimate(gains)["ci"][0] > 0
     # first meeting: the first four hands are played exactly as without memory (gain 0, every
-    # rollout); a returning opponent is exploited from its first hand
+    # rollout); a returning opponent that did not change is exploited from its first hand
     assert all(g == 0 for v in ("1-Mara", "2-Dex", "4-Quinn") for g in early[v])
-    assert np.mean(early["3-Mara"]) > 0 and np.mean(early["5-Dex"]) > 0
+    assert np.mean(early["5-Dex"]) > 0
 
 
 def test_reference_state_round_trip():

@@ -1,4 +1,4 @@
-"""SalesForecast-v0: env contract, sandboxed workspace, submissions, scoring, agents, must-show numbers.
+"""SalesForecast-v1: env contract, sandboxed workspace, submissions, scoring, agents, must-show numbers.
 
 Every test runs real commands in the real sandbox (bubblewrap here; whatever "auto" picks).
 """
@@ -22,7 +22,7 @@ from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
 from clbench.sandbox import SandboxUnavailable, choose_backend
 
-ENV = "clbench/SalesForecast-v0"
+ENV = "clbench/SalesForecast-v1"
 
 
 def _no_sandbox() -> str:
@@ -60,11 +60,25 @@ def _submit(values: dict) -> str:
         {"product_id": p, "store": s, "year": y, "units": u} for (p, s, y), u in values.items()]})
 
 
+def test_regime_change_from_2031():
+    """The drift: from 2031 Chicago's level and the Nordic trend change; nothing else does."""
+    spec = gym.make(ENV).unwrapped.spec_data
+    change, w = spec["regime_change"], generate_world(spec)
+    nordic = [p.product_id for p in w.products if p.collection == "Nordic" and p.launch_year == 2020][0]
+    other = [p.product_id for p in w.products if p.collection == "Loft" and p.launch_year == 2020][0]
+    ratio = {y: w.expected[(nordic, "NY", y)] / w.expected[(nordic, "NY", y - 1)] for y in (2030, 2031, 2033)}
+    assert ratio[2030] == pytest.approx(spec["collections"]["Nordic"]) and change["year"] == 2031
+    assert ratio[2031] == pytest.approx(change["growth"]["Nordic"]) == ratio[2033]
+    chi_vs_ny = {y: w.expected[(other, "CHI", y)] / w.expected[(other, "NY", y)] for y in (2030, 2031)}
+    assert chi_vs_ny[2031] / chi_vs_ny[2030] == pytest.approx(change["store_levels"]["CHI"])
+    assert w.latent()["regime_change"] == change
+
+
 def test_check_env_and_spec_card():
     base = gym.make(ENV).unwrapped
     check_env(base)
     base.close()
-    card = gym.make("clbench:clbench/SalesForecast-v0").unwrapped.spec_card
+    card = gym.make("clbench:clbench/SalesForecast-v1").unwrapped.spec_card
     assert card.instances == 12 and [v["instances"] for v in card.variants] == [4, 4, 4]
     assert "WAPE" in card.reward and card.max_steps == 21
     assert {t["function"]["name"] for t in card.tools} == {"bash", "submit"}

@@ -250,3 +250,136 @@ def test_docker_workspace_can_start_from_the_image():
 def test_host_backends_need_a_source_folder():
     with pytest.raises(SandboxError, match="starts from a folder"):
         open_sandbox(None, backend="bwrap")
+
+
+# ---------------------------------------------------------------------------------- issue 17: quotas, orphans
+WRITE_400MB = "for i in $(seq 1 100); do head -c 4000000 /dev/zero > f$i || exit 3; done; echo all written"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["tmpfs", "watchdog"])
+def test_disk_quota_stops_a_command_writing_past_it(backend, mode, tmp_path, monkeypatch):
+    from clbench.sandbox import quota
+
+    runtime = _runtime(backend)
+    if mode == "tmpfs" and not (os.geteuid() == 0 and quota._mount_allowed()):
+        pytest.skip("a tmpfs quota needs root with CAP_SYS_ADMIN; the watchdog variant covers this machine")
+    if mode == "watchdog":
+        monkeypatch.setattr(quota, "mount_tmpfs", lambda *a: False)
+    (tmp_path / "src").mkdir()
+    free_before = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    with open_sandbox(tmp_path / "src", backend=backend, runtime=runtime,
+                      limits=Limits(timeout=30, disk_mb=64, file_size_mb=256)) as sb:
+        res = sb.run(WRITE_400MB)
+        used = quota.disk_usage([sb._data], 1 << 40)
+        free_after = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+        assert "all written" not in res.stdout
+        if mode == "tmpfs":  # the filesystem itself is full: no byte past the quota exists
+            assert res.exit_code == 3 and "No space left on device" in res.stderr, res.output()
+            assert used <= 64 * MiB
+        else:  # killed within a poll interval; far less than the 400 MB it tried
+            assert res.killed == "the workspace exceeded its 64 MB disk quota; the command was killed"
+            assert used < 300 * MiB
+        assert free_before - free_after < 300 * MiB
+        # a file larger than the quota is refused on its own (RLIMIT_FSIZE follows disk_mb)
+        assert not sb.run("head -c 80000000 /dev/zero > big").ok
+        # deleting works over quota, and the next command runs as usual
+        assert sb.run("rm -f f* big && echo cleaned").stdout.strip() == "cleaned"
+        assert sb.run("head -c 1000000 /dev/zero > small && echo ok").stdout.strip() == "ok"
+
+
+ORPHAN_OWNER = """
+import sys, time
+from clbench.sandbox import Runtime, open_sandbox
+sb = open_sandbox(sys.argv[1], backend=sys.argv[2], runtime=Runtime(image=sys.argv[3] or None))
+print(sb._root, sb.container.id if sb.backend == "docker" else "", flush=True)
+time.sleep(600)
+"""
+
+
+def _orphan(backend: str, src: Path) -> tuple[Path, str]:
+    """A sandbox whose owner process was SIGKILLed: (its host folder, its container id or '')."""
+    import subprocess
+    import sys
+
+    image = _runtime(backend).image or ""
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN_OWNER, str(src), backend, image],
+                            stdout=subprocess.PIPE, text=True)
+    root, _, container = proc.stdout.readline().strip().partition(" ")
+    proc.kill()
+    proc.wait()
+    return Path(root), container
+
+
+def _container_exists(container_id: str) -> bool:
+    import docker.errors
+
+    from clbench.sandbox.docker_backend import docker_client
+
+    try:
+        docker_client().containers.get(container_id)
+        return True
+    except docker.errors.NotFound:
+        return False
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sandboxes_of_a_killed_owner_are_reaped(backend, tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "src").mkdir()
+    # reaped when the next clbench process opens a sandbox
+    root, container = _orphan(backend, tmp_path / "src")
+    assert root.is_dir() and root.name.startswith("clbench-sandbox-")
+    assert not container or _container_exists(container)  # `sleep infinity` outlives its owner
+    opener = subprocess.run([sys.executable, "-c", ORPHAN_OWNER.replace("time.sleep(600)", "sb.close()"),
+                             str(tmp_path / "src"), backend, _runtime(backend).image or ""],
+                            capture_output=True, text=True, timeout=120)
+    assert opener.returncode == 0, opener.stderr
+    assert not root.exists() and not (container and _container_exists(container))
+    # reaped by `clbench containers prune`
+    root, container = _orphan(backend, tmp_path / "src")
+    assert root.is_dir()
+    pruned = subprocess.run([sys.executable, "-m", "clbench.cli", "containers", "prune"],
+                            capture_output=True, text=True, timeout=120)
+    assert pruned.returncode == 0, pruned.stderr
+    assert f"removed {1 if container else 0} orphaned sandbox container(s)" in pruned.stdout
+    assert not root.exists() and not (container and _container_exists(container))
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(root) not in mounts
+
+
+def test_a_lone_surrogate_is_not_run(sandbox):
+    res = sandbox.run("echo \ud800")
+    assert res.exit_code is None and "lone surrogate" in res.killed
+    still_works(sandbox)
+
+
+def test_a_python_environment_under_tmp_stays_visible_inside(tmp_path):
+    """clbench running from a venv under /tmp: the sandbox's own /tmp must not cover that venv."""
+    import subprocess
+    import sys
+    import venv
+
+    if not bwrap_works()[0]:
+        pytest.skip(f"bwrap: {bwrap_works()[1]}")
+    if not str(tmp_path).startswith("/tmp/"):
+        pytest.skip("the test needs its temporary folder under /tmp")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=True)  # borrows clbench and its dependencies
+    py = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "only_in_this_venv.py").write_text("WHERE = 'venv'\n")
+    if sys.prefix != sys.base_prefix:  # running in a venv: the new one borrows its packages too
+        site_dirs = subprocess.run([sys.executable, "-c", "import site; print(*site.getsitepackages())"],
+                                   check=True, capture_output=True, text=True).stdout.split()
+        (Path(purelib) / "_outer.pth").write_text("".join(p + "\n" for p in site_dirs))
+    code = ("from clbench.envs.salesforecast.workspace import open_workspace\n"
+            "sb = open_workspace('bwrap', 60)\n"
+            "print(sb.run(\"python3 -c 'import sys, only_in_this_venv as m; print(sys.prefix, m.WHERE)'\").output())\n"
+            "sb.close()\n")
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(env_dir), "venv"], out.stdout

@@ -16,7 +16,7 @@ from clbench.results import load_records
 from clbench.rollout import run
 from clbench.runner import RunConfig
 
-ENV = "clbench/SpectrumMonitor-v0"
+ENV = "clbench/SpectrumMonitor-v1"
 
 
 def canonical(run_dir) -> list[str]:
@@ -73,21 +73,21 @@ def test_ray_executor_matches_local_pool(tmp_path):
 def test_suite_command_prints_summary(tmp_path, capsys):
     assert main(["suite", "--agent", "reference", "--tasks", "SpectrumMonitor", "--rollouts", "2", "--workers", "1",
                  "--env-arg", "schedule=short", "--quiet", "--out", str(tmp_path / "s")]) == 0
-    assert "| spectrum | reference | 2 |" in capsys.readouterr().out
+    assert "| spectrum | reference | IoU | 2 |" in capsys.readouterr().out
     assert main(["suite", "--agent", "reference", "--tasks", "NoSuchTask", "--out", str(tmp_path / "x")]) == 1
 
 
 def test_flush_shock_drops_reward_then_recovers(tmp_path):
     card = run(RunConfig(ENV, "reference", str(tmp_path), rollouts=2, workers=1, mode="both",
-                         shocks=["flush@70"]), say=lambda m: None, quiet=True)
+                         shocks=["flush@30"]), say=lambda m: None, quiet=True)
     curve = card["tasks"]["spectrum/reference"]["curves"]["stateful"]["mean"]
-    before = sum(curve[64:70]) / 6
-    after = curve[70]
-    later = sum(curve[80:90]) / 10
-    assert after < before - 0.2
-    assert later > after + 0.2
+    before = sum(curve[24:30]) / 6
+    after = sum(curve[30:40]) / 10  # the reference re-learns the band plan over several scans
+    later = sum(curve[42:50]) / 8
+    assert after < before - 0.15
+    assert later > after + 0.15
     shocked = [r for r in load_records(tmp_path) if r.get("shocks")]
-    assert {r["position"] for r in shocked} == {70}
+    assert {r["position"] for r in shocked} == {30}
 
 
 def test_bad_shock_is_a_clear_error(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""SpectrumMonitor-v0: env contract, reward semantics, agents and the issue's must-show numbers."""
+"""SpectrumMonitor-v1: env contract, reward semantics, agents, the band re-plan (drift) and the issues'
+must-show numbers."""
 from __future__ import annotations
 
 import json
@@ -15,26 +16,42 @@ from clbench.env import ScheduleExhausted
 from clbench.envs.spectrum.generator import iou
 from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
-from clbench.runner import RunConfig
+from clbench.runner import RunConfig, play_instance
 
-ENV = "clbench/SpectrumMonitor-v0"
+ENV = "clbench/SpectrumMonitor-v1"
 
 
 def test_check_env_and_three_ways_in():
     check_env(gym.make(ENV).unwrapped)
-    assert gym.make("clbench:clbench/SpectrumMonitor-v0").unwrapped.env_id == ENV
+    assert gym.make("clbench:clbench/SpectrumMonitor-v1").unwrapped.env_id == ENV
     gym.register_envs(clbench)
 
 
-def test_schedule_shape_and_latent_grid():
+def test_schedule_shape_and_latent_plan():
     env = gym.make(ENV).unwrapped
     card = env.spec_card
     assert card.instances == 90
     assert [v["instances"] for v in card.variants] == [30, 30, 30]
-    channels = env.latent()["channels"]
-    assert len(channels) == 13
-    assert sum(c["kind"] == "wideband" for c in channels) == 7
-    assert all(340 <= c["center"] - c["width"] / 2 and c["center"] + c["width"] / 2 <= 508 for c in channels)
+    assert "re-tuned" in card.variants[2]["description"] and "licensee" in card.variants[2]["description"]
+    channels = {c["name"]: c for c in env.latent()["channels"]}
+    assert sorted(n for n, c in channels.items() if c["kind"] == "wideband" and not n.endswith("r")) == \
+        [f"W{i}" for i in range(1, 8)]
+    assert all(340 <= c["center"] - c["width"] / 2 and c["center"] + c["width"] / 2 <= 508 for c in channels.values())
+    # the re-plan: two re-tuned wideband channels, one retired, one licensee
+    retuned = [n for n in channels if n.endswith("r")]
+    assert len(retuned) == 2 and [c["kind"] for c in channels.values()].count("licensee") == 1
+    for n in retuned:
+        assert 4.0 <= abs(channels[n]["center"] - channels[n[:-1]]["center"]) <= 6.0
+    active = env.latent()["active"]
+    before = {c["name"] for i in range(1, 61) for c in active[f"scan-{i:03d}"]}
+    after = {c["name"] for i in range(61, 91) for c in active[f"scan-{i:03d}"]}
+    assert set(retuned) <= after and not set(retuned) & before and "L1" in after
+    assert {n[:-1] for n in retuned} <= before and not {n[:-1] for n in retuned} & after
+    retired = {n for n in before if n.startswith("W")} - after - {n[:-1] for n in retuned}
+    assert len(retired) == 1
+    # the truth is what transmits now: never the whole plan, often less than half of it
+    sizes = [len(a) for a in active.values()]
+    assert min(sizes) >= 1 and max(sizes) < 10 and np.mean(sizes) < 6
 
 
 def test_observation_hides_ground_truth_and_shows_peaks():
@@ -55,15 +72,30 @@ def test_invalid_json_gets_one_more_try_then_scores_zero():
     assert r == 0.0 and info["instance_reward"] == 0.0 and info["raw_metric"] == {"name": "iou", "value": 0.0}
 
 
-def test_reward_is_iou_of_reported_bands():
+def test_reward_is_iou_with_the_spectrum_active_in_this_scan():
     env = gym.make(ENV)
-    env.reset(seed=0)
-    truth = [(c["center"] - c["width"] / 2, c["center"] + c["width"] / 2) for c in env.unwrapped.latent()["channels"]]
-    report = {"transmitters": [{"center_mhz": 352.0, "bandwidth_mhz": 15.0}, {"center_mhz": 364.0, "bandwidth_mhz": 5.0}]}
+    _, info = env.reset(seed=0)
+    truth = [(c["center"] - c["width"] / 2, c["center"] + c["width"] / 2)
+             for c in env.unwrapped.latent()["active"][info["instance_id"]]]
+    report = {"transmitters": [{"center_mhz": 352.0, "bandwidth_mhz": 15.0}, {"center_mhz": 364.0, "bandwidth_mhz": 5.0},
+                               {"center_mhz": 460.0, "bandwidth_mhz": 40.0, "currently_active": False}]}
     obs, r, term, trunc, info = env.step("Here is my report:\n```json\n" + json.dumps(report) + "\n```")
-    assert term and not trunc
-    assert r == pytest.approx(iou([(344.5, 359.5), (361.5, 366.5)], truth, 340, 508))
-    assert 0.05 < r < 0.2
+    assert term and not trunc and "2 active transmitters" in obs
+    assert r == pytest.approx(iou([(344.5, 359.5), (361.5, 366.5)], truth, 340, 508))  # the inactive one is not scored
+    assert 0.0 < r < 1.0
+
+
+def test_answers_that_ignore_the_scan_score_below_the_reference():
+    """v0 scored the whole band ~0.8; against the spectrum active in each scan it cannot win."""
+    env = gym.make(ENV)
+    u = env.unwrapped
+    plan = [{"center_mhz": c["center"], "bandwidth_mhz": c["width"]} for c in u.latent()["channels"]]
+    for answer in ([{"center_mhz": 424.0, "bandwidth_mhz": 168.0}], plan):
+        rewards = []
+        for slot in u.schedule.order(0):
+            env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+            rewards.append(env.step(json.dumps({"transmitters": answer}))[1])
+        assert np.mean(rewards) < 0.6 * u.r_reference
 
 
 def test_iou_geometry():
@@ -89,14 +121,70 @@ def test_reset_semantics_and_exhaustion():
     ids = [cyc.reset()[1]["instance_id"] for _ in range(8)]
     assert ids[-1] == "scan-001"
     _, info = env.reset(options={"instance": "scan-006", "stateless": True})
-    assert info["instance_id"] == "scan-006" and info["variant"] == "full-grid"
+    assert info["instance_id"] == "scan-006" and info["variant"] == "narrowband-onset"
 
 
 def test_oracle_scores_r_max_and_reference_r_reference():
     env = gym.make(ENV).unwrapped
     assert stateless_mean(ENV, "oracle") == pytest.approx(env.r_max, abs=1e-9)
     assert stateless_mean(ENV, "reference") == pytest.approx(env.r_reference, abs=1e-9)
-    assert env.r_reference < 0.8 * env.r_max
+    assert env.r_max == 1.0 and env.r_reference < 0.7 * env.r_max
+
+
+def _stateful(env, seed: int, **agent_kwargs) -> dict[str, tuple[int, float]]:
+    """instance_id -> (position, reward) of one stateful reference rollout."""
+    agent = make_agent("reference", env, seed=seed, **agent_kwargs)
+    obs, info = env.reset(seed=seed)
+    out = {}
+    for pos in range(len(env.unwrapped.schedule)):
+        if pos:
+            obs, info = env.reset()
+        out[info["instance_id"]] = (pos, play_instance(env, agent, obs, info, [])["reward"])
+    return out
+
+
+def test_band_replan_costs_a_frozen_reference_and_the_unfrozen_one_recovers():
+    """issue 15: the reference frozen just before the re-plan (position 60) loses reward after it by at least
+    0.1 x (r_max - r_reference), with a paired bootstrap CI above 0; frozen from the start it never learns."""
+    env = gym.make(ENV)
+    u = env.unwrapped
+    diffs = []
+    for seed in range(5):
+        live, frozen = _stateful(env, seed), _stateful(env, seed, freeze_at=60)
+        assert all(frozen[i] == live[i] for i in live if live[i][0] < 60)  # identical until the freeze
+        diffs.append([live[i][1] - frozen[i][1] for i in live if live[i][0] >= 60])
+    diffs = np.array(diffs)  # rollouts x instances after the drift
+    rng = np.random.default_rng(0)
+    boot = [diffs[rng.integers(0, 5, 5)][:, rng.integers(0, diffs.shape[1], diffs.shape[1])].mean()
+            for _ in range(2000)]
+    assert diffs.mean() >= 0.1 * (u.r_max - u.r_reference)
+    assert np.percentile(boot, 2.5) > 0
+    never = _stateful(env, 0, freeze_at=0)
+    sl = _stateless_rewards(env)
+    assert all(never[i][1] == pytest.approx(sl[i]) for i in sl)
+
+
+def _stateless_rewards(env) -> dict[str, float]:
+    out = {}
+    for slot in env.unwrapped.schedule.order(0):
+        agent = make_agent("reference", env)
+        obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+        out[slot.instance_id] = play_instance(env, agent, obs, info, [])["reward"]
+    return out
+
+
+def test_reference_state_round_trips():
+    env = gym.make(ENV, schedule="short")
+    a = make_agent("reference", env)
+    obs, info = env.reset(seed=0)
+    for pos in range(4):
+        if pos:
+            obs, info = env.reset()
+        play_instance(env, a, obs, info, [])
+    b = make_agent("reference", env)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    obs, info = env.reset()
+    assert b.act(obs, info) == a.act(obs, info) and b.state_dict() == a.state_dict()
 
 
 def test_random_agent_is_a_floor():
@@ -119,13 +207,13 @@ def test_must_show_reference_rollout(tmp_path):
     card = run(RunConfig(ENV, "reference", str(out), rollouts=5, workers=2), say=lambda m: None)
     validate_run_card(out / "run_card.json")
     t = card["tasks"]["spectrum/reference"]
-    assert t["normalized_gain"]["mean"] >= 0.3
+    assert t["normalized_gain"]["mean"] >= 0.2
     assert t["normalized_gain"]["ci"][0] > 0
-    assert t["mean_reward_stateless"] < 0.8 * t["r_max"]
+    assert t["mean_reward_stateless"] < 0.7 * t["r_max"]
     assert t["plasticity"]["mean"] + t["stability"]["mean"] == pytest.approx(t["normalized_gain"]["mean"])
-    # the stateful reference improves as the grid fills in
-    means = [v["mean_reward_stateful"] for v in t["per_variant"]]
-    assert means == sorted(means)
+    # the learned plan pays in every variant, least right after the re-plan
+    gains = [v["mean_reward_stateful"] - v["mean_reward_stateless"] for v in t["per_variant"]]
+    assert min(gains) > 0 and gains[2] == min(gains)
 
 
 def _canonical(run_dir):

@@ -341,3 +341,24 @@ def test_html_report_of_an_import_shows_both_conventions(imported):
     assert "46.198 ± 1.001 / 26.437 (match)" in page and "(DIFFERS)" not in page
     assert page.count('src="data:image/png;base64,') == 2 * 5 + 2  # 5 tasks with records + 2 Pareto views
     assert (run / "plots" / "cohort_studies--icl-gpt-5.4--learning-curve.png").is_file()
+
+
+@needs_upstream
+def test_one_aggregate_definition_in_report_and_compare(imported):
+    from clbench.reporting import leaderboard
+
+    board = leaderboard.collect(sorted(imported.iterdir()), conventions="clbench", n_boot=300)
+    # icl-gpt-5.4 knows poker from its manifest headline only: no interval, so not aggregated
+    assert board["left_out"] == ["exploitable_poker"] and len(board["shared_tasks"]) == 5
+    for s in board["systems"]:
+        own = compute(imported / s["system"], n_boot=300)
+        per_task = {t["task"]: t for t in own["tasks"]}
+        for m in ("normalized_reward", "normalized_gain"):
+            mean = np.mean([per_task[t][m]["mean"] for t in board["shared_tasks"]])
+            assert s["aggregate"][m]["mean"] == pytest.approx(mean)
+            lo, hi = s["aggregate"][m]["ci"]
+            assert lo < mean < hi
+        if s["system"] == "icl-gpt-5.4":  # the same tasks in its own report: the same number
+            assert own["aggregate"]["icl-gpt-5.4"]["normalized_reward"]["mean"] == pytest.approx(
+                s["aggregate"]["normalized_reward"]["mean"])
+            assert round(100 * s["aggregate"]["normalized_reward"]["mean"], 1) == 22.7

@@ -7,17 +7,18 @@ from pathlib import Path
 
 def cmd_compare(args) -> int:
     from clbench.reporting import leaderboard
-    from clbench.reporting.tables import to_markdown
+    from clbench.summary import print_tables
 
     board = leaderboard.collect(args.dirs, conventions=args.conventions, sort=args.sort, n_boot=args.n_boot)
     if args.format == "json":
         print(json.dumps(board, indent=2, default=float))
     else:
-        print(to_markdown(leaderboard.table(board)))
+        print_tables([leaderboard.table(board)])
     if args.plots:
         from clbench.reporting import figures, plots
 
-        written = plots.write(figures.pareto_figures(leaderboard.cost_entries(board)), Path(args.plots))
+        aggs = {s["label"]: s["aggregate"] for s in board["systems"]}
+        written = plots.write(figures.pareto_figures(leaderboard.cost_entries(board), aggs), Path(args.plots))
         for path in written:
             print(f"wrote {path}")
         if not written:

@@ -1,4 +1,5 @@
-"""`clbench containers build [--offline-base]`: everything CodeRepair needs to run.
+"""`clbench containers build [--offline-base]`: everything CodeRepair needs to run;
+`clbench containers prune`: remove sandboxes (containers, folders) left by killed clbench processes.
 
 Fetches and verifies the sdists, builds the host test venvs for the bubblewrap backend and the
 per-repository Docker images (offline: wheels are downloaded on the host). `--offline-base`
@@ -30,6 +31,17 @@ def cmd_build(args) -> int:
     return 0
 
 
+def cmd_prune(args) -> int:
+    """Remove what SIGKILLed clbench processes left: sandbox containers, folders and quota mounts."""
+    from clbench.sandbox.docker_backend import docker_client, reap_orphan_containers
+    from clbench.sandbox.quota import reap_orphan_folders
+
+    containers = reap_orphan_containers() if docker_client() is not None else 0
+    folders = reap_orphan_folders()
+    print(f"removed {containers} orphaned sandbox container(s) and {folders} orphaned sandbox folder(s)")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("containers", help="build the sandboxes' images and runtimes (CodeRepair)")
     inner = p.add_subparsers(dest="containers_cmd", required=True)
@@ -41,3 +53,5 @@ def register(sub) -> None:
     b.add_argument("--skip-docker", action="store_true", help="only the sdists and the bwrap venvs")
     b.add_argument("--skip-bwrap", action="store_true", help="do not build the host venvs for bubblewrap")
     b.set_defaults(func=cmd_build)
+    pr = inner.add_parser("prune", help="remove sandbox containers and folders whose clbench process died")
+    pr.set_defaults(func=cmd_prune)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clbench.commands.rollout import config_from_args, add_run_arguments
+from clbench.commands.rollout import add_run_arguments, config_from_args, preflight
 
 
 def ladder_from_dir(out: str | Path, system: str) -> dict:
@@ -38,6 +38,7 @@ def cmd_probe_ladder(args) -> int:
     system = base.system
     cfgs = [replace(base, system=f"{system}-{rung}", probe=probe)
             for rung, probe in (("P1", None), ("P2", "select"), ("P3", "gold"))]
+    preflight(cfgs, probe=True)
     run_many(cfgs, quiet=args.quiet, executor=args.executor, ray_address=args.ray_address)
     result = ladder_from_dir(out, system)
     (Path(out) / "probe_ladder.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -51,7 +52,7 @@ def cmd_probe_ladder(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("probe-ladder", help="P1/P2/P3 runs of a memory agent: write, read and utilization errors")
-    p.add_argument("--env", help="an env with instance_facts(), e.g. clbench/MemoryProbe-v0 or clbench/DBExplore-v0")
+    p.add_argument("--env", help="an env with instance_facts(), e.g. clbench/MemoryProbe-v1 or clbench/DBExplore-v0")
     p.add_argument("--out", default="", help="run directory")
     add_run_arguments(p)
     p.set_defaults(func=cmd_probe_ladder, rollouts=1)

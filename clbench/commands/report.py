@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -24,7 +25,15 @@ def _json_payload(report) -> dict:
 def cmd_report(args) -> int:
     from clbench.reporting import figures as F
     from clbench.reporting import html, model, tables
+    from clbench.results import ResultsError, load_records
 
+    if not Path(args.dir).is_dir():
+        raise ResultsError(f"{args.dir} is {'a file' if Path(args.dir).exists() else 'missing'}, not a run directory")
+    with warnings.catch_warnings(record=True) as dropped:  # shown again by the report if any record is valid
+        warnings.simplefilter("always")
+        if not load_records(args.dir):
+            raise ResultsError(f"{args.dir}: results.jsonl holds no valid records ({len(dropped)} line(s) "
+                               "dropped); nothing to report")
     report = model.build(args.dir, conventions=args.conventions, n_boot=args.n_boot)
     figures = F.render(report) if (args.format == "html" or not args.no_plots) else None
     written = []
@@ -40,7 +49,13 @@ def cmd_report(args) -> int:
         out.write_text(html.render(report, figures), encoding="utf-8")
         print(out)
     else:
-        print(tables.markdown(report, [str(p) for p in written]), end="")
+        from clbench.summary import print_tables, terminal
+
+        plots = [str(p) for p in written]
+        if terminal():
+            print_tables(*tables.report_tables(report, plots))
+        else:
+            print(tables.markdown(report, plots), end="")
     return 0
 
 

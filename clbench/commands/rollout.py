@@ -28,6 +28,8 @@ def add_run_arguments(p) -> None:
     p.add_argument("--mode", choices=["both", "stateful", "stateless"], default="both")
     p.add_argument("--seed", type=int, default=0, help="rollout k uses seed SEED+k; seed 0 is the canonical order")
     p.add_argument("--workers", type=int, default=default_workers(), help="parallel worker processes")
+    p.add_argument("--stateless-passes", type=int, default=0, metavar="N",
+                   help="stateless passes (default: one per rollout seed, one for a deterministic agent)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
     p.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent keyword argument")
     p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR (its config.json decides)")
@@ -58,28 +60,54 @@ def config_from_args(args, env_id: str, out: str) -> RunConfig:
             agent_kwargs[name] = value
     return RunConfig(env_id=env_id, agent=args.agent, out=out, system=args.system, rollouts=args.rollouts,
                      mode=args.mode, seed=args.seed, workers=args.workers, env_kwargs=env_kwargs,
-                     agent_kwargs=agent_kwargs, shocks=list(args.shock))
+                     agent_kwargs=agent_kwargs, shocks=list(args.shock),
+                     stateless_passes=args.stateless_passes)
+
+
+def preflight(cfgs: list[RunConfig], probe: bool = False) -> None:
+    """Everything checkable before a job starts or --out is created: the run directory, each env
+    and its --env-arg, each agent and its options, shocks; errors are one-line ValueErrors."""
+    from clbench.agent import Agent, make_agent
+    from clbench.results import check_out_dir
+    from clbench.runner import cached_env
+    from clbench.shocks import parse_shock
+
+    check_out_dir(cfgs[0].out, [(cfg.env_id, cfg.system) for cfg in cfgs])
+    for cfg in cfgs:
+        for shock in cfg.shocks:
+            parse_shock(shock)
+        try:
+            env = cached_env(cfg.env_id, cfg.env_kwargs)  # cached: the run reuses this env
+        except TypeError as exc:  # an --env-arg the env does not take
+            raise ValueError(f"--env-arg for {cfg.env_id}: {exc}") from None
+        if probe and not hasattr(env.unwrapped, "instance_facts"):
+            raise ValueError(f"{cfg.env_id} cannot be used by the probe ladder: it does not expose "
+                             "instance_facts() (use e.g. clbench/MemoryProbe or clbench/DBExplore)")
+        try:
+            agent = make_agent(cfg.agent, env, seed=cfg.seed, **cfg.agent_kwargs)
+        except TypeError as exc:  # an --agent-arg the agent does not take
+            raise ValueError(f"--agent {cfg.agent}: {exc}") from None
+        if probe and type(agent).probe is Agent.probe:
+            raise ValueError(f"agent {cfg.agent!r} does not support the probe ladder (it has no memory to probe)")
 
 
 def run_and_report(args, cfgs) -> int:
     """Run (or resume) and print the metrics table."""
-    from clbench.rollout import resume_run, run_many
+    from clbench.rollout import configs_from_dir, resume_run, run_many
     from clbench.runcard import compute
-    from clbench.shocks import parse_shock
-    from clbench.summary import metrics_markdown, print_markdown
+    from clbench.summary import print_metrics
 
     opts = {"executor": args.executor, "ray_address": args.ray_address, "quiet": args.quiet}
     if args.resume:
         out = args.resume
+        cfgs = configs_from_dir(out)[0]
         resume_run(out, **{k: v for k, v in opts.items() if k != "executor" or v != "local"})
     else:
-        for cfg in cfgs:
-            for shock in cfg.shocks:
-                parse_shock(shock)
+        preflight(cfgs)
         out = cfgs[0].out
         run_many(cfgs, **opts)
-    if any(c.mode == "both" for c in cfgs) or args.resume:
-        print_markdown(metrics_markdown(compute(out)))
+    if any(c.mode == "both" for c in cfgs):
+        print_metrics(compute(out))
     else:
         print(f"records written to {out}/results.jsonl")
     return 0
@@ -96,7 +124,7 @@ def cmd_rollout(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("rollout", help="run an agent stateful and stateless on one env and print the metrics")
-    p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v0")
+    p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v1")
     p.add_argument("--out", default="", help="run directory (default runs/<env>-<agent>)")
     add_run_arguments(p)
     p.set_defaults(func=cmd_rollout)

@@ -5,6 +5,7 @@ import base64
 from html import escape
 from typing import TYPE_CHECKING
 
+from clbench import summary as S
 from clbench.reporting import tables as T
 from clbench.reporting.model import RunReport
 
@@ -24,7 +25,19 @@ tr:nth-child(even) td { background: #fafafa; }
 .note { font-size: 0.8em; color: #555; max-width: 70em; }
 .meta { font-size: 0.85em; color: #444; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.4em 0; }
+.headline table { font-size: 1.05em; } .headline th { background: #e3ecf7; }
+.howto { background: #f7f7f2; border: 1px solid #ddd; padding: 0.2em 1em 0.6em; font-size: 0.85em; max-width: 75em; }
+.howto h2 { margin-top: 0.6em; font-size: 1.1em; border: none; }
 """
+
+#: the definitions the reading guide lists, as formulas
+FORMULAS = (
+    "g_t = r_sf,t - r_sl,t   (paired by instance_id)",
+    "normalized gain = (mean r_sf - mean r_sl) / (r_max - mean r_sl)   (undefined if mean r_sl >= r_max)",
+    "normalized reward = (mean r_sf - r_reference) / (r_max - r_reference)",
+    "plasticity + stability = normalized gain",
+    "95% CI: paired bootstrap over instances, rollouts and stateless passes",
+)
 
 
 def table_html(table: T.Table) -> str:
@@ -52,26 +65,37 @@ def _meta_html(report: RunReport) -> str:
     return '<ul class="meta">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
+def how_to_read_html() -> str:
+    """The reading guide with its formulas, one paragraph per sentence group."""
+    return ('<div class="howto" id="how-to-read"><h2>How to read this</h2>'
+            + f"<p>{escape(S.HOW_TO_READ.removeprefix('How to read this. '))}</p>"
+            + "<ul>" + "".join(f"<li><code>{escape(f)}</code></li>" for f in FORMULAS) + "</ul></div>")
+
+
 def render(report: RunReport, figures: "Figures", title: str | None = None) -> str:
     title = title or f"clbench report: {report.run_dir.name}"
     parts = [f"<h1>{escape(title)}</h1>", _meta_html(report)]
-    if "upstream" in report.conventions:
-        parts += ["<h2>Upstream conventions</h2>", table_html(T.upstream_tasks(report)),
-                  table_html(T.upstream_aggregate(report))]
+    tables, _ = T.report_tables(report)
+    per_task = {tb.title for tb in tables if tb.title.startswith(("Per variant, ", "Lifecycle shocks, "))}
+    head, rest = tables[:1], [tb for tb in tables[1:] if tb.title not in per_task]
+    parts.append('<div class="headline">' + "".join(table_html(tb) for tb in head) + "</div>")
+    parts.append(how_to_read_html())
+    parts += [table_html(tb) for tb in rest]
     if "clbench" in report.conventions:
-        parts.append("<h2>clbench conventions</h2>")
-        parts += [table_html(tb) for tb in (T.headline(report), T.split(report), T.aggregate(report), T.usage(report))
-                  if tb is not None]
-    if len(report.conventions) == 2:
-        parts.append(table_html(T.changes(report)))
-    parts.append("<h2>Per task</h2>")
-    for t, variant_table in zip(report.task_results(), T.variants(report)):
-        parts.append(f"<h3>{escape(t['task'])} / {escape(report.display_name(t['system']))}</h3>")
-        parts += [image_html(name, data) for name, data in figures.per_task.get((t["task"], t["system"]), {}).items()]
-        parts.append(table_html(variant_table))
-        shock_table = T.shocks(t)
-        if shock_table is not None:
-            parts.append(table_html(shock_table))
+        parts.append("<h2>Per task</h2>")
+        by_task: dict[str, list[dict]] = {}
+        for t in report.task_results():
+            by_task.setdefault(t["task"], []).append(t)
+        result = {**report.clbench, "metadata": report.metadata}
+        for task, ts in by_task.items():
+            names = ", ".join(report.display_name(t["system"]) for t in ts)
+            parts.append(f"<h3>{escape(task)} ({escape(S.reward_unit(task, report.metadata))}): {escape(names)}</h3>")
+            parts += [image_html(name, data) for name, data in figures.per_task.get(task, {}).items()]
+            for t in ts:
+                parts.append(table_html(S.variant_table(result, t)))
+                shock_table = S.shocks_table(result, t)
+                if shock_table is not None:
+                    parts.append(table_html(shock_table))
     if figures.pareto:
         parts.append("<h2>Cost</h2>")
         parts += [image_html(n, d) for n, d in figures.pareto.items()]
@@ -79,4 +103,3 @@ def render(report: RunReport, figures: "Figures", title: str | None = None) -> s
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>\n"
             + "\n".join(parts) + "\n</body></html>\n")
-

@@ -2,8 +2,8 @@
 
 Two sets of conventions can be selected:
 
-- ``clbench``: clbench.metrics on the records' ``reward`` (gain paired by instance id, bootstrap
-  95% CIs over rollouts, stability/plasticity split, curves);
+- ``clbench``: clbench.metrics on the records' ``reward`` (gain paired by instance id, paired
+  bootstrap 95% CIs over instances, rollouts and stateless passes, stability/plasticity split, curves);
 - ``upstream``: clbench.upstream.compute (per-rollout sums, standard errors, the external reference
   of the original benchmark), which reproduces the original CL-Bench's published numbers.
 
@@ -21,6 +21,7 @@ from clbench import upstream
 from clbench.reporting import CHOICES
 from clbench.results import load_metadata, load_records
 from clbench.runcard import compute
+from clbench.summary import display_name  # one name per system in every table and plot
 
 
 
@@ -51,10 +52,6 @@ class RunReport:
 
     def task_results(self) -> list[dict]:
         return self.clbench["tasks"]
-
-
-def display_name(meta: dict, system: str) -> str:
-    return ((meta.get("systems") or {}).get(system) or {}).get("display_name") or system
 
 
 def cost_summary(records: list[dict]) -> dict[tuple[str, str], dict]:

@@ -1,9 +1,12 @@
 """Figures of a report (matplotlib, Agg backend, PNG).
 
-Per task and system: the per-instance learning curve, stateful vs stateless (mean and min-max band
-over rollouts, stateless paired to each rollout by instance id) with variant boundaries marked, and
-the cumulative gain curve. Across systems, when costs exist: reward-vs-cost and gain-vs-cost
-Pareto views (one panel per task plus the suite aggregate).
+Per task, with every system of the run directory overlaid (one colour per system): the
+per-instance learning curve, stateful (solid) vs stateless (dashed), mean over rollouts with its
+95% CI band (stateless paired to each rollout by instance id), variant boundaries marked; and the
+cumulative gain curve with its 95% CI band. Noisy per-instance rewards (Poker's chip results) are
+shown as a rolling mean inside each variant. Across systems, when costs exist: reward-vs-cost and
+gain-vs-cost Pareto views (one panel per task plus the suite aggregate), one colour per system,
+95% CI whiskers.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
@@ -23,11 +27,31 @@ from clbench.results import safe_name  # noqa: E402
 
 STATEFUL, STATELESS, GAIN, UPSTREAM, SHOCK = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d62728"
 DPI = 110
+#: rolling-mean width (instances) for tasks whose per-instance reward is mostly luck
+SMOOTH = {"BB per hand": 9}
 
 
-def _arrays(stat: dict):
-    return (np.asarray(stat["mean"], dtype=float), np.asarray(stat["min"], dtype=float),
-            np.asarray(stat["max"], dtype=float))
+def system_colors(labels) -> dict[str, str]:
+    """One colour per system, stable across every figure of a report."""
+    cmap = plt.get_cmap("tab10")
+    return {label: matplotlib.colors.to_hex(cmap(i % 10)) for i, label in enumerate(sorted(set(labels)))}
+
+
+def rolling(y, variants: list, width: int) -> np.ndarray:
+    """Centred rolling mean of width `width`, never across a variant boundary."""
+    y = np.asarray(y, dtype=float)
+    if width <= 1:
+        return y
+    out = np.empty_like(y)
+    start = 0
+    for end in range(1, len(y) + 1):
+        if end == len(y) or variants[end] != variants[start]:
+            block = y[start:end]
+            for i in range(len(block)):
+                lo, hi = max(0, i - width // 2), min(len(block), i + width // 2 + 1)
+                out[start + i] = np.nanmean(block[lo:hi])
+            start = end
+    return out
 
 
 def mark_variants(ax, curves: dict) -> None:
@@ -51,52 +75,77 @@ def mark_shocks(ax, shocks: list[dict] | None) -> None:
                    label="lifecycle shock" if i == 0 else None)
 
 
-def _band(ax, x, stat: dict, color: str, label: str) -> None:
-    mean, lo, hi = _arrays(stat)
-    ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0, label=f"{label}: min-max")
-    ax.plot(x, mean, color=color, linewidth=1.4, label=f"{label}: mean")
+def _band(ax, x, stat: dict, color: str, label: str, smooth: int = 1, variants=None, dashed: bool = False) -> None:
+    """Mean line and its 95% CI band (the bootstrap interval of the mean at each position)."""
+    mean, lo, hi = (rolling(stat[k], variants, smooth) for k in ("mean", "lo", "hi"))
+    ax.fill_between(x, lo, hi, color=color, alpha=0.09 if dashed else 0.2, linewidth=0,
+                    label=f"{label}: 95% CI")
+    ax.plot(x, mean, color=color, linewidth=1.5, linestyle="--" if dashed else "-", label=f"{label}: mean")
 
 
-def _finish(ax, fig: Figure, title: str) -> None:
+def _finish(ax, fig: Figure, title: str, ncol: int = 4) -> None:
     ax.set_title(title, fontsize=10, pad=18)
     ax.grid(alpha=0.25)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     # below the axes, so it never hides the curves
-    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False)
     fig.tight_layout()
 
 
-def learning_curve(t: dict, system_label: str | None = None) -> Figure:
-    curves = t["curves"]
+def _series(series) -> list[tuple[str, dict]]:
+    """(label, task result) pairs; a single task result stands for itself."""
+    return [(series.get("system"), series)] if isinstance(series, dict) else list(series)
+
+
+def learning_curve(series, system_label: str | None = None, unit: str = "reward", colors: dict | None = None) -> Figure:
+    """Per-instance reward of one task; `series` is a task result or (label, task result) pairs."""
+    series = _series(series)
+    if system_label is not None and len(series) == 1:
+        series = [(system_label, series[0][1])]
+    colors = colors or system_colors(label for label, _ in series)
+    t0 = series[0][1]
+    curves = t0["curves"]
     x = np.asarray(curves["positions"])
-    fig, ax = plt.subplots(figsize=(10, 4.6), dpi=DPI)
-    _band(ax, x, curves["stateless"], STATELESS, "stateless")
-    _band(ax, x, curves["stateful"], STATEFUL, "stateful")
+    smooth = SMOOTH.get(unit, 1)
+    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=DPI)
+    for label, t in series:
+        c = t["curves"]
+        _band(ax, x, c["stateless"], colors[label], f"{label} stateless", smooth, c["variants"], dashed=True)
+        _band(ax, x, c["stateful"], colors[label], f"{label} stateful", smooth, c["variants"])
     mark_variants(ax, curves)
-    mark_shocks(ax, t.get("shocks"))
+    mark_shocks(ax, t0.get("shocks"))
     ax.set_xlim(-0.5, len(x) - 0.5)
-    ax.set_xlabel("position in rollout")
-    ax.set_ylabel("instance reward")
-    _finish(ax, fig, f"{t['task']} / {system_label or t['system']}: per-instance reward over "
-                     f"{t['rollouts']} rollouts (stateless paired by instance id)")
+    ax.set_xlabel("position in rollout (instance)")
+    ax.set_ylabel(f"instance reward ({unit})" + (f"\nrolling mean over {smooth} instances" if smooth > 1 else ""))
+    who = ", ".join(label for label, _ in series)
+    _finish(ax, fig, f"{t0['task']} / {who}: per-instance reward, mean over {t0['rollouts']} rollouts "
+                     f"(stateless paired by instance id)")
     return fig
 
 
-def cumulative_gain(t: dict, system_label: str | None = None, position_paired: list[float] | None = None) -> Figure:
-    curves = t["curves"]
+def cumulative_gain(series, system_label: str | None = None, position_paired: list[float] | None = None,
+                    unit: str = "reward", colors: dict | None = None) -> Figure:
+    series = _series(series)
+    if system_label is not None and len(series) == 1:
+        series = [(system_label, series[0][1])]
+    colors = colors or system_colors(label for label, _ in series)
+    t0 = series[0][1]
+    curves = t0["curves"]
     x = np.asarray(curves["positions"])
-    fig, ax = plt.subplots(figsize=(10, 4.6), dpi=DPI)
-    _band(ax, x, curves["cumulative_gain"], GAIN, "paired by instance id")
+    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=DPI)
+    for label, t in series:
+        _band(ax, x, t["curves"]["cumulative_gain"], colors[label], f"{label}, paired by instance id")
     if position_paired is not None:
         ax.plot(x, position_paired, color=UPSTREAM, linestyle=":", linewidth=1.6,
                 label="mean, paired by position (upstream)")
     ax.axhline(0, color="black", linewidth=0.8)
     mark_variants(ax, curves)
-    mark_shocks(ax, t.get("shocks"))
+    mark_shocks(ax, t0.get("shocks"))
     ax.set_xlim(-0.5, len(x) - 0.5)
-    ax.set_xlabel("position in rollout")
-    ax.set_ylabel("cumulative gain (stateful - stateless)")
-    _finish(ax, fig, f"{t['task']} / {system_label or t['system']}: cumulative gain over {t['rollouts']} rollouts")
+    ax.set_xlabel("position in rollout (instance)")
+    ax.set_ylabel(f"cumulative gain ({unit}, summed)\nstateful - stateless")
+    who = ", ".join(label for label, _ in series)
+    _finish(ax, fig, f"{t0['task']} / {who}: cumulative gain over {t0['rollouts']} rollouts", ncol=3)
     return fig
 
 
@@ -110,60 +159,110 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
+LABEL_PT = 7  # label font size (points)
+
+
+def label_points(ax, pts: list[dict], xy: list[tuple[float, float]]) -> None:
+    """Each point's label right of its own point; a label that would overlap one already placed moves
+    up or down a line at a time, with a leader line back to its point. Call after the layout is final."""
+    renderer = ax.figure.canvas.get_renderer()
+    step_pt = 1.3 * LABEL_PT
+    placed = []
+    for i in sorted(range(len(pts)), key=lambda i: -xy[i][1]):
+        color = pts[i].get("color", STATEFUL)
+        text = ax.annotate(pts[i]["label"], xy[i], textcoords="offset points", xytext=(7, 0), ha="left",
+                           va="center", fontsize=LABEL_PT, color=color, zorder=4,
+                           bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.75},
+                           arrowprops={"arrowstyle": "-", "color": color, "linewidth": 0.6})
+        for step in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5):
+            text.xyann = (7, step * step_pt)
+            box = Text.get_window_extent(text, renderer)  # the label alone, not its leader line
+            if not any(box.overlaps(b) for b in placed):
+                break
+        placed.append(box)
+        text.arrow_patch.set_visible(bool(step))  # a leader line only for a label moved off its point
+
+
 def pareto(panels: dict[str, dict], metric_label: str) -> Figure:
-    """One panel per key: {"points": [{"label", "cost", "value" (a fraction)}], "front": bool}."""
+    """One panel per key: {"points": [{"label", "cost", "value" (a fraction), "ci" (fractions or None),
+    "color"}], "front": bool}. Every point carries its own label right beside it."""
     names = list(panels)
     cols = min(3, len(names))
     rows = -(-len(names) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), dpi=DPI, squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 4.0 * rows), dpi=DPI, squeeze=False)
+    legend: dict[str, object] = {}
+    labels = []
     for ax, name in zip(axes.flat, names):
         pts = panels[name]["points"]
         xy = [(p["cost"], 100 * p["value"]) for p in pts]
-        ax.scatter([c for c, _ in xy], [v for _, v in xy], color=STATEFUL, zorder=3)
-        for i, (p, (c, v)) in enumerate(zip(pts, xy)):
-            ax.annotate(p["label"], (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -10), fontsize=7)
         if panels[name]["front"] and len(xy) > 1:
             front = pareto_front(xy)
-            ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], color=GAIN, linestyle="--",
-                    linewidth=1, marker="o", markersize=11, markerfacecolor="none", label="Pareto front")
-            ax.legend(fontsize=7, loc="lower right")
+            (line,) = ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], color="#555555", linestyle="--",
+                              linewidth=1, zorder=1)
+            legend["Pareto front"] = line
+        for p, (c, v) in zip(pts, xy):
+            ci = p.get("ci")
+            yerr = None
+            if ci and ci[0] is not None and ci[1] is not None:
+                yerr = [[max(0.0, v - 100 * ci[0])], [max(0.0, 100 * ci[1] - v)]]
+            handle = ax.errorbar([c], [v], yerr=yerr, fmt="o", color=p.get("color", STATEFUL), ecolor=p.get("color", STATEFUL),
+                                 elinewidth=1.2, capsize=3, markersize=6, zorder=3)
+            legend.setdefault(p.get("legend", p["label"]), handle)
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("USD per stateful rollout", fontsize=8)
-        ax.set_ylabel(f"{metric_label} %", fontsize=8)
+        ax.set_xlabel("cost (USD per stateful rollout)", fontsize=8)
+        ax.set_ylabel(f"{metric_label} (%)", fontsize=8)
         ax.axhline(0, color="black", linewidth=0.6)
-        ax.set_xlim(0, max(c for c, _ in xy) * 1.35 or 1.0)
+        ax.set_xlim(0, max(c for c, _ in xy) * 1.45 or 1.0)
         ax.margins(y=0.25)
         ax.grid(alpha=0.25)
         ax.tick_params(labelsize=7)
+        labels.append((ax, pts, xy))
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
-    fig.suptitle(f"{metric_label} vs cost (up and to the left is better)", fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(f"{metric_label} vs cost\n95% CI whiskers; up and to the left is better", fontsize=10)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(4, len(legend)), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    for ax, pts, xy in labels:  # placed once the axes have their final size
+        label_points(ax, pts, xy)
     return fig
 
 
-def pareto_panels(entries: list[dict], metric: str) -> dict[str, dict]:
-    """Panels from entries {"task", "system", "label", "cost", metric}. Several systems: one panel
-    per task and one for the suite aggregate (mean metric, summed cost, systems with a cost on every
-    task), each with its Pareto front. One system: a single panel with its tasks as points."""
+def pareto_panels(entries: list[dict], metric: str, aggregates: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Panels from entries {"task", "system", "label", "cost", metric, "ci": {metric: [lo, hi]}}.
+
+    Several systems: one panel per task and one for the suite aggregate (summed cost; the value and
+    interval from `aggregates[label][metric]`, the suite aggregate estimate, when given), each with
+    its Pareto front. One system: a single panel with its tasks as points. Colours are per system."""
     usable = [e for e in entries if e.get("cost") is not None and e.get(metric) is not None]
     labels = {e["label"] for e in entries}
     if not usable:
         return {}
+    colors = system_colors(labels)
+
+    def point(e: dict, label: str) -> dict:
+        return {"label": label, "legend": e["label"], "color": colors[e["label"]], "cost": e["cost"],
+                "value": e[metric], "ci": (e.get("ci") or {}).get(metric)}
+
     if len(labels) == 1:
-        pts = [{"label": e["task"], "cost": e["cost"], "value": e[metric]} for e in usable]
+        pts = [point(e, e["task"]) for e in usable]
         return {f"{next(iter(labels))}: tasks": {"points": pts, "front": False}}
     panels: dict[str, dict] = {}
     for e in usable:
-        panels.setdefault(e["task"], {"points": [], "front": True})["points"].append(
-            {"label": e["label"], "cost": e["cost"], "value": e[metric]})
+        panels.setdefault(e["task"], {"points": [], "front": True})["points"].append(point(e, e["label"]))
     tasks = {e["task"] for e in entries}
     agg = []
     for label in sorted(labels):
         mine = [e for e in entries if e["label"] == label]
-        if {e["task"] for e in mine} == tasks and all(e in usable for e in mine):
-            agg.append({"label": label, "cost": sum(e["cost"] for e in mine),
-                        "value": float(np.mean([e[metric] for e in mine]))})
+        agg_est = (aggregates or {}).get(label) or {}
+        over = set(agg_est.get("tasks") or tasks)  # the aggregate's own tasks (shared by every system)
+        mine = [e for e in mine if e["task"] in over]
+        if {e["task"] for e in mine} == over and all(e in usable for e in mine):
+            est = agg_est.get(metric) or {}
+            value = est.get("mean", float(np.mean([e[metric] for e in mine])))
+            if value is not None:
+                agg.append({"label": label, "legend": label, "color": colors[label],
+                            "cost": sum(e["cost"] for e in mine), "value": value, "ci": est.get("ci")})
     if len(tasks) > 1 and agg:
         panels["suite aggregate (summed cost)"] = {"points": agg, "front": True}
     return panels

@@ -23,6 +23,10 @@ One interface, three backends:
   and stderr are each cut to head + tail with a note, and a command printing more than
   `output_kill_mb` is killed. `CommandResult.killed` says why the sandbox stopped a command;
   the next command works as usual.
+- `Limits.disk_mb` caps the workspace plus the sandbox's /tmp (a tmpfs of that size when clbench
+  runs as root, else a watchdog that kills the command growing them past it; clbench.sandbox.quota).
+  Folders and containers carry their owner process; what a killed owner leaves is removed when the
+  next sandbox starts and by `clbench containers prune`.
 - `changes()`/`diff()` compare the workspace with a pristine copy of the starting tree kept
   outside the sandbox (.git, __pycache__ and tool caches ignored); links are never followed.
 - `close()` (or the context manager) removes containers and folders.

@@ -18,6 +18,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
+from clbench.sandbox import quota
+
 MiB = 1024 * 1024
 #: folders that never count as changes (tool caches, VCS data)
 DEFAULT_IGNORED = (".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
@@ -45,6 +47,7 @@ class Limits:
     output_chars: bytes kept of each of stdout and stderr (head and tail, with a note between).
     output_kill_mb: a command that prints more than this is killed.
     cpus: CPU share (docker only).
+    disk_mb: disk quota of the workspace plus the sandbox's /tmp (clbench.sandbox.quota).
     """
 
     timeout: float = 60.0
@@ -56,11 +59,17 @@ class Limits:
     output_chars: int = 20_000
     output_kill_mb: int = 4
     cpus: float = 1.0
+    disk_mb: int = 1024
 
     def with_timeout(self, timeout: float | None) -> "Limits":
         if timeout is None:
             return self
         return replace(self, timeout=float(timeout))
+
+    @property
+    def file_bytes(self) -> int:
+        """RLIMIT_FSIZE: no file may be larger than the whole disk quota either."""
+        return min(self.file_size_mb, self.disk_mb) * MiB
 
     @property
     def cpu_limit(self) -> int:
@@ -293,12 +302,18 @@ class Sandbox(ABC):
         self.workdir = workdir.rstrip("/")
         self.limits = limits or Limits()
         self.runtime = runtime or Runtime()
-        self._root = Path(tempfile.mkdtemp(prefix="clbench-sandbox-"))
+        quota.reap_orphan_folders_once()
+        self._root = Path(tempfile.mkdtemp(prefix=quota.ROOT_PREFIX))
         os.chmod(self._root, 0o711)  # the sandbox user must traverse it to reach its workspace
-        self.host_workspace = self._root / "workspace"
-        self._baseline = self._root / "baseline"
         self.closed = False
         try:
+            (self._root / quota.OWNER_FILE).write_text(quota.owner_tag())
+            # everything the sandbox can write lives in `data`: a tmpfs of disk_mb when we may mount
+            self._data = self._root / quota.DATA_DIR
+            self._data.mkdir(mode=0o711)
+            self._quota_mounted = quota.mount_tmpfs(self._data, self.limits.disk_mb)
+            self.host_workspace = self._data / "workspace"
+            self._baseline = self._root / "baseline"
             if source is not None:
                 copy_tree(Path(source), self.host_workspace)
             else:
@@ -309,7 +324,7 @@ class Sandbox(ABC):
                 copy_tree(self.host_workspace, self._baseline)
                 os.chmod(self._baseline, 0o700)
         except BaseException:
-            shutil.rmtree(self._root, ignore_errors=True)
+            quota.remove_root(self._root)
             raise
 
     # ------------------------------------------------------------------ backend hooks
@@ -331,7 +346,18 @@ class Sandbox(ABC):
             raise SandboxError("the sandbox is closed")
         if "\0" in command:
             return CommandResult(None, "", "", 0.0, killed="command contains a NUL byte; not run")
+        try:
+            command.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate cannot become an argv or exec payload
+            return CommandResult(None, "", "", 0.0,
+                                 killed="command is not valid Unicode text (lone surrogate); not run")
         return self._run(command, self.limits.with_timeout(timeout))
+
+    def _disk_watch(self):
+        """None when a tmpfs enforces the quota, else a watchdog check for the command's wait loop."""
+        if self._quota_mounted:
+            return None
+        return quota.disk_watch([self._data], self.limits.disk_mb)
 
     def host_path(self, path: str | Path) -> Path:
         """The host path of a workspace file; refuses paths (or links) that leave the workspace."""
@@ -384,13 +410,17 @@ class Sandbox(ABC):
         try:
             self._close()
         finally:
-            shutil.rmtree(self._root, ignore_errors=True)
+            quota.remove_root(self._root)
 
     def __enter__(self) -> "Sandbox":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __reduce_ex__(self, protocol):
+        # a copy would share the workspace and container and delete them when it is closed
+        raise TypeError(f"a {type(self).__name__} owns a live workspace and cannot be copied or pickled")
 
     def __del__(self):
         try:

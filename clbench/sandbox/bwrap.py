@@ -83,7 +83,7 @@ class BwrapSandbox(Sandbox):
         else:
             self.uid, self.gid = os.getuid(), os.getgid()
         # the sandbox's own /tmp: kept from command to command (like a container's), never the host's
-        self._tmp = self._root / "tmp"
+        self._tmp = self._data / "tmp"
         self._tmp.mkdir(mode=0o1777)
         self._tmp.chmod(0o1777)
         self._etc = self._root / "etc"
@@ -112,6 +112,11 @@ class BwrapSandbox(Sandbox):
                 args += self._parents(f"/etc/{entry}", made) + ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
         for name in ("passwd", "group", "hosts", "hostname"):
             args += self._parents(f"/etc/{name}", made) + ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
+        # /tmp before the runtime's binds: a venv or interpreter living under /tmp (or /var/tmp)
+        # must stay visible on top of the sandbox's own /tmp, or python3 silently falls back
+        args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp",
+                 "--perms", "1777", "--tmpfs", "/var/tmp"]
+        made.update(("/tmp", "/var", "/var/tmp"))
         for host, inside in self.runtime.binds:
             args += self._parents(inside, made) + ["--ro-bind", host, inside]
         for hidden in self.runtime.hide:
@@ -119,8 +124,6 @@ class BwrapSandbox(Sandbox):
             # only paths that are visible at all; a tmpfs elsewhere would only reveal the path
             if host is not None and os.path.isdir(host):
                 args += ["--tmpfs", hidden]
-        args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp",
-                 "--perms", "1777", "--tmpfs", "/var/tmp"]
         args += self._parents(self.workdir, made) + ["--bind", str(self.host_workspace), self.workdir]
         return args
 
@@ -152,7 +155,7 @@ class BwrapSandbox(Sandbox):
             namespaces.append("--unshare-user")
         nproc = limits.processes if self._as_root else limits.processes + _user_process_count()
         prlimit = ["prlimit", f"--nproc={nproc}", f"--as={limits.memory_mb * MiB}", f"--cpu={limits.cpu_limit}",
-                   f"--fsize={limits.file_size_mb * MiB}", f"--nofile={limits.open_files}", "--core=0", "--"]
+                   f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--core=0", "--"]
         drop = []
         if self._as_root:
             drop = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
@@ -164,4 +167,4 @@ class BwrapSandbox(Sandbox):
     def _run(self, command: str, limits: Limits) -> CommandResult:
         env = self.runtime.environment(self.workdir)
         env["USER"] = env["LOGNAME"] = "sandbox"
-        return run_process(self.argv(command, limits), limits, env=env)
+        return run_process(self.argv(command, limits), limits, env=env, watch=self._disk_watch())

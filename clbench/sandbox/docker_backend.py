@@ -21,12 +21,42 @@ import threading
 import time
 from pathlib import Path
 
+from clbench.sandbox import quota
 from clbench.sandbox.base import TAR_FILTER, MiB, CommandResult, Limits, OutputCapture, Runtime, Sandbox, SandboxUnavailable, \
     chown_tree
+from clbench.sandbox.process import WATCH_INTERVAL
 
 #: uid the container runs as when clbench runs as root (a plain, unprivileged account)
 CONTAINER_UID = 1000
 LABEL = "clbench.sandbox"
+#: the owner process (clbench.sandbox.quota.owner_tag): containers of dead owners are reaped
+OWNER_LABEL = "clbench.owner"
+
+
+def _labels(kind: str) -> dict[str, str]:
+    return {LABEL: kind, OWNER_LABEL: quota.owner_tag()}
+
+
+def reap_orphan_containers(client=None) -> int:
+    """Remove sandbox containers whose owner process died (SIGKILL leaves `sleep infinity` running)."""
+    client = client or docker_client()
+    if client is None:
+        return 0
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        tag = container.labels.get(OWNER_LABEL)
+        if tag and quota.owner_alive(tag) is False:
+            try:
+                container.remove(force=True)
+                removed += 1
+            except Exception:  # noqa: BLE001 - removed concurrently
+                pass
+    return removed
+
+
+@functools.cache
+def _reap_once() -> int:
+    return reap_orphan_containers()
 
 
 @functools.cache
@@ -80,6 +110,7 @@ class DockerSandbox(Sandbox):
             raise SandboxUnavailable(f"Docker image {runtime.image!r} is not present locally (images are never "
                                      f"pulled){hint}")
         self.client = docker_client()
+        _reap_once()
         self.container = None
         self._runtime_for_populate = runtime
         super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
@@ -96,7 +127,7 @@ class DockerSandbox(Sandbox):
         dest.mkdir()
         runtime = self._runtime_for_populate
         container = self.client.containers.create(runtime.image, command=["true"], network_mode="none",
-                                                  labels={LABEL: "populate"})
+                                                  labels=_labels("populate"))
         try:
             stream, _ = container.get_archive(self.workdir)
             data = io.BytesIO(b"".join(stream))
@@ -128,18 +159,19 @@ class DockerSandbox(Sandbox):
             environment=self.runtime.environment(self.workdir),
             volumes={str(self.host_workspace): {"bind": self.workdir, "mode": "rw"}},
             read_only=True,
-            tmpfs={"/tmp": "rw,exec,nosuid,size=1g,mode=1777", "/var/tmp": "rw,nosuid,size=64m,mode=1777"},
+            tmpfs={"/tmp": f"rw,exec,nosuid,size={lim.disk_mb}m,mode=1777",
+                   "/var/tmp": "rw,nosuid,size=64m,mode=1777"},
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             mem_limit=lim.memory_mb * MiB,
             memswap_limit=lim.memory_mb * MiB,
             nano_cpus=int(lim.cpus * 1e9),
             pids_limit=lim.processes,
-            ulimits=[docker.types.Ulimit(name="fsize", soft=lim.file_size_mb * MiB, hard=lim.file_size_mb * MiB),
+            ulimits=[docker.types.Ulimit(name="fsize", soft=lim.file_bytes, hard=lim.file_bytes),
                      docker.types.Ulimit(name="nofile", soft=lim.open_files, hard=lim.open_files),
                      docker.types.Ulimit(name="core", soft=0, hard=0)],
             hostname="sandbox",
-            labels={LABEL: "1"},
+            labels=_labels("1"),
         )
         self.container.start()
 
@@ -182,8 +214,19 @@ class DockerSandbox(Sandbox):
 
         thread = threading.Thread(target=reader, daemon=True)
         thread.start()
-        finished = done.wait(limits.timeout)
-        if not finished and not reason:
+        watch = self._disk_watch()
+        if watch is None:
+            finished = done.wait(limits.timeout)
+        else:  # no tmpfs quota on the host folder: poll its size while the command runs
+            deadline = start + limits.timeout
+            while not (finished := done.wait(max(0.0, min(WATCH_INTERVAL, deadline - time.monotonic())))):
+                why = watch()
+                if why and not reason:
+                    reason.append(why)
+                if reason or time.monotonic() >= deadline:
+                    break
+        timed_out = not finished and not reason
+        if timed_out:
             reason.append(f"timed out after {limits.timeout:g} s; the command and all its processes were killed")
         code = None
         if reason:
@@ -196,7 +239,7 @@ class DockerSandbox(Sandbox):
         thread.join(timeout=5)
         stdout, cut_out = out.text()
         stderr, cut_err = err.text()
-        return CommandResult(code, stdout, stderr, time.monotonic() - start, timed_out=not finished,
+        return CommandResult(code, stdout, stderr, time.monotonic() - start, timed_out=timed_out,
                              killed=reason[0] if reason else None, truncated=cut_out or cut_err)
 
     def _reap(self) -> None:

@@ -39,5 +39,5 @@ class UnsafeLocalSandbox(Sandbox):
         argv = ["/bin/bash", "-c", command]
         if shutil.which("prlimit"):
             argv = ["prlimit", f"--as={limits.memory_mb * MiB}", f"--cpu={limits.cpu_limit}",
-                    f"--fsize={limits.file_size_mb * MiB}", f"--nofile={limits.open_files}", "--"] + argv
-        return run_process(argv, limits, env=env, cwd=str(self.host_workspace))
+                    f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--"] + argv
+        return run_process(argv, limits, env=env, cwd=str(self.host_workspace), watch=self._disk_watch())

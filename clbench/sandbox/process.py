@@ -11,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Callable
 
 from clbench.sandbox.base import MiB, CommandResult, Limits, OutputCapture, pump
 
@@ -22,9 +23,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+#: seconds between two checks of a command's watchdog (disk quota without a tmpfs)
+WATCH_INTERVAL = 0.2
+
+
 def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None = None,
-                cwd: str | None = None) -> CommandResult:
-    """Run argv; kill its process group after `limits.timeout` s or `limits.output_kill_mb` of output."""
+                cwd: str | None = None, watch: Callable[[], str | None] | None = None) -> CommandResult:
+    """Run argv; kill its process group after `limits.timeout` s or `limits.output_kill_mb` of output,
+    or as soon as `watch()` returns a reason."""
     out = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
     err = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
     reason: list[str] = []
@@ -42,8 +48,20 @@ def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None =
     for t in threads:
         t.start()
     timed_out = False
+    deadline = start + limits.timeout
     try:
-        proc.wait(timeout=limits.timeout)
+        while watch is not None:
+            try:
+                proc.wait(timeout=max(0.0, min(WATCH_INTERVAL, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                why = watch()
+                if why and not reason:
+                    reason.append(why)
+                    _kill_group(proc)
+                if time.monotonic() >= deadline:
+                    raise
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True
         if not reason:

@@ -17,6 +17,8 @@ from pathlib import Path
 from clbench.envs.coderepair.patching import apply_diff
 
 _IGNORE = shutil.ignore_patterns(".clbench-sha256", "__pycache__", "*.pyc")
+#: the one date of every file in a checkout (the import commit's), so no date singles out the bug
+CHECKOUT_TIME = 1685577600  # 2023-06-01T00:00:00Z
 
 
 def remove_tests(test_file: Path, node_ids: list[str]) -> None:
@@ -58,8 +60,25 @@ def agent_checkout(pristine: Path, bug_diff: str, hidden: list[str], dest: Path)
         by_file.setdefault(node_id.split("::")[0], []).append(node_id)
     for rel, ids in by_file.items():
         remove_tests(dest / rel, ids)
+    normalize_tree(dest)
     init_git(dest)
+    normalize_tree(dest)
     return dest
+
+
+def normalize_tree(root: Path, atime: int = CHECKOUT_TIME) -> None:
+    """Every file and folder below root alike: one modification date, one access date, 0644 files,
+    0755 folders. Run again on each sandbox's copy, whose copying read (and so dated) every file,
+    with an access date a little ahead of the change dates the pass sets: under relatime (the
+    default) reading a file or listing a folder then never moves it, whoever reads.
+    """
+    entries = [(root, True)]
+    for dirpath, dirnames, filenames in os.walk(root):  # list everything first: listing a folder dates it
+        entries += [(Path(dirpath, d), True) for d in dirnames] + [(Path(dirpath, f), False) for f in filenames]
+    for path, is_dir in entries:
+        if not path.is_symlink():
+            path.chmod(0o755 if is_dir else 0o644)
+        os.utime(path, (atime, CHECKOUT_TIME), follow_symlinks=False)
 
 
 def init_git(tree: Path) -> None:

@@ -1,13 +1,14 @@
-"""CodeRepair-v0: an engineer fixes a sequence of reported bugs in two real Python repositories."""
+"""CodeRepair-v1: an engineer fixes a sequence of reported bugs in two real Python repositories."""
 from __future__ import annotations
 
 import re
 import tempfile
+import time
 from pathlib import Path
 
 from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
-from clbench.envs.coderepair.checkout import agent_checkout
+from clbench.envs.coderepair.checkout import agent_checkout, normalize_tree
 from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
 from clbench.envs.coderepair.issues import Issue, load_issue
 from clbench.envs.coderepair.runtime import runtime_for
@@ -27,7 +28,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     PyPI, verified by sha256. Each issue is a realistic regression injected into the real source
     (a reviewed diff), reported like a real bug report (symptoms and a reproduction, never the
     fix). Every issue starts from a fresh checkout at `/testbed` (a one-commit git repository)
-    from which the tests that catch the bug (FAIL_TO_PASS) are removed. Latent structure that a
+    from which the tests that catch the bug (FAIL_TO_PASS) are removed; every file in it has the
+    same dates and mode, so none singles out the bug. Latent structure that a
     learning agent can carry from issue to issue: where the logic of each repository lives,
     how its tests run and its conventions; issues of one repository touch overlapping modules.
     Commands run in a sandbox (clbench.sandbox): Docker or bubblewrap, no network, read-only
@@ -53,6 +55,25 @@ class CodeRepairEnv(InstanceSequenceEnv):
     FAIL_TO_PASS and PASS_TO_PASS tests run in the sandbox. Reward
     `1 - (steps_to_submit - 1) / 40` when all of them pass, else 0 (raw metric `issue_regret`:
     steps_to_submit - 1, or 40 when unresolved). 0 on every other step.
+    Grading the code under test cannot forge (envs/coderepair/grading.py): the grader's own
+    runner, ini and plugin settings (no conftest, no plugin autoload, no cached bytecode) in the
+    runtime's read-only Python; the hidden tests renamed afresh and canary tests that must fail
+    or error planted beside them at every grading; the verdict signed with a per-grading key on
+    a channel the test output never reaches; changes to pytest, pluggy or unittest during the
+    run detected. Any tampering (a canary passing, a missing or forged verdict, replaced test
+    machinery) scores 0 and is listed in `info["tampering"]` (and `info["details"]`).
+
+    ## Reference agents
+    The oracle applies the true fix (it reads it: privileged) and defines r_max. The reference
+    (clbench.agents.coderepair.CodeRepairReference) sees only what any agent sees: it turns the
+    report's reproduction into a check and searches a catalog of common regression edits,
+    confirmed by the check and the visible tests. It cannot find a fix on its own for most
+    issues: on the default schedule it resolves 3 of the 19 (tablib-03, tablib-05, tenacity-04;
+    elsewhere the report states no checkable expectation, the fix is outside its catalog or
+    beyond its search budget, or a wrong edit passes its check and the visible tests);
+    r_reference is its stateless mean (0.137). Stateful it saves the exploration steps on later
+    issues of a repository and tries the edit kinds that worked first: 0.145 on rollout 0, a
+    small gain (normalized gain 0.009, bootstrap 95% CI over issues [0, 0.022]).
 
     ## Episode End
     Terminated at submission; truncated when the 40-step budget runs out (reward 0).
@@ -65,22 +86,27 @@ class CodeRepairEnv(InstanceSequenceEnv):
 
     ## Version History
     - v0: 19 issues (tablib 3.5.0, tenacity 8.2.3), 40 steps, efficiency reward.
+    - v1: tamper-proof grading (tampering scores 0), checkouts whose files all look alike, an
+      honest scripted reference (r_reference recalibrated).
     """
 
-    env_id = "clbench/CodeRepair-v0"
+    env_id = "clbench/CodeRepair-v1"
     task = "coderepair"
     domain = "coderepair"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from the same two "
-             "repositories, so knowledge of their layout, tests and conventions transfers.")
+             "repositories, so knowledge of their layout, tests and conventions transfers. (The scripted "
+             "reference sees only what an agent sees and fixes 3 of the 19 issues on its own.)")
     reward_text = ("1 - (steps_to_submit - 1)/40 when every FAIL_TO_PASS and PASS_TO_PASS test passes "
-                   "after submission, else 0")
+                   "after submission, else 0; 0 when the code under test tampers with the test run")
     action_grammar = ("One bash command per message (or a ```bash fenced block), or JSON "
                       '{"tool": "bash", "arguments": {"command": "..."}} / {"tool": "submit", "arguments": {}}. '
                       "Submit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (alone) or the submit tool.")
     max_steps = 40
     invalid_action_costs_step = True
     max_invalid_repeats = 3
+    #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
+    degenerate_answers = {"submit-marker": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}
     agents = {"reference": "clbench.agents.coderepair:CodeRepairReference",
               "oracle": "clbench.agents.coderepair:CodeRepairOracle"}
 
@@ -156,6 +182,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
         self._issue = issue
         checkout = self._checkout(issue)
         self._sandbox = self.open_sandbox(checkout, issue.repo, baseline=checkout)
+        normalize_tree(self._sandbox.host_workspace, atime=int(time.time()) + 5)  # the copy dated every file
         repo = self._repo(issue.repo)
         return (f"--- Issue {slot.position + 1}/{len(self._order)} ---\n"
                 f"Repository: {repo['display']} ({issue.repo} {repo['version']}), checked out at {self.workdir}\n\n"
@@ -198,15 +225,18 @@ class CodeRepairEnv(InstanceSequenceEnv):
         regret = float(steps - 1 if evaluation.resolved else self.max_steps)
         return Outcome(f"{prefix}Submitted after {steps} steps. {evaluation.summary()}. Reward {reward:.3f}.",
                        done=True, reward=reward, raw_metric=("issue_regret", regret), solved=evaluation.resolved,
-                       extra={"details": {"evaluation": evaluation.summary(), "changed_files": evaluation.applied,
-                                          "ignored_files": evaluation.ignored, "backend": self.backend}})
+                       extra={"tampering": evaluation.tampering,
+                              "details": {"evaluation": evaluation.summary(), "changed_files": evaluation.applied,
+                                          "ignored_files": evaluation.ignored, "backend": self.backend,
+                                          "tampering": evaluation.tampering}})
 
     def evaluate(self, issue: Issue, changes) -> Evaluation:
         """Score workspace `changes` for `issue` in a fresh checkout with the hidden tests restored."""
         repo = self._repo(issue.repo)
-        return evaluate_tree(self._pristine(issue.repo), issue.bug_diff, changes, repo["source_root"],
-                             list(issue.fail_to_pass), list(issue.pass_to_pass),
-                             lambda tree: self.open_sandbox(tree, issue.repo, self.eval_timeout), self.eval_timeout)
+        return evaluate_tree(self._pristine(issue.repo), issue.bug_diff, changes, list(issue.fail_to_pass),
+                             list(issue.pass_to_pass),
+                             lambda tree: self.open_sandbox(tree, issue.repo, self.eval_timeout), self.eval_timeout,
+                             self.workdir, repo)
 
     @property
     def tools(self) -> list[dict]:

@@ -2,5 +2,5 @@
 differently coded studies of one latent population (see cohort_env.CohortStudiesEnv)."""
 
 REGISTRATIONS = [
-    {"id": "clbench/CohortStudies-v0", "entry_point": "clbench.envs.cohort.cohort_env:CohortStudiesEnv"},
+    {"id": "clbench/CohortStudies-v1", "entry_point": "clbench.envs.cohort.cohort_env:CohortStudiesEnv"},
 ]

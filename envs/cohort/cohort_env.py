@@ -1,4 +1,4 @@
-"""CohortStudies-v0: survival estimation across heterogeneous studies."""
+"""CohortStudies-v1: survival estimation across heterogeneous studies."""
 from __future__ import annotations
 
 import hashlib
@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -18,9 +19,11 @@ from clbench.envs.cohort.codings import quote_ident, sql_literal
 from clbench.envs.cohort.km import km_at
 from clbench.envs.cohort.population import Population
 from clbench.envs.cohort.scoring import information_gain_bits
-from clbench.envs.cohort.studies import Study, StudyData, write_database
 from clbench.schedule import Instance, Schedule, Slot, Variant
 from clbench.sqlguard import QueryRejected, check_readonly, connect_readonly, run_query, time_limit
+
+if TYPE_CHECKING:  # studies imports pandas, which only building a study needs
+    from clbench.envs.cohort.studies import StudyData
 
 QUERY_TIMEOUT_S = 10.0
 
@@ -69,6 +72,11 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     between studies; an agent that pools what earlier studies showed can report cohorts the
     current study cannot observe.
 
+    Concept drift (FORGE, instance 13, through CADENCE): MERIDIAN's consortium cognitive score
+    `cog_score` (the score, higher is better) is re-coded by FORGE as the number of errors
+    (30 - score), documented in FORGE's tag; CADENCE then uses `cog_score` without a tag, coded
+    as the data dictionary now says. The mapping learned from MERIDIAN is wrong from FORGE on.
+
     ## Action Space
     `Text`: a JSON tool call `{"tool": name, "arguments": {...}}` or the text grammar
     `TOOL_NAME: {json arguments}` (also `query_sql: SELECT ...`,
@@ -105,9 +113,11 @@ class CohortStudiesEnv(InstanceSequenceEnv):
 
     ## Version History
     * v0: initial release.
+    * v1: `cog_score` shared by MERIDIAN, FORGE (re-coded as errors, tagged) and CADENCE
+      (untagged): real concept drift; r_max and r_reference recalibrated.
     """
 
-    env_id = "clbench/CohortStudies-v0"
+    env_id = "clbench/CohortStudies-v1"
     task = "cohort"
     domain = "cohort"
     brief = (
@@ -116,8 +126,9 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         "variables, the survival probability at 12, 24 and 36 months in the study's region's population - "
         "including cohorts this study cannot observe. Studies sample their populations with biases, measure "
         "different variables and name and code them differently; each column description ends with a "
-        "[standard: ...] tag stating how the column relates to a standard variable. The same kinds of patients "
-        "appear in every study."
+        "[standard: ...] tag stating how the column relates to a standard variable, except for a column shared "
+        "with earlier studies, which is coded as the consortium's data dictionary (the last tag given for that "
+        "column name) says. The same kinds of patients appear in every study."
     )
     reward_text = (
         "Information gain in bits over the flat baseline that reports the study's overall Kaplan-Meier survival "
@@ -133,6 +144,11 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     max_steps = 20
     invalid_action_costs_step = True
     max_invalid_repeats = 3
+    #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
+    degenerate_answers = {
+        name: json.dumps({"tool": "submit_cohort_report",
+                          "arguments": {"survival": {f"C{i:02d}": curve for i in range(1, 37)}}})
+        for name, curve in (("high", [0.95, 0.9, 0.85]), ("mid", [0.8, 0.6, 0.4]))}
     agents = {
         "reference": "clbench.agents.cohort:CohortReference",
         "oracle": "clbench.agents.cohort:CohortOracle",
@@ -149,6 +165,8 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         self.population = Population(spec["population"])
         self.cohorts = {cid: self.population.conditions(text) for cid, text in spec["cohorts"].items()}
         self.cohort_texts = dict(spec["cohorts"])
+        from clbench.envs.cohort.studies import Study
+
         self.studies = {s["name"]: Study(s, self.population) for s in spec["studies"]}
         # Study tables are regenerated in memory (cheap, deterministic; the env needs them for the
         # baseline and summaries); only the DuckDB files are cached, at a path that depends on
@@ -181,6 +199,8 @@ class CohortStudiesEnv(InstanceSequenceEnv):
             data = self.studies[p["study"]].build(p["region"], int(p["seed"]))
             path = self.database_path(instance)
             if not path.exists():
+                from clbench.envs.cohort.studies import write_database
+
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_database(data.table, path)  # temp file + atomic rename: safe for parallel workers
             baseline = np.array(km_at(data.months, data.events, self.points), dtype=float)
@@ -319,31 +339,35 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         for expr in exprs:
             try:
                 parsed = check_expression(expr)
-                rows = self._fetch_groups(parsed, t["column"], e["column"], e["dead"])
+                columns = self._fetch_groups(parsed, t["column"], e["column"], e["dead"])
             except (ExpressionRejected, QueryRejected, duckdb.Error) as exc:
                 blocks.append(f"Expression: {expr}\nError: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
                 continue
-            blocks.append(self._km_block(expr, rows, per_month))
+            blocks.append(self._km_block(expr, *columns, per_month))
         return Outcome("\n\n".join(blocks))
 
-    def _fetch_groups(self, expr: str, time_col: str, event_col: str, dead) -> list[tuple]:
+    def _fetch_groups(self, expr: str, time_col: str, event_col: str, dead) -> tuple[np.ndarray, ...]:
+        """(time, death, group label) columns; NULL reads as NaN, False and None."""
         sql = (f"SELECT {quote_ident(time_col)}, ({quote_ident(event_col)} = {sql_literal(dead)}), "
                f"CAST((\n{expr}\n) AS VARCHAR) FROM patients")
         check_readonly(self._con, sql)
         try:
             with time_limit(self._con, QUERY_TIMEOUT_S):
-                return self._con.execute(sql).fetchall()
+                # numpy columns: building a Python tuple per row cost most of a KM call
+                time, event, label = self._con.execute(sql).fetchnumpy().values()
         except duckdb.InterruptException:
             raise ExpressionRejected(f"evaluation interrupted after the {QUERY_TIMEOUT_S:g} s time limit") from None
+        labels = np.array(np.ma.getdata(label), dtype=object)
+        labels[np.ma.getmaskarray(label)] = None
+        return (np.ma.asarray(time).astype(float).filled(np.nan),
+                np.ma.asarray(event).astype(bool).filled(False), labels)
 
-    def _km_block(self, expr: str, rows: list[tuple], per_month: float) -> str:
-        labels = np.array([r[2] for r in rows], dtype=object)
-        keep = np.array([lb is not None for lb in labels], dtype=bool)
+    def _km_block(self, expr: str, time: np.ndarray, events: np.ndarray, labels: np.ndarray, per_month: float) -> str:
+        keep = labels != None  # noqa: E711  (elementwise on an object array)
         distinct = sorted(set(labels[keep].tolist()))
         if len(distinct) > self.max_groups:
             return f"Expression: {expr}\nError: {len(distinct)} groups; at most {self.max_groups} are allowed"
-        months = np.array([r[0] for r in rows], dtype=float) / per_month
-        events = np.array([bool(r[1]) for r in rows], dtype=bool)
+        months = time / per_month
         groups = []
         for label in distinct:
             m = keep & (labels == label)

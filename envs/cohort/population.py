@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from clbench.envs.cohort.codings import Condition, Interval, parse_conditions
 
@@ -62,12 +61,15 @@ class StandardVariable:
             lo, hi = np.ceil(lo) - 0.5, np.ceil(hi) - 0.5
         lo = -np.inf if domain.lo <= self.bounds[0] else lo  # clipping piles mass on the bounds
         hi = np.inf if domain.hi > self.bounds[1] else hi
+        # ndtr((x - mu) / sd) is what scipy.stats.norm.cdf(x, mu, sd) computes, without its slow import
+        from scipy.special import ndtr
+
         if self.dist == "normal":
             mu, sd = self.params["mean"][k], self.params["sd"][k]
-            return float(norm.cdf(hi, mu, sd) - norm.cdf(lo, mu, sd))
+            return float(ndtr((hi - mu) / sd) - ndtr((lo - mu) / sd))
         mu, sd = np.log(self.params["median"][k]), self.params["sdlog"][k]
         log = lambda v: np.log(v) if v > 0 else -np.inf  # noqa: E731
-        return float(norm.cdf(log(hi), mu, sd) - norm.cdf(log(lo), mu, sd))
+        return float(ndtr((log(hi) - mu) / sd) - ndtr((log(lo) - mu) / sd))
 
     def describe(self) -> str:
         if self.levels is not None:

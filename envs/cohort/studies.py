@@ -41,6 +41,7 @@ class Column:
     floor: bool = False
     pick: dict | None = None  # label weights when several labels share a target
     draw: dict | None = None  # level -> [lo, hi] of stored values (range codings)
+    documented: bool = True  # False: no tag (coded as an earlier study's tag said)
 
     @classmethod
     def from_spec(cls, spec: dict, pop: Population) -> "Column":
@@ -66,11 +67,12 @@ class Column:
             ranges = tuple((_interval(r), frozenset([str(level)])) for level, r in kind["ranges"].items())
             coding = RangeCoding(var, ranges)
             extra = {"draw": {str(k): v for k, v in kind["draw"].items()}}
-        return cls(spec["name"], var, coding, spec["text"], float(spec.get("missing", 0.0)), **extra)
+        return cls(spec["name"], var, coding, spec["text"], float(spec.get("missing", 0.0)),
+                   documented=bool(spec.get("documented", True)), **extra)
 
     @property
     def description(self) -> str:
-        return f"{self.text} {self.coding.tag()}"
+        return f"{self.text} {self.coding.tag()}" if self.documented else self.text
 
     def encode(self, values: np.ndarray, pop: Population, rng: np.random.Generator) -> pd.Series:
         """Stored values for the standard values of the enrolled patients."""

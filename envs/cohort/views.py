@@ -1,10 +1,14 @@
 """Agent-visible text: the instance introduction, database metadata, data summary, KM tables."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from clbench.envs.cohort.codings import fmt_num
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _num(x: float | None) -> str:
@@ -38,6 +42,8 @@ def _literal(v) -> str:
 
 
 def summary_text(table: pd.DataFrame, overall: list[float | None], deaths: int, points) -> str:
+    import pandas as pd  # only here: keeps the env module's import light
+
     lines = [f"patients: {len(table)} rows, {deaths} deaths observed.",
              "Overall Kaplan-Meier survival (the flat baseline): " + ", ".join(
                  f"S({p}) = {_num(s)}" for p, s in zip(points, overall)),

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import platformdirs
 
-from clbench.envs.dbexplore import generator, migration
 from clbench.locking import file_lock
+
+#: the code the files are built by (read, not imported: a cache hit must not pay for pandas)
+_BUILD_CODE = ("generator.py", "migration.py")
 
 
 #: spec keys that do not change the data (excluded from the cache key)
@@ -28,8 +30,8 @@ def cache_key(spec: dict, scale: float) -> str:
     """Generator version, a digest of the generator's numbers and code, seed and scale."""
     data = {k: v for k, v in spec.items() if k not in _NOT_DATA}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode())
-    for module in (generator, migration):  # a code change must not reuse files built by older code
-        digest.update(Path(module.__file__).read_bytes())
+    for name in _BUILD_CODE:  # a code change must not reuse files built by older code
+        digest.update(Path(__file__).with_name(name).read_bytes())
     return f"gen{spec['generator_version']}-{digest.hexdigest()[:10]}-seed{spec['seed']}-scale{scale:g}"
 
 
@@ -54,6 +56,8 @@ def database_paths(spec: dict, scale: float, cache_dir: str | os.PathLike | None
     paths = {1: folder / "release1.duckdb", 2: folder / "release2.duckdb"}
     if all(p.exists() for p in paths.values()):
         return paths
+    from clbench.envs.dbexplore import generator, migration
+
     folder.mkdir(parents=True, exist_ok=True)
     with file_lock(folder / ".lock"):
         if not paths[1].exists():

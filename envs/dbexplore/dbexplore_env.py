@@ -9,8 +9,6 @@ from clbench.schedule import Instance, Schedule, Slot, Variant
 from clbench.sqlguard import run_query
 from clbench.envs.dbexplore.cache import database_paths
 from clbench.envs.dbexplore.connections import close_connection, open_connection
-from clbench.envs.dbexplore.generator import schema_map
-from clbench.envs.dbexplore.migration import migrated_map
 from clbench.envs.dbexplore.questions import Question, load_questions
 
 _COMMANDS = {"QUERY": ("query_sql", "sql"), "ANSWER": ("answer", "value")}
@@ -86,6 +84,8 @@ class DBExploreEnv(InstanceSequenceEnv):
     max_steps = 16  # 15 queries plus the answer (set from the task spec in __init__)
     max_invalid_repeats = 3
     invalid_action_costs_step = False
+    #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
+    degenerate_answers = {"zero": "ANSWER: 0", "one": "ANSWER: 1", "query": "QUERY: SELECT 1"}
     agents = {
         "reference": "clbench.agents.dbexplore:DBExploreReference",
         "oracle": "clbench.agents.dbexplore:DBExploreOracle",
@@ -103,6 +103,8 @@ class DBExploreEnv(InstanceSequenceEnv):
         self.budget = int(spec["query_budget"])
         self.max_steps = self.budget + 1  # the queries plus the answer
         self.query_timeout = float(query_timeout if query_timeout is not None else spec["query_timeout_s"])
+        if not 0 < self.query_timeout < float("inf"):  # 0, negative, inf or NaN would break every query
+            raise ValueError(f"query_timeout must be a finite number of seconds > 0, got {query_timeout!r}")
         self._paths: dict[int, str] | None = None
         self._cons: dict[int, tuple] = {}  # release -> (path, agent connection, answer connection)
         self._answers: dict[str, object] = {}
@@ -128,6 +130,9 @@ class DBExploreEnv(InstanceSequenceEnv):
 
     def latent(self) -> dict:
         """Group maps (see logical.py) of both releases: where each group keeps what."""
+        from clbench.envs.dbexplore.generator import schema_map  # pandas: only the oracle and builds need it
+        from clbench.envs.dbexplore.migration import migrated_map
+
         first = schema_map(self.spec_data)
         return {"releases": {"1": first, "2": migrated_map(self.spec_data, first)}}
 

@@ -84,7 +84,7 @@ def _norm(text: str) -> str:
 def load_questions() -> tuple[dict[str, Question], dict[str, str]]:
     """({question id: Question}, {fact id: description}) from the packaged questions.yaml."""
     path = importlib.resources.files("clbench.tasks") / "dbexplore" / "questions.yaml"
-    data = yaml.safe_load(path.read_text())
+    data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 10x faster
     facts = dict(data["facts"])
     questions = {}
     for q in data["questions"]:

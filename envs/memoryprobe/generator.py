@@ -5,9 +5,9 @@ one variant (pressure preset) after another. Per session the preset's dials deci
 are stated (`fact_density`), how many of them in passing rather than as a `[FACT]` line
 (`implicit_ratio`), how many update an earlier key (`update_rate`, at most `chain_depth` updates a
 key), how many near-identical twins of earlier keys appear (`confusable_pairs` per variant) and how
-many running totals receive increments (`accumulators`). Facts are attached to a session, not a
-position, so a rollout order that permutes sessions within a variant stays a coherent story: the
-truth of every question is replayed from the order actually played (see questions.py).
+many running totals receive increments (`accumulators`). Every rollout plays the sessions in this
+order (memoryprobe_env.Chronology); the truth of every question is replayed from the sessions
+played so far (see questions.py).
 """
 from __future__ import annotations
 

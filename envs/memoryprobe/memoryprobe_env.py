@@ -1,4 +1,4 @@
-"""MemoryProbe-v0: recall facts planted across the sessions of one long assistant conversation."""
+"""MemoryProbe-v1: recall facts planted across the sessions of one long assistant conversation."""
 from __future__ import annotations
 
 import re
@@ -11,8 +11,18 @@ from clbench.envs.memoryprobe.questions import Question, build_questions
 from clbench.envs.memoryprobe.text import values_match
 
 _ANSWER_LINE = re.compile(r"^\s*ANSWER\s+([A-Za-z0-9_-]+)\s*:[ \t]*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ALIAS = re.compile(r"^Q(\d+)$", re.IGNORECASE)  # "Q2" names the second question listed
 CONVERSATION_START = "=== conversation: session {n} ==="
 CONVERSATION_END = "=== end of session {n} ==="
+
+
+class Chronology(Schedule):
+    """A conversation has one chronology: every rollout plays the sessions in their canonical
+    order (the rollout seed seeds agents only). Permuting sessions would make one session ask
+    different questions, with different answers, in different rollouts."""
+
+    def order(self, seed: int = 0) -> list[Slot]:
+        return super().order(0)
 
 
 class AnswerKey:
@@ -37,15 +47,18 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     running totals (accumulators) grow by increments over many sessions. Each session ends with
     up to 5 recall questions about keys stated so far, their source session drawn uniformly over
     the history and at most one about the session just played. The default schedule has 24
-    sessions in three variants of rising pressure (light, medium, heavy); a rollout seed
-    permutes sessions within a variant and the truth of every question is replayed from the
-    order played (a `set` states a value or a running total, an increment adds to it).
+    sessions in three variants of rising pressure (light, medium, heavy). A conversation has
+    one chronology, so every rollout plays the sessions in the same order (the rollout seed
+    seeds the agent only) and a session asks the same questions, with the same answers, in
+    every rollout and in the stateless pass. The truth of every question is replayed from the
+    sessions so far (a `set` states a value or a running total, an increment adds to it).
     Agents are measured under a memory budget of 15% of the whole conversation's tokens
     (stated in the brief and in every observation) for what they carry between sessions.
 
     ## Action Space
     `Text`: one reply answering all questions, one line each, `ANSWER <qid>: <value>` (other
-    lines are ignored), or the tool call `{"tool": "answer", "arguments": {"answers": {"<qid>":
+    lines are ignored; `Q<i>`, the question's number in the list, may stand for its qid), or
+    the tool call `{"tool": "answer", "arguments": {"answers": {"<qid>":
     "<value>", ...}}}`. Questions left out count as wrong.
 
     ## Observation Space
@@ -74,10 +87,14 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     `render_mode` ("ansi").
 
     ## Version History
+    * v1: one chronology for every rollout (v0 permuted sessions within a variant by the rollout
+      seed and replayed questions from the order played, so one session id asked different
+      questions in different rollouts and gain paired unlike things); question ids are stable
+      per session; `Q<i>` aliases.
     * v0: initial release.
     """
 
-    env_id = "clbench/MemoryProbe-v0"
+    env_id = "clbench/MemoryProbe-v1"
     task = "memoryprobe"
     domain = "memoryprobe"
     reward_text = "Fraction of the session's recall questions answered correctly; 1.0 is perfect."
@@ -86,6 +103,9 @@ class MemoryProbeEnv(InstanceSequenceEnv):
                       "Leave out questions you cannot answer.")
     max_steps = 2
     max_invalid_repeats = 2
+    #: fixed replies that ignore the session (clbench.agents.degenerate, tests/test_honest_scores.py);
+    #: only `Q1` exists in every session
+    degenerate_answers = {"zero": "ANSWER Q1: 0", "unknown": "ANSWER Q1: unknown", "yes": "ANSWER Q1: yes"}
     agents = {
         "truncation": "clbench.agents.memoryprobe:TruncationAgent",
         "sliding-summary": "clbench.agents.memoryprobe:SlidingSummaryAgent",
@@ -107,7 +127,7 @@ class MemoryProbeEnv(InstanceSequenceEnv):
             "session you are asked about facts from this and earlier sessions; answer with the current values. "
             f"Memory budget: {self.budget_tokens} tokens (15% of the {self.total_tokens}-token conversation) "
             "for what you carry between sessions.")
-        self._question_cache: dict[tuple[int, tuple[str, ...]], list[list[Question]]] = {}
+        self._question_cache: dict[tuple[str, ...], list[list[Question]]] = {}
         self._current: list[Question] = []
 
     def _build_schedule(self, name: str) -> Schedule:
@@ -119,18 +139,16 @@ class MemoryProbeEnv(InstanceSequenceEnv):
             insts = tuple(Instance(s.instance_id, v["name"], s) for s in self.conversation.sessions
                           if s.variant == v["name"])
             variants.append(Variant(v["name"], insts, v.get("description", "")))
-        return Schedule(name, variants)
+        return Chronology(name, variants)
 
     # ------------------------------------------------------------------ ground truth (runner/oracle only)
     def _questions_by_position(self) -> list[list[Question]]:
         if not self._order:
-            raise RuntimeError("call reset(seed=...) first: questions depend on the rollout's order")
+            raise RuntimeError("call reset(seed=...) first: questions are asked along the rollout's order")
         order = tuple(s.instance_id for s in self._order)
-        cache_key = (int(self.rollout_seed or 0), order)
-        if cache_key not in self._question_cache:
-            self._question_cache[cache_key] = build_questions(
-                self.conversation, list(order), self.spec_data["questions"], cache_key[0])
-        return self._question_cache[cache_key]
+        if order not in self._question_cache:
+            self._question_cache[order] = build_questions(self.conversation, list(order), self.spec_data["questions"])
+        return self._question_cache[order]
 
     def questions(self, instance_id: str) -> list[Question]:
         """The questions asked at the end of `instance_id` in the current rollout."""
@@ -179,6 +197,8 @@ class MemoryProbeEnv(InstanceSequenceEnv):
         answers = call.arguments.get("answers")
         if not isinstance(answers, dict):
             raise ActionError('"answers" must map question ids to answers')
+        numbered = {f"Q{i + 1}": q.qid for i, q in enumerate(self._current)}
+        answers = {numbered.get(k.upper(), k) if _ALIAS.match(k) else k: v for k, v in answers.items()}
         legal = {q.qid for q in self._current}
         unknown = sorted(set(answers) - legal)
         if unknown:

@@ -1,4 +1,8 @@
-"""Recall questions and their truth, replayed from the order in which a rollout plays the sessions.
+"""Recall questions and their truth, replayed from the order in which the sessions are played.
+
+MemoryProbe plays one chronology in every rollout (see memoryprobe_env.Chronology), so the
+questions of a session, drawn from a generator keyed by the question seed and the session's
+position, are the same in every rollout and in the stateless pass.
 
 After session p of a rollout the state of every key is the replay of all mentions of sessions
 0..p in that order: a `set` replaces the value, an `add` increases a running total set earlier.
@@ -85,7 +89,7 @@ class _Candidate:
     answer: str
 
 
-def build_questions(conv: Conversation, order: list[str], qspec: dict, rollout_seed: int) -> list[list[Question]]:
+def build_questions(conv: Conversation, order: list[str], qspec: dict) -> list[list[Question]]:
     """Questions asked after each position of a rollout that plays sessions in `order`."""
     sessions = {s.instance_id: s for s in conv.sessions}
     starts = np.cumsum([0] + [sessions[i].tokens for i in order])
@@ -107,14 +111,14 @@ def build_questions(conv: Conversation, order: list[str], qspec: dict, rollout_s
             else:
                 structure = "chain" if len(st.sets) > 1 else "plain"
             cands.append(_Candidate(key, structure, st.needs(), st.value(fk.accumulator)))
-        chosen = sorted((cands[i] for i in _pick(cands, p, qspec, rollout_seed)), key=lambda c: c.key)
+        chosen = sorted((cands[i] for i in _pick(cands, p, qspec)), key=lambda c: c.key)
         out.append([_question(conv, c, p, j, starts) for j, c in enumerate(chosen)])
     return out
 
 
-def _pick(cands: list[_Candidate], p: int, qspec: dict, rollout_seed: int) -> list[int]:
+def _pick(cands: list[_Candidate], p: int, qspec: dict) -> list[int]:
     """Spread questions over depth: pick a source session uniformly, then a key in it by weight."""
-    rng = np.random.default_rng([int(qspec["seed"]), rollout_seed, p])
+    rng = np.random.default_rng([int(qspec["seed"]), 0, p])  # the 0 keeps v0's canonical-order questions
     n_q = min(int(qspec["per_session"]), len(cands))
     source = [min(n.position for n in c.needs) for c in cands]
     current = [any(n.position == p for n in c.needs) for c in cands]

@@ -11,6 +11,9 @@ public betting, with the thresholds in tasks/poker/default.yaml:
 - `LooseAggressive`: opens most buttons, re-raises and defends wide, bets every flop and calls
   flop bets with almost anything; on the turn and river it bets, calls and raises only strong
   made hands.
+
+A spec may carry `name`: the name shown at the table when it differs from the spec's key
+(one player with two policies, before and after adapting to the agent).
 """
 from __future__ import annotations
 
@@ -114,6 +117,7 @@ STYLES = {cls.style: cls for cls in (CallingStation, FitOrFold, LooseAggressive)
 def make_opponent(spec: dict) -> Policy:
     """Build an opponent from its YAML spec: {style: ..., <threshold>: value, ...}."""
     spec = dict(spec)
+    spec.pop("name", None)  # the name shown at the table, not a policy parameter
     style = spec.pop("style", None)
     if style not in STYLES:
         raise ValueError(f"unknown opponent style {style!r}; known: {sorted(STYLES)}")

@@ -1,4 +1,4 @@
-"""Poker-v0: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v1: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
 import re
@@ -22,6 +22,7 @@ class HandSpec:
     opponent: str
     agent_button: bool
     met_before: int  # hands against this opponent in earlier variants of the schedule
+    policy: str  # key of the opponent's policy in the task spec (differs from the name once it adapted)
 
 
 _ACTION = re.compile(r"(?:action\s*[:=]\s*)?(fold|check|call|raise|bet|all[-_ ]?in)(?:\s+(?:to\s+)?(\d+))?\s*[.!]?",
@@ -40,6 +41,13 @@ class PokerEnv(InstanceSequenceEnv):
     (30), Mara again (10), Quinn (35), Dex again (25); a calling station, a loose-aggressive
     player and a fit-or-fold player, in some order the agent has to find out. Each variant
     deals from its own seed; rollouts permute the hands within a variant.
+
+    Concept drift (variant 3, hand 51): Mara returns having adapted to being value-bet. She is
+    no longer a calling station but loose-aggressive (opens most buttons, re-raises light, bets
+    every flop), so the station exploit learned in variant 1 (bet big, never bluff, call as
+    usual) now loses chips. The spec card's variant description says that she has changed her
+    play (not how: styles are the latent structure); the task YAML declares the drift under
+    `drifts` for `clbench drift-check`.
 
     ## Action Space
     `Text`: `FOLD`, `CHECK`, `CALL`, `RAISE <total>` (raise *to* that many chips this betting
@@ -69,14 +77,17 @@ class PokerEnv(InstanceSequenceEnv):
 
     ## Arguments
     `schedule`: "default" (120 hands), "station", "fit_or_fold", "loose_aggressive" (one
-    opponent, 40 hands each), "short" (12 hands, three opponents, for tests); `cycle`;
+    opponent, 40 hands each), "short" (12 hands, three opponents, for tests), "drift_short"
+    (8 hands against Mara, then 6 against the adapted Mara, for tests); `cycle`;
     `render_mode` ("ansi").
 
     ## Version History
     * v0: initial release.
+    * v1: Mara returns adapted (loose-aggressive) in variant 3 of the default schedule: real
+      concept drift; r_max and r_reference recalibrated.
     """
 
-    env_id = "clbench/Poker-v0"
+    env_id = "clbench/Poker-v1"
     task = "poker"
     domain = "poker"
     brief = (
@@ -92,6 +103,8 @@ class PokerEnv(InstanceSequenceEnv):
     max_steps = 30
     invalid_action_costs_step = False
     max_invalid_repeats = 3
+    #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
+    degenerate_answers = {"call": "CALL", "fold": "FOLD", "check": "CHECK", "all-in": "ALL-IN"}
     agents = {
         "reference": "clbench.agents.poker:PokerReference",
         "oracle": "clbench.agents.poker:PokerOracle",
@@ -113,21 +126,24 @@ class PokerEnv(InstanceSequenceEnv):
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(schedules)}")
         variants, met = [], {}
         for i, v in enumerate(schedules[name]):
-            opp, count = v["opponent"], int(v["hands"])
-            if opp not in self.spec_data["opponents"]:
-                raise ValueError(f"schedule {name!r}: unknown opponent {opp!r}")
+            key, count = v["opponent"], int(v["hands"])
+            if key not in self.spec_data["opponents"]:
+                raise ValueError(f"schedule {name!r}: unknown opponent {key!r}")
+            opp = self.spec_data["opponents"][key].get("name", key)
             vname = f"{i + 1}-{opp}"
             insts = tuple(
-                Instance(f"{vname}-h{k + 1:02d}", vname, HandSpec(deal, opp, k % 2 == 0, met.get(opp, 0)))
+                Instance(f"{vname}-h{k + 1:02d}", vname, HandSpec(deal, opp, k % 2 == 0, met.get(opp, 0), key))
                 for k, deal in enumerate(deal_hands(int(v["seed"]), count))
             )
-            variants.append(Variant(vname, insts, f"{count} hands against {opp}"))
+            variants.append(Variant(vname, insts, v.get("description", f"{count} hands against {opp}")))
             met[opp] = met.get(opp, 0) + count
         return Schedule(name, variants)
 
     def latent(self) -> dict:
-        """Each opponent's exact policy (style and thresholds): for the oracle only."""
-        return {"opponents": {name: dict(p) for name, p in self.spec_data["opponents"].items()}}
+        """Each opponent policy (style and thresholds) and which one plays each hand: for the oracle only."""
+        return {"opponents": {name: dict(p) for name, p in self.spec_data["opponents"].items()},
+                "policies": {inst.instance_id: inst.payload.policy for v in self.schedule.variants
+                             for inst in v.instances}}
 
     @property
     def tools(self) -> list[dict]:
@@ -142,7 +158,7 @@ class PokerEnv(InstanceSequenceEnv):
     # ---------------------------------------------------------------- episode hooks
     def _enter(self, slot: Slot, fresh: bool) -> str:
         hand: HandSpec = slot.instance.payload
-        self._table = HandTable(hand.deal, hand.agent_button, self.opponents[hand.opponent], self.stack,
+        self._table = HandTable(hand.deal, hand.agent_button, self.opponents[hand.policy], self.stack,
                                 self.small_blind, self.big_blind)
         self._table.play_opponent()
         self._view = HandView(self._table, {

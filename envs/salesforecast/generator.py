@@ -4,7 +4,10 @@ All numbers come from tasks/salesforecast/default.yaml. The world (catalog, pric
 demand, Poisson sales) depends on the seed only, never on the schedule; what one instance shows
 (the visible store's export, the catalog, the request) depends on its forecast year and variant.
 The latent structure: a growth rate per collection, one price elasticity, store levels and
-store-by-type interactions, all fixed across years.
+store-by-type interactions. All are fixed across years except at the `regime_change` (not
+announced to the agent): from its year on, the listed collections grow at new yearly rates
+(continuing from their level of the year before) and the listed stores' levels are multiplied
+by new factors.
 """
 from __future__ import annotations
 
@@ -51,12 +54,31 @@ class World:
         """Every parameter and the expected demand of every cell (for the oracle only)."""
         s = self.spec
         return {
-            "growth": dict(s["collections"]), "price_elasticity": s["price_elasticity"],
+            "growth": dict(s["collections"]), "regime_change": s.get("regime_change"),
+            "price_elasticity": s["price_elasticity"],
             "store_levels": {st["id"]: st["level"] for st in s["stores"]},
             "interaction": {f"{k[0]}|{k[1]}": v for k, v in self.interaction.items()},
             "quality": dict(self.quality),
             "expected": {f"{p}|{st}|{y}": mu for (p, st, y), mu in self.expected.items()},
         }
+
+
+def growth_factor(spec: dict, collection: str, year: int) -> float:
+    """Demand multiplier of `collection` in `year` relative to base_year (the regime change included)."""
+    rate, base = spec["collections"][collection], spec["base_year"]
+    change = spec.get("regime_change") or {}
+    new = change.get("growth", {}).get(collection)
+    if new is None or year < change["year"]:
+        return rate ** (year - base)
+    pivot = change["year"] - 1  # the last year of the old regime
+    return rate ** (pivot - base) * new ** (year - pivot)
+
+
+def store_level(spec: dict, store: dict, year: int) -> float:
+    """A store's demand level in `year` (the regime change included)."""
+    change = spec.get("regime_change") or {}
+    factor = change.get("store_levels", {}).get(store["id"], 1.0) if year >= change.get("year", year + 1) else 1.0
+    return store["level"] * factor
 
 
 def last_year(spec: dict) -> int:
@@ -101,7 +123,7 @@ def generate_world(spec: dict) -> World:
                if p.launch_year < rep["year"] and rng.random() < rep["share"]}
     first, last = spec["history_start"], last_year(spec)
     prices, expected, sales = {}, {}, {}
-    levels = {s["id"]: s["level"] for s in spec["stores"]}
+    stores = {s["id"]: s for s in spec["stores"]}
     for y in range(first, last + 1):
         for p in products:
             factor = changed.get(p.product_id, 1.0) if y >= rep["year"] else 1.0
@@ -110,9 +132,10 @@ def generate_world(spec: dict) -> World:
             for s in store_ids:
                 mu = 0.0
                 if y >= p.launch_year:
-                    mu = (typ["base_units"] * levels[s] * interaction[(s, p.type)] * quality[p.product_id]
+                    mu = (typ["base_units"] * store_level(spec, stores[s], y) * interaction[(s, p.type)]
+                          * quality[p.product_id]
                           * (prices[(p.product_id, y)] / typ["reference_price"]) ** -spec["price_elasticity"]
-                          * spec["collections"][p.collection] ** (y - spec["base_year"]))
+                          * growth_factor(spec, p.collection, y))
                 expected[(p.product_id, s, y)] = mu
                 sales[(p.product_id, s, y)] = int(rng.poisson(mu))
     return World(spec, products, prices, expected, sales, interaction, quality)

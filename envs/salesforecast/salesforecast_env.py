@@ -1,8 +1,9 @@
-"""SalesForecast-v0: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
+"""SalesForecast-v1: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
 from __future__ import annotations
 
 import json
 import re
+import sys
 
 from clbench.actions import ActionError, ToolCall, extract_json, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
@@ -16,6 +17,10 @@ _SUBMIT = re.compile(r"SUBMIT\b\s*:?\s*(.*)\Z", re.IGNORECASE | re.DOTALL)
 _BASH = re.compile(r"bash\s*:\s*(.*)\Z", re.IGNORECASE | re.DOTALL)
 _FENCE = re.compile(r"```(?:bash|sh|shell)?[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
 MAX_SUBMISSION_BYTES = 1_000_000
+#: what the brief promises the workspace's python3 can import
+TOOLCHAIN = ("numpy", "scipy", "sklearn", "pandas")
+#: (backend, runtime) pairs whose toolchain imported fine in this process
+_TOOLCHAIN_OK: set[tuple] = set()
 
 
 class SalesForecastEnv(InstanceSequenceEnv):
@@ -28,9 +33,13 @@ class SalesForecastEnv(InstanceSequenceEnv):
     writes its own layout and column names, plus non-causal distractor columns such as weather
     index or marketing spend), the catalog with planned list prices, and `request.json`: 75
     cells (5 products x 3 stores x 5 years), including stores and products absent from the
-    export. Latent structure, fixed across years: a demand growth rate per collection, one price
-    elasticity, store levels and store-by-type interactions. Three variants of four years:
-    steady prices; repricing of half the catalog from 2031; four new products from 2035.
+    export. Latent structure: a demand growth rate per collection, one price elasticity, store
+    levels and store-by-type interactions. Three variants of four years: steady prices;
+    repricing of half the catalog from 2031; four new products from 2035.
+    Concept drift (variant "repricing", from 2031, not announced): a regime change in the hidden
+    dynamics: Chicago's demand level falls by 40% (a competitor opens) and the Nordic collection
+    turns from +9% to -7% a year; what was learned about store levels and growth from earlier
+    years now overshoots (`regime_change` and `drifts` in the task YAML).
     The agent works in a sandbox (no network, read-only system, python3 with numpy, scipy,
     scikit-learn and pandas). Stateful, the workspace persists across instances (scripts, panel
     files, fitted models); `inbox/` is replaced each year. Future sales never exist inside it.
@@ -78,9 +87,11 @@ class SalesForecastEnv(InstanceSequenceEnv):
 
     ## Version History
     * v0: initial release.
+    * v1: regime change from 2031 (Chicago level, Nordic trend): real concept drift; the
+      reference weighs recent years more; r_max and r_reference recalibrated.
     """
 
-    env_id = "clbench/SalesForecast-v0"
+    env_id = "clbench/SalesForecast-v1"
     task = "salesforecast"
     domain = "salesforecast"
     brief = (
@@ -107,6 +118,8 @@ class SalesForecastEnv(InstanceSequenceEnv):
     max_invalid_repeats = 3
     #: the workspace is agent-written state the slot alone cannot rebuild: restart, don't resume
     resumable = False
+    #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
+    degenerate_answers = {"submit-default": "SUBMIT", "list-inbox": "ls inbox"}
     agents = {
         "reference": "clbench.agents.salesforecast:SalesForecastReference",
         "oracle": "clbench.agents.salesforecast:SalesForecastOracle",
@@ -157,6 +170,7 @@ class SalesForecastEnv(InstanceSequenceEnv):
         if fresh or self._sb is None or self._sb.closed:
             self._close_workspace()
             self._sb = open_workspace(self.backend, self.command_timeout, self.image)
+            self._check_toolchain()
         refresh_inbox(self._sb, data.files)
         self._commands = 0
         years = sorted({y for _, _, y in data.cells})
@@ -175,6 +189,24 @@ class SalesForecastEnv(InstanceSequenceEnv):
             f"You have {self.max_commands} shell commands and {self.max_steps} steps for this year.",
             self.action_grammar,
         ])
+
+    def _check_toolchain(self) -> None:
+        """The brief promises python3 with these libraries: a workspace without them would score
+        every forecast 0 with no error, so reset fails instead (checked once per process and runtime)."""
+        key = (self._sb.backend, self._sb.runtime)
+        if key in _TOOLCHAIN_OK:
+            return
+        res = self._sb.run(f"python3 -c 'import {', '.join(TOOLCHAIN)}'", timeout=max(60.0, self.command_timeout))
+        if not res.ok:
+            self._close_workspace()
+            where = f"the Docker image {self.image!r}" if key[0] == "docker" else \
+                f"the Python that runs clbench ({sys.executable}), which the sandbox uses"
+            raise SandboxError(
+                f"{self.env_id}: the workspace's python3 cannot import {', '.join(TOOLCHAIN)} "
+                f"({(res.killed or res.stderr.strip().splitlines()[-1:] or ['no output'])[-1][:300]}). Fix: "
+                f"install them into {where} (pip install numpy scipy scikit-learn pandas)"
+                + ("" if key[0] == "docker" else ", or pass image=... with them and backend='docker'"))
+        _TOOLCHAIN_OK.add(key)
 
     def _parse_text(self, text: str) -> ToolCall:
         stripped = text.strip()
@@ -245,7 +277,9 @@ class SalesForecastEnv(InstanceSequenceEnv):
         try:
             raw = self._sb.read_file(path)
         except (SandboxError, OSError) as exc:
-            raise ActionError(f"cannot read {path!r} from the workspace ({type(exc).__name__}: {exc}); "
+            # strerror, not str(exc): the latter names the host folder behind /workspace
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ActionError(f"cannot read {path!r} from the workspace ({type(exc).__name__}: {why}); "
                               "give a path relative to /workspace") from None
         if len(raw) > MAX_SUBMISSION_BYTES:
             raise ActionError(f"{path} is larger than {MAX_SUBMISSION_BYTES} bytes")

@@ -1,13 +1,16 @@
-"""Seeded generator of the channel grid, transmitter activity and noisy scans.
+"""Seeded generator of the band plan, transmitter activity and noisy scans.
 
-All numbers come from tasks/spectrum/default.yaml. The channel set is the latent structure:
-7 wideband channels on a regular grid plus 6 narrowband ones in the guard gaps, fixed for the
-whole schedule. Which channels transmit changes by variant and, within a variant, follows a
-persistent on/off Markov process, so a channel seen once must be carried through silence.
+All numbers come from tasks/spectrum/default.yaml. The band plan is the latent structure:
+7 wideband channels on a regular grid plus 6 narrowband ones in the guard gaps. Which channels
+may transmit changes by variant and, within a variant, follows a persistent on/off Markov
+process; the truth of a scan is the set of channels transmitting in it. A variant marked
+`replan` changes the plan for itself and every later variant: some eligible wideband channels
+are re-tuned (new centre and width), one is retired and a new licensee takes over part of the
+retired channel's spectrum with a different centre and width.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -15,7 +18,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Channel:
     name: str
-    kind: str  # wideband | narrowband
+    kind: str  # wideband | narrowband | licensee
     center: float
     width: float
     power: float
@@ -36,7 +39,7 @@ class Peak:
 class Scan:
     index: int  # canonical scan number, 0-based
     variant: str
-    active: tuple[str, ...]  # names of transmitting channels (ground truth)
+    active: tuple[Channel, ...]  # transmitting channels (ground truth)
     peaks: tuple[Peak, ...]
 
 
@@ -59,17 +62,34 @@ def make_channels(spec: dict, rng: np.random.Generator) -> list[Channel]:
     return channels
 
 
-def _eligible(channels: list[Channel], variants: list[dict], rng: np.random.Generator) -> list[set[str]]:
+def _eligible(channels: list[Channel], variants: list[dict], rng: np.random.Generator) -> list[list[Channel]]:
     """Channels allowed to transmit in each variant; later variants keep earlier ones."""
-    wide = [c.name for c in channels if c.kind == "wideband"]
-    narrow = [c.name for c in channels if c.kind == "narrowband"]
-    wide_order = list(rng.permutation(wide))
-    narrow_order = list(rng.permutation(narrow))
-    return [set(wide_order[: v["wideband_active"]]) | set(narrow_order[: v["narrowband_active"]]) for v in variants]
+    wide = [c for c in channels if c.kind == "wideband"]
+    narrow = [c for c in channels if c.kind == "narrowband"]
+    wide_order = [wide[i] for i in rng.permutation(len(wide))]
+    narrow_order = [narrow[i] for i in rng.permutation(len(narrow))]
+    return [wide_order[: v["wideband_active"]] + narrow_order[: v["narrowband_active"]] for v in variants]
+
+
+def _replan(eligible: list[Channel], spec: dict, rng: np.random.Generator) -> dict[str, Channel | None]:
+    """The new plan: channel name -> its re-tuned channel, the licensee taking it over, or None (retired)."""
+    rp = spec["replan"]
+    wide = [c for c in eligible if c.kind == "wideband"]
+    picked = [wide[i] for i in rng.permutation(len(wide))[: rp["retune"] + 1]]
+    changes: dict[str, Channel | None] = {}
+    for c in picked[:-1]:
+        shift = rng.uniform(*rp["retune_shift_mhz"]) * rng.choice([-1.0, 1.0])
+        changes[c.name] = replace(c, name=c.name + "r", center=round(c.center + shift, 3),
+                                  width=round(rp["retune_width_mhz"], 3))
+    retired, lic = picked[-1], rp["licensee"]
+    offset = rng.uniform(*lic["offset_mhz"]) * rng.choice([-1.0, 1.0])
+    changes[retired.name] = Channel("L1", "licensee", round(retired.center + offset, 3), round(lic["width_mhz"], 3),
+                                    round(rng.uniform(*lic["power_dbm"]), 1))
+    return changes
 
 
 def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
-    """The channel grid and every scan of `schedule`, in canonical order."""
+    """Every channel of every plan and every scan of `schedule`, in canonical order."""
     rng = np.random.default_rng(spec["seed"])
     channels = make_channels(spec, rng)
     variants = spec["schedules"][schedule]
@@ -78,16 +98,23 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
     low, high = spec["band"]["low_mhz"], spec["band"]["high_mhz"]
     floor = spec["noise_floor_dbm"]
     on = {c.name: bool(rng.random() < 0.6) for c in channels}
+    changes: dict[str, Channel] = {}
     scans: list[Scan] = []
     for v, allowed in zip(variants, eligible):
+        if v.get("replan") and not changes:
+            changes = _replan(allowed, spec, rng)
+            channels += list(changes.values())
+        # a changed channel's successor inherits its on/off state (keyed by the original name)
+        live = [changes.get(c.name, c) for c in allowed]
         for _ in range(v["scans"]):
-            for c in channels:  # persistent on/off process
+            for c in allowed:  # persistent on/off process
                 flip = act["p_active_to_dormant"] if on[c.name] else act["p_dormant_to_active"]
                 if rng.random() < flip:
                     on[c.name] = not on[c.name]
-            active = [c for c in channels if c.name in allowed and on[c.name]]
-            if not active and allowed:  # a scan never shows an empty band in a live variant
-                active = [c for c in channels if c.name == sorted(allowed)[int(rng.integers(len(allowed)))]]
+            active = [ch for c, ch in zip(allowed, live) if on[c.name]]
+            if not active and live:  # a scan never shows an empty band in a live variant
+                active = [live[int(rng.integers(len(live)))]]
+            active.sort(key=lambda ch: ch.center)
             peaks = []
             for c in active:
                 if rng.random() < meas["p_detect"]:
@@ -103,7 +130,7 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
             peaks = [Peak(round(p.center, 2), round(p.power, 1), round(p.width, 2)) for p in peaks
                      if low <= p.center <= high]
             peaks.sort(key=lambda p: p.center)
-            scans.append(Scan(len(scans), v["name"], tuple(c.name for c in active), tuple(peaks)))
+            scans.append(Scan(len(scans), v["name"], tuple(active), tuple(peaks)))
     return channels, scans
 
 

@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v0: blind spectrum monitoring from noisy scans."""
+"""SpectrumMonitor-v1: blind spectrum monitoring from noisy scans."""
 from __future__ import annotations
 
 import json
@@ -24,29 +24,41 @@ _TRANSMITTER = {
 class SpectrumMonitorEnv(InstanceSequenceEnv):
     """
     ## Description
-    An analyst keeps a running map of the occupied channels in a 168 MHz band (340-508 MHz)
-    from a sequence of 90 noisy scans. The latent structure is a fixed set of 13 channels:
-    7 wideband (~15 MHz) on a regular grid and 6 narrowband (~5 MHz) in the guard gaps.
-    Transmitters are active or dormant for long runs, so a channel seen once must be carried
-    forward through silence. Three variants of 30 scans: five wideband channels dominate;
-    four narrowband channels start to appear; the full grid is active. Each scan lists the
-    detected peaks with centre jitter, width error, missed detections, false alarms and short
-    interference spikes above a stated noise floor.
+    An analyst reports, scan by scan, which transmitters occupy a 168 MHz band (340-508 MHz),
+    over a sequence of 90 noisy scans. The latent structure is the band plan: 7 wideband
+    (~15 MHz) channels on a regular grid and 6 narrowband (~5 MHz) ones in the guard gaps.
+    Transmitters are active or dormant for long runs. Each scan lists detected peaks with
+    centre jitter (0.7 MHz), width error (12%), missed detections (15%), false alarms as wide and
+    as strong as real channels, and short interference spikes. A single scan cannot tell a false
+    alarm from a transmitter, nor give a channel's exact edges; an agent that has learned the
+    plan from earlier scans can (recurrence), and snaps detections to the known channels.
+
+    Three variants of 30 scans: five wideband channels; four narrowband channels join them;
+    band-replan. **Concept drift** at band-replan (position 60): the regulator re-plans the
+    band. Two of the live wideband channels are re-tuned (centre moved by 4-6 MHz, width
+    narrowed to 10 MHz), one is retired, and a new licensee (8 MHz wide) takes over part of the
+    retired channel's spectrum, 3-4.5 MHz off its old centre. What an agent learned about those
+    channels before the re-plan is now wrong: snapping to the old plan misplaces them and
+    treating unknown peaks as false alarms drops the new ones.
 
     ## Action Space
     `Text`: a JSON report `{"transmitters": [{"center_mhz": float, "bandwidth_mhz": float,
     "currently_active": bool, "estimated_power_dbm": float}, ...]}` (bare, fenced or inside
     prose), or the tool call `{"tool": "submit_report", "arguments": {"transmitters": [...]}}`.
+    `currently_active` defaults to true; transmitters reported as not active are not scored.
 
     ## Observation Space
     `Text` (printable ASCII): scan number, band, noise floor and the table of detected peaks
     (id, centre MHz, power dBm, width MHz); after the report, its score.
 
     ## Rewards
-    Intersection over union, in MHz, between the union of the reported transmitters' bands
-    and the true occupied spectrum (the union of all 13 channels, active or dormant), on the
-    step that ends the scan; 0 on other steps. raw_metric = ("iou", value). r_max = 1.0 (the
-    oracle's score); r_reference = the stateless reference agent's mean.
+    Intersection over union, in MHz, between the union of the bands of the transmitters
+    reported as currently active and the spectrum occupied by the channels transmitting in
+    this scan, on the step that ends the scan; 0 on other steps. Claiming spectrum that is not
+    occupied now (the whole band, the whole plan, dormant channels, false alarms) enlarges the
+    union and costs score, so no answer that ignores the scan beats reading it.
+    raw_metric = ("iou", value). r_max = 1.0 (the oracle, which reads the true active set);
+    r_reference = the stateless reference agent's mean.
 
     ## Episode End
     One episode is one scan. It terminates when a valid report is submitted. An invalid report
@@ -54,24 +66,30 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     is 2 steps, so it allows one more try, after which the scan scores 0 (truncated).
 
     ## Arguments
-    `schedule` ("default": 90 scans in 3 variants; "short": 8 scans for quick tests), `cycle`
-    (wrap around after the last scan instead of raising), `render_mode` ("ansi").
+    `schedule` ("default": 90 scans in 3 variants; "short": 8 scans in 2 variants, the second
+    one re-planned, for quick tests), `cycle` (wrap around after the last scan instead of
+    raising), `render_mode` ("ansi").
 
     ## Version History
+    * v1: the truth is the spectrum transmitting in each scan (v0 scored against all channels,
+      active or dormant, so reporting the whole band earned ~0.8 without looking); false alarms
+      look like channels; the band plan changes at the third variant (drift).
     * v0: initial release.
     """
 
-    env_id = "clbench/SpectrumMonitor-v0"
+    env_id = "clbench/SpectrumMonitor-v1"
     task = "spectrum"
     domain = "spectrum"
     brief = (
         "You monitor a radio band (340-508 MHz) from a sequence of noisy scans. After each scan, report every "
-        "transmitter you believe occupies the band: its centre frequency and bandwidth in MHz, whether it is "
-        "transmitting now and its power. Transmitters can be silent for long stretches; peaks can be missed, "
-        "and false alarms and short interference spikes occur. You are scored on how well your reported bands "
-        "cover the band's true occupied spectrum (intersection over union in MHz)."
+        "transmitter that is transmitting in it: its centre frequency and bandwidth in MHz and its power. Peaks "
+        "can be missed, their centres and widths are noisy, and false alarms and short interference spikes occur "
+        "that look like transmitters in a single scan. Licensed channels recur across scans; the band plan may "
+        "change. You are scored on how well your reported bands cover the spectrum occupied in this scan "
+        "(intersection over union in MHz); claiming unoccupied spectrum costs score."
     )
-    reward_text = "IoU (MHz) between the reported occupied spectrum and the true union of all channels; 1.0 is perfect."
+    reward_text = ("IoU (MHz) between the reported active transmitters' bands and the spectrum occupied by the "
+                   "channels transmitting in this scan; 1.0 is perfect.")
     action_grammar = (
         'Reply with JSON: {"transmitters": [{"center_mhz": 352.0, "bandwidth_mhz": 15.0, '
         '"currently_active": true, "estimated_power_dbm": -70.0}, ...]} '
@@ -79,6 +97,14 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     )
     max_steps = 2
     max_invalid_repeats = 2
+    #: fixed replies that ignore the scan (clbench.agents.degenerate): the whole band, the nominal
+    #: 13-channel plan of the published grid, and nothing
+    degenerate_answers = {
+        "everything": json.dumps({"transmitters": [{"center_mhz": 424.0, "bandwidth_mhz": 168.0}]}),
+        "plan": json.dumps({"transmitters": [{"center_mhz": 352.0 + 24 * i, "bandwidth_mhz": 15.0} for i in range(7)]
+                            + [{"center_mhz": 364.0 + 24 * i, "bandwidth_mhz": 5.0} for i in range(6)]}),
+        "nothing": json.dumps({"transmitters": []}),
+    }
     agents = {
         "reference": "clbench.agents.spectrum:SpectrumReference",
         "oracle": "clbench.agents.spectrum:SpectrumOracle",
@@ -88,7 +114,6 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
         super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
         band = self.spec_data["band"]
         self.low, self.high = float(band["low_mhz"]), float(band["high_mhz"])
-        self._truth = [c.interval for c in self.channels]
 
     def _build_schedule(self, name: str) -> Schedule:
         if name not in self.spec_data["schedules"]:
@@ -107,10 +132,13 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
             {"transmitters": {"type": "array", "items": _TRANSMITTER, "maxItems": 200}})]
 
     def latent(self) -> dict:
-        return {"channels": [c.__dict__.copy() for c in self.channels], "band": (self.low, self.high)}
+        """Every channel of every plan, and the channels transmitting in each scan (by instance id)."""
+        return {"channels": [c.__dict__.copy() for c in self.channels], "band": (self.low, self.high),
+                "active": {inst.instance_id: [c.__dict__.copy() for c in inst.payload.active]
+                           for v in self.schedule.variants for inst in v.instances}}
 
     def _enter(self, slot: Slot, fresh: bool) -> str:
-        scan = slot.instance.payload
+        scan = self._scan = slot.instance.payload
         lines = [
             f"Scan {slot.position + 1} of {len(self.schedule)} | band {self.low:.3f}-{self.high:.3f} MHz | "
             f"noise floor {self.spec_data['noise_floor_dbm']:.1f} dBm",
@@ -147,9 +175,11 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
             if not (self.low <= c <= self.high) or not (0 < w <= self.high - self.low):
                 raise ActionError(f"transmitter {i}: centre must lie in {self.low}-{self.high} MHz and "
                                   f"bandwidth in (0, {self.high - self.low}] MHz (got {c}, {w})")
-            bands.append((c - w / 2, c + w / 2))
-        score = iou(bands, self._truth, self.low, self.high)
-        obs = f"Report received: {len(bands)} transmitters. Score (IoU with the occupied spectrum): {score:.3f}"
+            if tx.get("currently_active", True) is not False:
+                bands.append((c - w / 2, c + w / 2))
+        score = iou(bands, [c.interval for c in self._scan.active], self.low, self.high)
+        obs = (f"Report received: {len(bands)} active transmitters. "
+               f"Score (IoU with the spectrum occupied in this scan): {score:.3f}")
         return Outcome(obs, done=True, reward=score, raw_metric=("iou", score), solved=score >= 0.9)
 
     def _on_invalid_cap(self) -> Outcome:

@@ -1,0 +1,263 @@
+"""The honest CodeRepair reference's search, sent into the sandbox as a script (stdlib only).
+
+Usage: python3 search.py CHECK SOURCE_ROOT START COUNT KINDS NAMES FRAMES [TEST_COMMAND]
+Tries one catalog edit at a time on the functions the agent points at (FRAMES: file:function
+pairs from the check's traceback, innermost first; NAMES: names from the report; then the
+functions those call), in the order KINDS lists the edit kinds. Each edit is kept only if the
+CHECK script (the report's reproduction with its stated expectations) then exits 0 and the
+TEST_COMMAND (the visible tests) passes; otherwise the file is restored. It stops after COUNT
+edits (or TIME_CAP seconds on a very slow machine), printing `NEXT <index>` to resume from, or
+`FIXED <index> <kind> <file>:<line> <edit>`, or `EXHAUSTED <count>`.
+"""
+import ast
+import os
+import subprocess
+import sys
+import time
+
+KINDS = ("comparison", "off_by_one", "swap_statements", "constant_to_name", "attribute_swap", "attribute_added",
+         "keyword_restored", "negation", "swapped_arguments")
+_FLIP = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt), ast.GtE: (ast.Gt, ast.LtE),
+         ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,), ast.Is: (ast.IsNot,), ast.IsNot: (ast.Is,), ast.In: (ast.NotIn,),
+         ast.NotIn: (ast.In,)}
+CHECK_TIMEOUT = 4.0
+TIME_CAP = 45.0  # below the env's 60 s per command
+#: the file under trial and its original bytes, so a search killed mid-trial is undone by the next one
+RESTORE = "/tmp/.search-restore"
+
+
+class Source:
+    """One module: its text, its tree and offsets of its lines (ast columns are UTF-8 byte offsets)."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as fh:
+            self.data = fh.read()
+        self.tree = ast.parse(self.data)
+        self.starts = [0]
+        for line in self.data.split(b"\n"):
+            self.starts.append(self.starts[-1] + len(line) + 1)
+
+    def span(self, node):
+        return (self.starts[node.lineno - 1] + node.col_offset, self.starts[node.end_lineno - 1] + node.end_col_offset)
+
+    def text(self, node):
+        a, b = self.span(node)
+        return self.data[a:b].decode()
+
+    def replaced(self, node, text):
+        a, b = self.span(node)
+        return self.data[:a] + text.encode() + self.data[b:]
+
+
+def functions(tree):
+    """(qualified name, node) of every function and method."""
+    out = []
+
+    def visit(body, prefix):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, prefix + node.name + ".")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((prefix + node.name, node))
+                visit(node.body, prefix + node.name + ".")
+    visit(tree.body, "")
+    return out
+
+
+def targets(root, names, frames):
+    """Functions to edit, most suspect first: traceback frames, then named ones, then what they call."""
+    sources = {}
+    for dirpath, _, files in os.walk(root):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                try:
+                    sources[path] = Source(path)
+                except (SyntaxError, ValueError, OSError):
+                    pass
+    table = [(path, q, node) for path in sorted(sources) for q, node in functions(sources[path].tree)]
+    chosen = []
+
+    def add(item):
+        if item not in chosen:
+            chosen.append(item)
+
+    for frame in frames:
+        path, _, func = frame.rpartition(":")
+        for p, q, node in table:
+            if os.path.abspath(p) == os.path.abspath(path) and q.split(".")[-1] == func:
+                add((p, q, node))
+    for name in names:  # a function of that name, or a class's constructor and __call__
+        for p, q, node in table:
+            parts = q.split(".")
+            if parts[-1] == name or (len(parts) > 1 and parts[-2] == name and parts[-1] in ("__init__", "__call__")):
+                add((p, q, node))
+    called = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
+              for _, _, node in list(chosen) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    for p, q, node in table:
+        if q.split(".")[-1] in called:
+            add((p, q, node))
+    return sources, chosen
+
+
+def local_names(func):
+    names = [a.arg for a in func.args.args + func.args.kwonlyargs]
+    names += [n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    return [n for n in dict.fromkeys(names) if n not in ("self", "cls")]
+
+
+def edits(kind, src, func):
+    """(line, description, new file bytes) of every edit of this kind inside func."""
+    nodes = list(ast.walk(func))
+    if kind == "comparison":
+        for n in nodes:
+            if isinstance(n, ast.Compare):
+                for i, op in enumerate(n.ops):
+                    for alt in _FLIP.get(type(op), ()):
+                        new = ast.Compare(n.left, n.ops[:i] + [alt()] + n.ops[i + 1:], n.comparators)
+                        yield n.lineno, ast.unparse(new), src.replaced(n, ast.unparse(new))
+    elif kind == "off_by_one":
+        spots = [n.slice for n in nodes if isinstance(n, ast.Subscript) and not isinstance(n.slice, ast.Slice)]
+        spots += [c for n in nodes if isinstance(n, ast.Compare) for c in [n.left, *n.comparators]]
+        for spot in spots:
+            for e in ast.walk(spot):
+                if isinstance(e, (ast.Name, ast.Attribute, ast.Call, ast.Constant)) and not (
+                        isinstance(e, ast.Constant) and not isinstance(e.value, int)):
+                    for delta in (" - 1", " + 1"):
+                        yield e.lineno, src.text(e) + delta, src.replaced(e, f"({src.text(e)}{delta})")
+    elif kind == "swap_statements":
+        for n in nodes:
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(n, field, None)
+                if not isinstance(body, list):
+                    continue
+                for a, b in zip(body, body[1:]):
+                    if not isinstance(a, ast.stmt) or a.lineno == b.lineno:
+                        continue
+                    lines = src.data.split(b"\n")
+                    first, second = lines[a.lineno - 1:a.end_lineno], lines[b.lineno - 1:b.end_lineno]
+                    between = lines[a.end_lineno:b.lineno - 1]
+                    new = lines[:a.lineno - 1] + second + between + first + lines[b.end_lineno:]
+                    yield a.lineno, f"swap lines {a.lineno} and {b.lineno}", b"\n".join(new)
+    elif kind == "constant_to_name":
+        names = local_names(func)
+        for n in nodes:
+            if isinstance(n, ast.Compare):
+                for c in [n.left, *n.comparators]:
+                    if isinstance(c, ast.Constant) and isinstance(c.value, int) and not isinstance(c.value, bool):
+                        for name in names:
+                            yield c.lineno, f"{c.value} -> {name}", src.replaced(c, name)
+    elif kind == "attribute_swap":
+        used = {}
+        for n in ast.walk(src.tree):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+                used.setdefault(n.value.id, []).append(n.attr)
+        for n in nodes:
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and isinstance(n.ctx, ast.Load):
+                for other in dict.fromkeys(used.get(n.value.id, ())):
+                    if other != n.attr:
+                        yield n.lineno, f"{n.value.id}.{n.attr} -> .{other}", src.replaced(n, f"{n.value.id}.{other}")
+    elif kind == "attribute_added":
+        attrs = {}
+        for n in nodes:
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+                attrs.setdefault(n.value.id, []).append(n.attr)
+        for n in nodes:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                for attr in dict.fromkeys(attrs.get(n.id, ())):
+                    yield n.lineno, f"{n.id} -> {n.id}.{attr}", src.replaced(n, f"{n.id}.{attr}")
+    elif kind == "keyword_restored":
+        known = set(local_names(func))
+        for n in ast.walk(src.tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                known.update(a.arg for a in n.args.args + n.args.kwonlyargs)
+            elif isinstance(n, ast.keyword) and n.arg:
+                known.add(n.arg)
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+                known.add(n.attr)
+        for n in nodes:
+            if not isinstance(n, ast.Call) or not n.keywords or any(k.arg is None for k in n.keywords):
+                continue
+            shapes = {ast.unparse(k.value).replace(k.arg, "{K}") for k in n.keywords}
+            if len(shapes) != 1 or "{K}" not in next(iter(shapes)):
+                continue
+            shape = next(iter(shapes))
+            given = {k.arg for k in n.keywords}
+            for name in sorted(known - given):
+                if name.startswith("_"):
+                    continue
+                value = ast.parse(shape.replace("{K}", name), mode="eval").body
+                new = ast.Call(n.func, n.args, n.keywords + [ast.keyword(name, value)])
+                yield n.lineno, f"add {name}={ast.unparse(value)}", src.replaced(n, ast.unparse(new))
+    elif kind == "negation":
+        for n in nodes:
+            if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+                yield n.lineno, "drop not", src.replaced(n, f"({src.text(n.operand)})")
+            elif isinstance(n, (ast.If, ast.While)) and not isinstance(n.test, ast.UnaryOp):
+                yield n.test.lineno, "add not", src.replaced(n.test, f"not ({src.text(n.test)})")
+    elif kind == "swapped_arguments":
+        for n in nodes:
+            if isinstance(n, ast.Call) and len(n.args) >= 2 and not any(isinstance(a, ast.Starred) for a in n.args):
+                for i in range(len(n.args)):
+                    for j in range(i + 1, len(n.args)):
+                        args = list(n.args)
+                        args[i], args[j] = args[j], args[i]
+                        new = ast.Call(n.func, args, n.keywords)
+                        yield n.lineno, f"swap arguments {i + 1} and {j + 1}", src.replaced(n, ast.unparse(new))
+
+
+def candidates(kinds, sources, chosen):
+    for kind in kinds:
+        for path, qual, func in chosen:
+            for line, what, data in edits(kind, sources[path], func):
+                yield kind, path, line, what, data
+
+
+def passes(command, timeout):
+    try:
+        return subprocess.run(command, shell=True, capture_output=True, timeout=timeout).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def main(argv):
+    check, root, start, budget, kinds, names, frames = argv[:7]
+    tests = argv[7] if len(argv) > 7 else ""
+    start, count = int(start), int(budget)
+    began = time.monotonic()
+    if os.path.exists(RESTORE):
+        with open(RESTORE, "rb") as fh:
+            path, _, original = fh.read().partition(b"\0")
+        with open(path, "wb") as fh:
+            fh.write(original)
+        os.unlink(RESTORE)
+    sources, chosen = targets(root, [n for n in names.split(",") if n], [f for f in frames.split(",") if f])
+    index = -1
+    for index, (kind, path, line, what, data) in enumerate(candidates(kinds.split(","), sources, chosen)):
+        if index < start:
+            continue
+        if index >= start + count or time.monotonic() - began > TIME_CAP:
+            print(f"NEXT {index}")
+            return
+        try:
+            ast.parse(data)
+        except SyntaxError:
+            continue
+        original = sources[path].data
+        with open(RESTORE, "wb") as fh:
+            fh.write(path.encode() + b"\0" + original)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        if passes(f"{sys.executable} {check}", CHECK_TIMEOUT) and (not tests or passes(tests, 120)):
+            os.unlink(RESTORE)
+            print(f"FIXED {index} {kind} {path}:{line} {what}")
+            return
+        with open(path, "wb") as fh:
+            fh.write(original)
+        os.unlink(RESTORE)
+    print(f"EXHAUSTED {index + 1}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,74 @@
+"""Overhead ratios with targets, measured as medians of interleaved repeats (shared by the benches).
+
+A ratio compares clbench's cost with a baseline doing the same work, both sides timed in the same
+run and alternated repeat by repeat, so a busy machine slows both alike. Each repeat gives one
+ratio; the reported value is their median and the noise is their spread (median absolute
+deviation, scaled to a standard deviation). A ratio *misses* when its median is on the wrong
+side of the target by more than that noise.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Ratio:
+    name: str
+    samples: list[float]  # one ratio per repeat
+    target: float
+    better: str  # "lower" (overhead: value <= target) or "higher" (speed: value >= target)
+
+    @property
+    def value(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def noise(self) -> float:
+        """1.4826 x the median absolute deviation: a robust standard deviation of one repeat."""
+        med = self.value
+        return 1.4826 * statistics.median(abs(s - med) for s in self.samples) if len(self.samples) > 1 else 0.0
+
+    @property
+    def meets(self) -> bool:
+        return self.value <= self.target if self.better == "lower" else self.value >= self.target
+
+    @property
+    def misses(self) -> bool:
+        """Off target by more than the noise."""
+        if self.better == "lower":
+            return self.value > self.target + self.noise
+        return self.value < self.target - self.noise
+
+    def row(self) -> str:
+        op = "<=" if self.better == "lower" else ">="
+        verdict = "ok" if self.meets else ("within noise" if not self.misses else "MISS")
+        return (f"| {self.name} | {self.value:.3f} | {op} {self.target:g} | {self.noise:.3f} | "
+                f"{len(self.samples)} | {verdict} |")
+
+
+HEADER = "| ratio | median | target | noise (1 sd) | repeats | verdict |\n|---|---|---|---|---|---|"
+
+
+def table(ratios: list[Ratio]) -> str:
+    return "\n".join([HEADER, *(r.row() for r in ratios)])
+
+
+def seconds(fn, clock=time.perf_counter) -> float:
+    t = clock()
+    fn()
+    return clock() - t
+
+
+def interleaved(ours, baseline, repeats: int, clock=time.perf_counter) -> list[float]:
+    """Per-repeat ratios ours/baseline, the two timed alternately (one warm-up round first)."""
+    ours(), baseline()
+    return [seconds(ours, clock) / seconds(baseline, clock) for _ in range(repeats)]
+
+
+def env_id(name: str) -> str:
+    """The registered id of env `name` (e.g. "Poker" -> "clbench/Poker-v1"), whatever its version."""
+    from clbench import clbench_env_ids
+
+    return max(i for i in clbench_env_ids() if i.startswith(f"clbench/{name}-v"))

@@ -1,0 +1,118 @@
+"""Runner overhead: `clbench rollout` against the bare env + agent work, on SpectrumMonitor.
+
+    python benchmarks/bench_runner.py [--quick]
+
+Both sides run in this process, alternately. The command side is `clbench rollout --agent
+reference --workers 1` (5 stateful rollouts and the stateless pass, every record, trajectory and
+agent checkpoint written, then the metrics), run through the CLI entry point with a fresh env. The
+bare side plays the same rollouts and stateless instances with the same agents and seeds and
+writes nothing. Targets: command <= 1.3x bare; and the runner linear in the schedule length: on a
+schedule twice as long (every variant with twice the scans) the runner's own time (command minus
+bare) <= 2.2x its time on the default schedule. The runner's own time is what is compared because
+the reference agent itself is superlinear (it matches each scan against all it has seen); the
+whole command's 2x/1x ratio is printed too.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _ratio import Ratio, env_id, seconds, table  # noqa: E402
+
+DOUBLE_ENV = "clbench-bench/SpectrumMonitorDouble"
+ROLLOUTS = 5
+
+
+def _register_double() -> None:
+    """SpectrumMonitor whose default schedule has twice the scans per variant."""
+    import gymnasium as gym
+
+    from clbench.envs.spectrum.spectrum_monitor import SpectrumMonitorEnv
+
+    class SpectrumMonitorDouble(SpectrumMonitorEnv):
+        def _build_schedule(self, name: str):
+            doubled = [dict(v, scans=2 * v["scans"]) for v in self.spec_data["schedules"][name]]
+            # a copy: the loaded spec is cached and shared with the real env
+            self.spec_data = dict(self.spec_data, schedules=dict(self.spec_data["schedules"], **{name: doubled}))
+            return super()._build_schedule(name)
+
+    if DOUBLE_ENV not in gym.registry:
+        gym.register(DOUBLE_ENV, entry_point=SpectrumMonitorDouble)
+
+
+def command(env_id: str) -> None:
+    """`clbench rollout` in this process (inline worker), on a fresh env, into a fresh directory."""
+    from clbench.cli import main
+    from clbench.runner import close_cached_envs
+
+    close_cached_envs()
+    with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["rollout", "--env", env_id, "--agent", "reference", "--out", f"{out}/run",
+                   "--rollouts", str(ROLLOUTS), "--workers", "1", "--quiet"])
+    if rc:
+        raise RuntimeError(f"clbench rollout exited {rc}")
+
+
+def bare(env_id: str) -> None:
+    """The same episodes with the same agents and seeds; nothing recorded."""
+    from clbench.agent import make_agent
+    from clbench.runner import make_env
+
+    env = make_env(env_id)
+
+    def play(agent, obs, info):
+        agent.begin_instance(obs, info)
+        while True:
+            obs, reward, term, trunc, info = env.step(agent.act(obs, info))
+            if term or trunc:
+                break
+        agent.end_instance(reward, info)
+
+    for k in range(ROLLOUTS):
+        agent = make_agent("reference", env, seed=k)
+        obs, info = env.reset(seed=k)
+        for pos in range(len(env.unwrapped.schedule)):
+            if pos:
+                obs, info = env.reset()
+            play(agent, obs, info)
+            agent.state_dict()  # the agent's own cost of producing its state is not the runner's
+    for inst in env.unwrapped.schedule.order(0):
+        agent = make_agent("reference", env, seed=0)
+        play(agent, *env.reset(seed=0, options={"instance": inst.instance_id, "stateless": True}))
+    env.close()
+
+
+def ratios(quick: bool = False) -> list[Ratio]:
+    env = env_id("SpectrumMonitor")
+    _register_double()
+    repeats = 3 if quick else 7
+    overhead, growth, whole = [], [], []
+    command(env), bare(env)  # warm-up
+    for _ in range(repeats):
+        b1, c1 = seconds(lambda: bare(env)), seconds(lambda: command(env))
+        b2, c2 = seconds(lambda: bare(DOUBLE_ENV)), seconds(lambda: command(DOUBLE_ENV))
+        overhead.append(c1 / b1)
+        growth.append((c2 - b2) / (c1 - b1))
+        whole.append(c2 / c1)
+    print(f"whole command, 2x schedule / 1x schedule: median {statistics.median(whole):.2f} "
+          f"(bare env+agent: the same ratio includes the agent's own growth)")
+    return [Ratio("runner: clbench rollout / bare env+agent (SpectrumMonitor)", overhead, 1.3, "lower"),
+            Ratio("runner: own time (command - bare), 2x schedule / 1x schedule", growth, 2.2, "lower")]
+
+
+def main(quick: bool = False) -> list[Ratio]:
+    out = ratios(quick)
+    print(table(out))
+    return out
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    main(quick=p.parse_args().quick)
+    sys.exit(0)

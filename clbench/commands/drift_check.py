@@ -1,0 +1,217 @@
+"""`clbench drift-check --env ID`: what each concept drift of a task costs its reference agent.
+
+An env declares its drifts in its task YAML, per schedule, by the variant that starts after the
+drift, optionally the last variant where its cost shows (`through`, when the old knowledge is
+first applied later, e.g. a re-coding documented in one study and relied on in the next) and
+what changes:
+
+    drifts:
+      default:
+        - {variant: 3-Mara, change: "Mara has adapted: ..."}
+
+The drift position is that variant's first position (the same in every rollout's order). The
+check plays the task's reference agent stateful and unfrozen (plus the stateless pass, for its
+normalized gain), and once more frozen just before every drift (`freeze_at=<position>`: it stops
+updating what it learned), on the same rollout seeds. Per drift it reports
+
+- drift cost: unfrozen minus frozen reward over the post-drift variant(s), paired by rollout and
+  instance id; mean and percentile-bootstrap 95% CI resampling rollouts and instances (the
+  weights of clbench.metrics);
+- recovery: instances after the drift until the unfrozen reference's reward (mean over
+  rollouts, over `window` consecutive instances) is back at its level over the `window`
+  instances before the drift; None when it does not get back within the span measured;
+- the goal of issue 15: cost >= 0.1 x (r_max - r_reference) with the CI above 0.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+
+import numpy as np
+
+from clbench.metrics import _weights, bootstrap_seed, group_records, summarize, task_metrics
+
+REFERENCE = "reference"
+STATELESS = "reference-stateless"
+GOAL_SHARE = 0.1
+N_BOOT = 2000
+
+
+def declared_drifts(env) -> list[dict]:
+    """The drifts the env's task YAML declares for its schedule: [{"variant", "change", "through"?}, ...]."""
+    base = env.unwrapped
+    drifts = (base.spec_data.get("drifts") or {}).get(base.schedule.name, [])
+    starts = base.schedule.variant_starts()
+    for d in drifts:
+        for key in ("variant", "through"):
+            if key in d and d[key] not in starts:
+                raise ValueError(f"{base.env_id}: declared drift names unknown variant {d[key]!r}")
+    return [dict(d) for d in drifts]
+
+
+def drift_span(schedule, drift: dict) -> tuple[int, int]:
+    """(first position, number of instances) over which a drift's cost is measured."""
+    starts = schedule.variant_starts()
+    sizes = {v.name: len(v.instances) for v in schedule.variants}
+    first, last = starts[drift["variant"]], drift.get("through", drift["variant"])
+    end = starts[last] + sizes[last]
+    if end <= first:
+        raise ValueError(f"drift at {drift['variant']!r}: `through` {last!r} comes before it")
+    return first, end - first
+
+
+def _frozen_system(position: int) -> str:
+    return f"{REFERENCE}@freeze{position}"
+
+
+def _rewards(tr, rollouts: list[int], ids: list[str]) -> np.ndarray:
+    """Stateful rewards as rollouts x instances, columns by instance id."""
+    by_id = [{x["instance_id"]: float(x["reward"]) for x in tr.stateful[k]} for k in rollouts]
+    return np.array([[row[i] for i in ids] for row in by_id])
+
+
+def drift_report(records: list[dict], task: str, r_max: float, r_reference: float, schedule,
+                 drifts: list[dict], window: int = 5) -> dict:
+    """Drift costs, recoveries and the unfrozen reference's normalized gain from run records."""
+    groups = group_records(records, {task: {"r_max": r_max, "r_reference": r_reference}})
+    unfrozen = groups[(task, REFERENCE)]
+    gain = task_metrics(unfrozen, n_boot=2000)["normalized_gain"]
+    n = len(schedule)
+    curve = np.full((len(unfrozen.stateful), n), np.nan)
+    for row, k in enumerate(sorted(unfrozen.stateful)):
+        for x in unfrozen.stateful[k]:
+            curve[row, x["position"]] = float(x["reward"])
+    mean_curve = np.nanmean(curve, axis=0)
+    goal = GOAL_SHARE * (r_max - r_reference)
+    rows = []
+    for d in drifts:
+        p, size = drift_span(schedule, d)
+        frozen = groups[(task, _frozen_system(p))]
+        rollouts = sorted(frozen.stateful)
+        ids = sorted(x["instance_id"] for x in frozen.stateful[rollouts[0]] if p <= x["position"] < p + size)
+        after_u, after_f = _rewards(unfrozen, rollouts, ids), _rewards(frozen, rollouts, ids)
+        diff = after_u - after_f  # rollouts x instances, paired by rollout and instance id
+        rng = np.random.default_rng(bootstrap_seed(task, "drift", d["variant"]))
+        ck, ci = _weights(rng, N_BOOT, len(rollouts)), _weights(rng, N_BOOT, len(ids))
+        draws = np.einsum("bk,ki,bi->b", ck, diff, ci) / (ck.sum(axis=1) * ci.sum(axis=1))
+        cost = summarize(float(diff.mean()), draws, int(diff.size))
+        w = min(window, p, size)
+        pre = float(np.mean(mean_curve[p - w:p])) if w else None
+        recovery = None
+        if pre is not None:
+            for q in range(size - w + 1):
+                if np.mean(mean_curve[p + q:p + q + w]) >= pre:
+                    recovery = q
+                    break
+        rows.append({"variant": d["variant"], "through": d.get("through", d["variant"]), "position": p,
+                     "instances": size, "change": d.get("change", ""),
+                     "cost": cost, "reward_after_unfrozen": float(np.mean(after_u)),
+                     "reward_after_frozen": float(np.mean(after_f)), "reward_before": pre,
+                     "recovery_instances": recovery,
+                     "goal_met": bool(cost["mean"] is not None and cost["mean"] >= goal and cost["ci"][0] > 0)})
+    return {"task": task, "r_max": r_max, "r_reference": r_reference, "goal_cost": goal,
+            "normalized_gain": gain, "drifts": rows}
+
+
+def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int = 3, seed: int = 0,
+                    workers: int = 1, at: list[str] | None = None, out: str | None = None,
+                    window: int = 5, quiet: bool = True) -> dict:
+    """Play the reference unfrozen (both modes) and frozen before each drift; return the report.
+
+    `at` names variants to treat as drifts instead of the declared ones (e.g. to measure an env
+    version that declares none)."""
+    from clbench.results import load_records
+    from clbench.rollout import run_many
+    from clbench.runner import RunConfig, make_env
+
+    env_kwargs = dict(env_kwargs or {})
+    env = make_env(env_id, **env_kwargs)
+    try:
+        base = env.unwrapped
+        drifts = [{"variant": v, "change": "(requested)"} for v in at] if at else declared_drifts(env)
+        starts = base.schedule.variant_starts()
+        for d in drifts:
+            if d["variant"] not in starts:
+                raise ValueError(f"{env_id}: unknown variant {d['variant']!r}; known: {list(starts)}")
+            if starts[d["variant"]] == 0:
+                raise ValueError(f"{env_id}: {d['variant']!r} is the first variant; a drift needs one before it")
+        if not drifts:
+            raise ValueError(f"{env_id} declares no drift for schedule {base.schedule.name!r} (name one with --at)")
+        task, r_max, r_ref, schedule = base.task, base.r_max, base.r_reference, base.schedule
+    finally:
+        env.close()
+    with tempfile.TemporaryDirectory(prefix="clbench-drift-") as tmp:
+        run_dir = out or tmp
+        common = {"env_id": env_id, "agent": REFERENCE, "out": run_dir, "rollouts": rollouts, "seed": seed,
+                  "workers": workers, "env_kwargs": env_kwargs}
+        # one mode per system, so no run card is due and every job shares the workers
+        cfgs = [RunConfig(system=REFERENCE, mode="stateful", **common),
+                RunConfig(system=STATELESS, mode="stateless", **common)]
+        for p in sorted({starts[d["variant"]] for d in drifts}):
+            cfgs.append(RunConfig(system=_frozen_system(p), mode="stateful", agent_kwargs={"freeze_at": p}, **common))
+        run_many(cfgs, quiet=quiet)
+        records = [dict(r, system=REFERENCE) if r["system"] == STATELESS else r
+                   for r in load_records(run_dir) if r["task"] == task]
+    report = drift_report(records, task, r_max, r_ref, schedule, drifts, window=window)
+    report.update({"env_id": env_id, "rollouts": rollouts, "seed": seed})
+    return report
+
+
+def _ci(e: dict, digits: int = 3) -> str:
+    if e["mean"] is None:
+        return "n/a"
+    lo, hi = e["ci"]
+    return f"{e['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def format_report(rep: dict) -> str:
+    lines = [f"{rep['env_id']}: reference, {rep['rollouts']} rollouts; r_max {rep['r_max']:.4g}, "
+             f"r_reference {rep['r_reference']:.4g}; goal: drift cost >= {rep['goal_cost']:.4g} with CI above 0",
+             f"normalized gain (unfrozen): {_ci(rep['normalized_gain'])}",
+             "| drift at | position | reward before | after, unfrozen | after, frozen | drift cost [95% CI] "
+             "| instances to recover | goal |",
+             "|---|---|---|---|---|---|---|---|"]
+    for d in rep["drifts"]:
+        before = "n/a" if d["reward_before"] is None else f"{d['reward_before']:.3f}"
+        rec = "not within the span" if d["recovery_instances"] is None else str(d["recovery_instances"])
+        span = d["variant"] if d["through"] == d["variant"] else f"{d['variant']} .. {d['through']}"
+        lines.append(f"| {span} | {d['position']} | {before} | {d['reward_after_unfrozen']:.3f} | "
+                     f"{d['reward_after_frozen']:.3f} | {_ci(d['cost'])} | {rec} | "
+                     f"{'met' if d['goal_met'] else 'not met'} |")
+    for d in rep["drifts"]:
+        if d["change"]:
+            lines.append(f"{d['variant']}: {d['change']}")
+    return "\n".join(lines)
+
+
+def _kv(items: list[str]) -> dict:
+    from clbench.commands.rollout import _kv as parse
+
+    out: dict = {}
+    for item in items:
+        out.update(parse(item))
+    return out
+
+
+def cmd_drift_check(args) -> int:
+    rep = run_drift_check(args.env, _kv(args.env_arg), rollouts=args.rollouts, seed=args.seed,
+                          workers=args.workers, at=args.at or None, out=args.out or None, window=args.window,
+                          quiet=not args.verbose)
+    print(json.dumps(rep, indent=1, default=float) if args.json else format_report(rep))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("drift-check", help="what each concept drift costs the reference (frozen vs unfrozen)")
+    p.add_argument("--env", required=True, help="env id, e.g. clbench/DBExplore-v0")
+    p.add_argument("--rollouts", type=int, default=3, help="stateful rollouts per system (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="rollout k uses seed SEED+k")
+    p.add_argument("--workers", type=int, default=1, help="parallel worker processes")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    p.add_argument("--at", action="append", default=[], metavar="VARIANT",
+                   help="check the boundary before VARIANT instead of the declared drifts (repeatable)")
+    p.add_argument("--window", type=int, default=5, help="instances averaged for the recovery level (default 5)")
+    p.add_argument("--out", default="", help="keep the run directory here (default: a temporary one)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--verbose", action="store_true", help="progress output")
+    p.set_defaults(func=cmd_drift_check)

@@ -1,0 +1,67 @@
+"""Calibration of the intervals: an agent that cannot learn gets a 95% interval containing 0.
+
+The random agent plays real rollouts through the runner (stateful rollouts and one stateless pass
+per rollout seed, seeded the same way) on short schedules, over many seeds. Its normalized-gain
+interval must contain 0 in at least 90% of the runs. Poker is where the random agent's rewards
+vary (chip results of random play); on SpectrumMonitor and CohortStudies it scores nothing, and
+its interval must then be exactly [0, 0] rather than a gain made of seed noise.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clbench.commands.suite import resolve_tasks
+from clbench.metrics import group_records, task_metrics
+from clbench.results import load_records
+from clbench.runner import RunConfig, cached_env, plan_jobs, run_job
+
+ROLLOUTS = 3
+
+
+def random_run(tmp_path, task: str, schedule: str, seed: int) -> dict:
+    [env_id] = resolve_tasks([task])  # the current version of the env
+    out = tmp_path / f"{env_id.split('/')[1]}-{seed}"
+    cfg = RunConfig(env_id=env_id, agent="random", out=str(out), rollouts=ROLLOUTS, seed=seed,
+                    env_kwargs={"schedule": schedule})
+    base = cached_env(env_id, cfg.env_kwargs).unwrapped
+    for job in plan_jobs(cfg, base.task, base.schedule, resumable=False):
+        run_job(job)
+    params = {base.task: {"r_max": base.r_max, "r_reference": base.r_reference}}
+    return task_metrics(group_records(load_records(out), params)[(base.task, "random")], n_boot=1000)
+
+
+def test_random_agent_intervals_contain_zero(tmp_path):
+    covered, total, centres = 0, 0, []
+    for s in range(30):
+        m = random_run(tmp_path, "Poker", "short", seed=1000 * s)
+        assert m["stateless_passes"] == ROLLOUTS  # one stateless pass per rollout seed
+        lo, hi = m["normalized_gain"]["ci"]
+        covered += lo <= 0 <= hi
+        total += 1
+        centres.append(m["normalized_gain"]["mean"])
+    assert np.std(centres) > 0.05  # the random agent's results really vary from seed to seed
+    for task, seeds in (("SpectrumMonitor", 5), ("CohortStudies", 3)):
+        for s in range(seeds):
+            m = random_run(tmp_path, task, "short", seed=1000 * s)
+            assert m["normalized_gain"]["ci"] == pytest.approx([0.0, 0.0]), task
+            covered += 1
+            total += 1
+    coverage = covered / total
+    print(f"coverage of 0 by the 95% normalized-gain interval: {covered}/{total} = {coverage:.1%}")
+    assert coverage >= 0.9
+
+
+def test_poker_r_max_standard_error_matches_the_oracle():  # ~10 s of CPU: the oracle plays 120 hands
+    from clbench.agent import make_agent
+    from clbench.runner import make_env, play_instance
+
+    env = make_env(resolve_tasks(["Poker"])[0])
+    base = env.unwrapped
+    rewards = []
+    for slot in base.schedule.order(0):
+        obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+        rewards.append(play_instance(env, make_agent("oracle", env), obs, info, [])["reward"])
+    r = np.asarray(rewards)
+    assert r.mean() == pytest.approx(base.r_max)
+    assert base.spec_data["r_max_se"] == pytest.approx(r.std(ddof=1) / np.sqrt(r.size))

@@ -1,0 +1,184 @@
+"""Concept drift: `freeze_at` in the scripted references, `clbench drift-check`, and the drifts
+the envs declare (real games, real databases and workspaces; short schedules)."""
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import clbench  # noqa: F401  registers the envs
+from clbench.agent import make_agent
+from clbench.agents.poker import LAG, STATION, OpponentModel
+from clbench.cli import build_parser
+from clbench.commands.drift_check import declared_drifts, drift_report, format_report, run_drift_check
+from clbench.runner import play_instance
+from clbench.schedule import Instance, Schedule, Variant
+
+POKER = "clbench/Poker-v1"
+DRIFTING = ["clbench/DBExplore-v0", POKER, "clbench/SalesForecast-v1", "clbench/CohortStudies-v1"]
+
+
+def play_states(env, agent, count: int, seed: int = 0) -> tuple[list[float], list[dict]]:
+    """Play the first `count` instances of rollout `seed` stateful; rewards and the agent's state after each."""
+    rewards, states = [], []
+    obs, info = env.reset(seed=seed)
+    for pos in range(count):
+        if pos:
+            obs, info = env.reset()
+        out = play_instance(env, agent, obs, info, [])
+        assert out["error"] is None, out["error"]
+        rewards.append(out["reward"])
+        states.append(copy.deepcopy(agent.state_dict()))
+    return rewards, states
+
+
+# ---------------------------------------------------------------- the report's arithmetic
+def _records(system: str, rewards: dict[int, list[float]], schedule: Schedule, mode: str = "stateful") -> list[dict]:
+    out = []
+    for k, row in rewards.items():
+        for slot, r in zip(schedule.order(k), row):
+            out.append({"task": "toy", "system": system, "mode": mode, "rollout": k, "instance_id": slot.instance_id,
+                        "position": slot.position, "variant": slot.variant, "reward": r})
+    return out
+
+
+def test_drift_report_pairs_by_instance_and_counts_recovery():
+    schedule = Schedule("toy", [Variant(v, tuple(Instance(f"{v}-{i}", v) for i in range(4))) for v in ("a", "b")])
+    unfrozen = {0: [1, 1, 1, 1, 0, 0.5, 1, 1], 1: [1, 1, 1, 1, 0, 1, 1, 1]}
+    frozen = {0: [1, 1, 1, 1, 0, 0, 0, 0], 1: [1, 1, 1, 1, 0, 0, 0.5, 0]}
+    records = (_records("reference", unfrozen, schedule) + _records("reference@freeze4", frozen, schedule)
+               + [dict(r, mode="stateless", rollout=0) for r in _records("reference", {0: [0.5] * 8}, schedule)])
+    rep = drift_report(records, "toy", 1.0, 0.5, schedule, [{"variant": "b", "change": "x"}], window=2)
+    (d,) = rep["drifts"]
+    assert d["position"] == 4 and d["cost"]["n"] == 8
+    # pairs: (0, .5, 1, 1) - (0, 0, 0, 0) and (0, 1, 1, 1) - (0, 0, .5, 0)
+    assert d["cost"]["mean"] == pytest.approx((2.5 + 2.5) / 8)
+    assert d["cost"]["ci"][0] > 0 and d["goal_met"]  # goal: 0.1 x (1.0 - 0.5)
+    # level before: 1.0; means after: 0, .75, 1, 1 -> windows of 2 get back to 1.0 after 2 instances
+    assert d["reward_before"] == 1.0 and d["recovery_instances"] == 2
+    assert rep["normalized_gain"]["mean"] == pytest.approx((np.mean(unfrozen[0] + unfrozen[1]) - 0.5) / 0.5)
+    assert "| b | 4 |" in format_report(dict(rep, env_id="toy", rollouts=2))
+
+
+def test_drift_check_is_a_command():
+    args = build_parser().parse_args(["drift-check", "--env", POKER, "--at", "3-Mara", "--rollouts", "2"])
+    assert args.func.__name__ == "cmd_drift_check" and args.at == ["3-Mara"] and args.rollouts == 2
+
+
+# ---------------------------------------------------------------- declared drifts
+@pytest.mark.parametrize("env_id", DRIFTING)
+def test_declared_drifts_are_variant_boundaries_described_in_the_card(env_id):
+    env = gym.make(env_id)
+    drifts = declared_drifts(env)
+    starts = env.unwrapped.schedule.variant_starts()
+    card = {v["name"]: v["description"] for v in env.unwrapped.spec_card.variants}
+    assert drifts and all(starts[d["variant"]] > 0 and d["change"] and card[d["variant"]] for d in drifts)
+
+
+def test_drift_check_rejects_unknown_or_first_variants():
+    with pytest.raises(ValueError, match="unknown variant"):
+        run_drift_check(POKER, at=["9-Nobody"])
+    with pytest.raises(ValueError, match="first variant"):
+        run_drift_check(POKER, at=["1-Mara"])
+
+
+# ---------------------------------------------------------------- poker
+def _model(style: str) -> dict:
+    """Counts that the reference reads as `style`."""
+    counts = {STATION: {"hands": 10, "faced": 10, "faced_CALL": 10, "open_chances_0": 5, "open_chances_1": 5},
+              LAG: {"hands": 10, "open_chances_0": 5, "opened_0": 5, "open_chances_1": 5, "opened_1": 5}}[style]
+    assert OpponentModel(counts).style() == style
+    return counts
+
+
+def test_adapted_mara_makes_the_old_exploit_lose():
+    """On the default schedule's hands after the drift (real games), the station exploit learned
+    in variant 1 loses to the adapted Mara what her new exploit wins: the drift's worth."""
+    env = gym.make(POKER)
+    base = env.unwrapped
+    hands = [s for s in base.schedule.order(0) if s.variant == "3-Mara"]
+    assert {s.instance.payload.policy for s in hands} == {"Mara-adapted"}
+    assert {s.instance.payload.opponent for s in hands} == {"Mara"}
+    means = {}
+    for style in (STATION, LAG):
+        rewards = []
+        for slot in hands:
+            agent = make_agent("reference", env)
+            agent.load_state_dict({"models": {"Mara": _model(style)}})
+            obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+            rewards.append(play_instance(env, agent, obs, info, [])["reward"])
+        means[style] = np.mean(rewards)
+    assert means[STATION] < 0 < means[LAG]
+    assert means[LAG] - means[STATION] >= 0.1 * (base.r_max - base.r_reference)
+
+
+def test_poker_freeze_at_keeps_the_station_model_and_unfrozen_starts_over():
+    env = gym.make(POKER, schedule="drift_short")
+    (drift,) = declared_drifts(env)
+    p = env.unwrapped.schedule.variant_starts()[drift["variant"]]
+    r_frozen, frozen = play_states(env, make_agent("reference", env, freeze_at=p), 14)
+    r_live, live = play_states(env, make_agent("reference", env), 14)
+    assert r_frozen[:p] == r_live[:p] and frozen[p - 1] == live[p - 1]  # nothing changes before K
+    assert all(s == frozen[p - 1] for s in frozen[p:])
+    assert OpponentModel(frozen[-1]["models"]["Mara"]).style() == STATION
+    # the adapted Mara contradicted the station model: the live reference dropped those counts
+    assert live[-1]["models"]["Mara"]["hands"] <= 14 - p
+
+
+def test_drift_check_runs_the_pipeline_on_the_short_poker_drift():
+    rep = run_drift_check(POKER, {"schedule": "drift_short"}, rollouts=2)
+    (d,) = rep["drifts"]
+    assert d["variant"] == "2-Mara" and d["position"] == 8 and d["cost"]["n"] == 2 * 6
+    assert rep["normalized_gain"]["mean"] is not None and rep["goal_cost"] == pytest.approx(
+        0.1 * (rep["r_max"] - rep["r_reference"]))
+    # the frozen reference keeps exploiting a station that is gone
+    assert d["reward_after_frozen"] < 0
+
+
+# ---------------------------------------------------------------- freeze_at elsewhere
+def test_cohort_recoding_misleads_the_frozen_reference(tmp_path):
+    """Short schedule, one region per study: frozen before FORGE, the reference keeps MERIDIAN's
+    coding of cog_score and applies it to CADENCE's untagged column; unfrozen it took FORGE's."""
+    env = gym.make("clbench/CohortStudies-v1", schedule="short", cache_dir=str(tmp_path))
+    try:
+        (drift,) = declared_drifts(env)
+        p = env.unwrapped.schedule.variant_starts()[drift["variant"]]
+        r_frozen, frozen = play_states(env, make_agent("reference", env, freeze_at=p), 5)
+        r_live, live = play_states(env, make_agent("reference", env), 5)
+    finally:
+        env.close()
+    assert frozen[p:] == [frozen[p - 1]] * (5 - p) and r_frozen[:p + 1] == r_live[:p + 1]
+    assert frozen[-1]["tags"]["cog_score"] == "[standard: cognition = value]"
+    assert live[-1]["tags"]["cog_score"] == "[standard: cognition = 30 - value]"
+    assert r_live[-1] > r_frozen[-1]  # CADENCE: the old mapping selects the wrong patients
+
+
+def test_dbexplore_freeze_at_starts_every_question_from_what_it_knew(tmp_path):
+    env = gym.make("clbench/DBExplore-v0", scale=0.02, cache_dir=str(tmp_path))
+    try:
+        _, frozen = play_states(env, make_agent("reference", env, freeze_at=1), 3)
+        _, live = play_states(env, make_agent("reference", env), 3)
+    finally:
+        env.close()
+    assert frozen[1]["knowledge"] == frozen[0]["knowledge"] == frozen[2]["knowledge"]
+    assert live[2]["knowledge"] != live[0]["knowledge"]  # unfrozen it keeps learning
+
+
+def test_salesforecast_freeze_at_leaves_the_panel_as_it_was():
+    from clbench.envs.salesforecast.workspace import host_python_runtime
+    from clbench.sandbox import SandboxUnavailable, choose_backend
+
+    try:
+        choose_backend("auto", host_python_runtime())
+    except SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox backend: {exc}")
+    env = gym.make("clbench/SalesForecast-v1", schedule="short")
+    try:
+        play_states(env, make_agent("reference", env, freeze_at=1), 3)
+        env.reset()
+        lines = env.step("wc -l panel.csv")[0]
+    finally:
+        env.close()
+    assert "15 panel.csv" in lines  # header + the 14 rows of the first instance only

@@ -1,0 +1,73 @@
+"""Stateless passes: one per rollout seed for a stochastic agent, one for a deterministic agent,
+`--stateless-passes N` to choose; seeds drawn like the stateful rollouts'; the run card says which."""
+from __future__ import annotations
+
+import json
+
+from clbench.cli import main
+from clbench.commands.suite import resolve_tasks
+from clbench.results import RESULTS_FILE, iter_jsonl, load_records, read_json
+from clbench.runner import RunConfig, cached_env, plan_jobs, stateless_trajectory
+
+[POKER] = resolve_tasks(["Poker"])
+
+
+def rollout(out, agent: str, *extra: str) -> list[dict]:
+    assert main(["rollout", "--env", POKER, "--agent", agent, "--rollouts", "2", "--env-arg", "schedule=short",
+                 "--workers", "1", "--quiet", "--out", str(out), *extra]) == 0
+    return load_records(out)
+
+
+def by_pass(records: list[dict]) -> dict[int, dict[str, dict]]:
+    out: dict[int, dict[str, dict]] = {}
+    for r in records:
+        if r["mode"] == "stateless":
+            out.setdefault(r["rollout"], {})[r["instance_id"]] = r
+    return out
+
+
+def test_stochastic_agent_plays_one_pass_per_rollout_seed(tmp_path, capsys):
+    out = tmp_path / "random"
+    records = rollout(out, "random", "--seed", "7")
+    passes = by_pass(records)
+    ids = {r["instance_id"] for r in records if r["mode"] == "stateful" and r["rollout"] == 0}
+    assert sorted(passes) == [0, 1] and all(set(p) == ids for p in passes.values())
+    # pass k is seeded like stateful rollout k
+    assert {(r["rollout"], r["seed"]) for r in records} == {(0, 7), (1, 8)}
+    # the two passes are different random draws, and so are the instances within one pass
+    assert any(passes[0][i]["reward"] != passes[1][i]["reward"] for i in ids)
+    first = set()
+    for iid in ids:
+        steps = [e for _, e in iter_jsonl(stateless_trajectory(out, "poker", "random", 0, iid)) if e["event"] == "step"]
+        first.add(steps[0]["action"])
+    assert len(first) > 1
+    card = read_json(out / "run_card.json")["tasks"]["poker/random"]
+    assert card["stateless_passes"] == 2
+    assert card["stateless_plan"] == {"passes": 2, "reason": "stochastic agent: one pass per rollout seed"}
+
+
+def test_deterministic_agent_keeps_one_pass_unless_asked(tmp_path):
+    one = rollout(tmp_path / "ref", "reference")
+    assert sorted(by_pass(one)) == [0]
+    card = read_json(tmp_path / "ref" / "run_card.json")["tasks"]["poker/reference"]
+    assert card["stateless_plan"] == {"passes": 1, "reason": "deterministic agent: one pass"}
+    three = rollout(tmp_path / "ref3", "reference", "--stateless-passes", "3")
+    passes = by_pass(three)
+    assert sorted(passes) == [0, 1, 2]
+    # deterministic indeed: every pass scores every instance alike
+    assert all(passes[p][i]["reward"] == passes[0][i]["reward"] for p in passes for i in passes[0])
+    card = read_json(tmp_path / "ref3" / "run_card.json")["tasks"]["poker/reference"]
+    assert card["stateless_plan"] == {"passes": 3, "reason": "set with --stateless-passes"}
+    assert json.loads((tmp_path / "ref3" / "config.json").read_text())["runs"][0]["stateless_passes"] == 3
+
+
+def test_resume_replays_only_the_missing_instances_of_a_pass(tmp_path):
+    out = tmp_path / "random"
+    rollout(out, "random")
+    lines = (out / RESULTS_FILE).read_text().splitlines()
+    dropped = [json.loads(x) for x in lines if json.loads(x)["mode"] == "stateless" and json.loads(x)["rollout"] == 1][-1]
+    (out / RESULTS_FILE).write_text("\n".join(x for x in lines if json.loads(x) != dropped) + "\n")
+    cfg = RunConfig(env_id=POKER, agent="random", out=str(out), rollouts=2, env_kwargs={"schedule": "short"})
+    base = cached_env(POKER, cfg.env_kwargs).unwrapped
+    jobs = plan_jobs(cfg, base.task, base.schedule, resumable=True, resume=True)
+    assert [(j.mode, j.rollout, j.instance_ids) for j in jobs] == [("stateless", 1, [dropped["instance_id"]])]
