@@ -29,24 +29,31 @@ import numpy as np
 
 from clbench.agent import Agent
 from clbench.envs.poker.betting import Betting
-from clbench.envs.poker.cards import FULL_DECK, parse_card
+from clbench.envs.poker.cards import FULL_DECK, parse_cards
 from clbench.envs.poker.opponents import make_opponent
-from clbench.envs.poker.policy import CALL, CHECK, RAISE, Act, Decision, Policy, Spot
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Act, Decision, Policy, Spot
 from clbench.envs.poker.strength import all_combos, strength
 from clbench.envs.poker.table import STREETS
 
 BOARD_LEN = (0, 3, 4, 5)
+_STREET_NO = {name: i for i, name in enumerate(STREETS)}
+_new = tuple.__new__
+# count names, built once (observe runs after every hand)
+_FACED = {kind: f"faced_{kind}" for kind in (FOLD, CHECK, CALL, RAISE)}
+_OPEN_CHANCES = tuple(f"open_chances_{street}" for street in range(4))
+_OPENED = tuple(f"opened_{street}" for street in range(4))
+_CONTRADICTING = ("faced_FOLD", "faced_RAISE", *_OPENED)
 STATION, FIT_OR_FOLD, LAG = "calling_station", "fit_or_fold", "loose_aggressive"
 
 
 # ------------------------------------------------------------------ reading the table
 def hand_cards(table: dict) -> tuple[tuple, tuple]:
-    return tuple(parse_card(c) for c in table["hole"]), tuple(parse_card(c) for c in table["board"])
+    return parse_cards(table["hole"]), parse_cards(table["board"])
 
 
 def table_acts(table: dict) -> list[tuple[int, int, str, int]]:
     """The hand's betting as (street, player, kind, total); the agent is player 0."""
-    return [(STREETS.index(st), 0 if who == "you" else 1, kind, total) for st, who, kind, total in table["history"]]
+    return [(_STREET_NO[st], 0 if who == "you" else 1, kind, total) for st, who, kind, total in table["history"]]
 
 
 def replay(table: dict) -> Betting:
@@ -59,7 +66,8 @@ def replay(table: dict) -> Betting:
 
 def table_spot(table: dict) -> Spot:
     hole, board = hand_cards(table)
-    history = tuple(Act(st, p == 0, kind, total) for st, p, kind, total in table_acts(table))
+    # tuple.__new__: an Act without NamedTuple's slower __new__ (this runs at every decision)
+    history = tuple([_new(Act, (_STREET_NO[st], who == "you", kind, total)) for st, who, kind, total in table["history"]])
     return Spot(hole, board, table["pot"], table["to_call"], table["my_bet"], table["my_stack"],
                 table["opp_stack"], table["min_raise"], table["max_raise"], table["button"], table["blinds"][1],
                 history)
@@ -207,22 +215,24 @@ class OpponentModel:
         c["hands"] += 1
         b = Betting(0 if table["button"] else 1, table["stack"], *table["blinds"])
         shown = table.get("opp_hole")
-        opp_hole = tuple(parse_card(x) for x in shown) if shown else None
-        board = tuple(parse_card(x) for x in table["board"])
+        opp_hole = parse_cards(shown) if shown else None
+        board = parse_cards(table["board"])
+        opened = set()  # streets with a bet or raise so far
         for street, player, kind, total in table_acts(table):
             if player == 1:
-                to_call = b.legal()[0]
-                opened = any(st == street and k == RAISE for st, _, k, _ in b.log)
-                if to_call and (opened or street > 0):
+                to_call = b.bets[0] - b.bets[1]  # b.legal()[0]: the opponent is the player to act
+                if to_call and (street in opened or street > 0):
                     c["faced"] += 1
-                    c[f"faced_{kind}"] += 1
+                    c[_FACED[kind]] += 1
                     if opp_hole and kind == CALL and street > 0:
                         held = strength(opp_hole, board[:BOARD_LEN[street]])
                         c["sd_weak_calls"] += held.tier <= 1 and not held.draw
                 else:
-                    c[f"open_chances_{street}"] += 1
-                    c[f"opened_{street}"] += kind == RAISE
-            b.apply(Decision(kind, total))
+                    c[_OPEN_CHANCES[street]] += 1
+                    c[_OPENED[street]] += kind == RAISE
+            if kind == RAISE:
+                opened.add(street)
+            b.apply(_new(Decision, (kind, total)))
 
     def rate(self, hits: str, chances: str) -> float | None:
         n = self.counts[chances]
@@ -230,8 +240,7 @@ class OpponentModel:
 
     def contradicted_by(self, hand: "OpponentModel") -> bool:
         """One hand's counts show a "calling station" folding, betting or raising: it is not one any more."""
-        acts = ("faced_FOLD", "faced_RAISE", *(f"opened_{street}" for street in range(4)))
-        return self.style() == STATION and any(hand.counts[k] for k in acts)
+        return self.style() == STATION and any(hand.counts[k] for k in _CONTRADICTING)
 
     def style(self) -> str | None:
         c = self.counts
@@ -280,7 +289,9 @@ class PokerReference(Agent):
         if table and table["over"]:
             hand = OpponentModel()
             hand.observe(table)
-            model = self.models.setdefault(table["opponent"], OpponentModel())
+            model = self.models.get(table["opponent"])
+            if model is None:
+                model = self.models[table["opponent"]] = OpponentModel()
             if model.contradicted_by(hand):
                 model.counts = hand.counts  # the opponent has changed: what we knew about it is wrong
             else:

@@ -1,4 +1,4 @@
-"""DBExplore-v0 speed: cold database build, cached load and query-step latency.
+"""DBExplore-v1 speed: cold database build, cached load and query-step latency.
 
     python benchmarks/bench_dbexplore.py [--quick]
 

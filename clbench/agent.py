@@ -2,7 +2,7 @@
 
     agent.begin_instance(observation, info)
     while not done: action = agent.act(observation, info); observation, ... = env.step(action)
-    agent.end_instance(reward, info)
+    agent.end_instance(reward, info, observation)   # observation: the env's last, with the feedback
 
 A stateful rollout keeps one agent object for the whole schedule; the stateless pass builds a
 fresh agent for every instance. Agents that can be resumed implement `state_dict` /
@@ -11,7 +11,9 @@ fresh agent for every instance. Agents that can be resumed implement `state_dict
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from clbench.env import SpecCard
@@ -67,8 +69,9 @@ class Agent:
     def act(self, observation: str, info: dict) -> str:
         raise NotImplementedError
 
-    def end_instance(self, reward: float, info: dict) -> None:
-        """The instance ended with `reward` (info holds raw_metric, solved, ...)."""
+    def end_instance(self, reward: float, info: dict, observation: str = "") -> None:
+        """The instance ended with `reward` (info holds raw_metric, solved, ...). `observation` is
+        the env's terminal observation: the score, its parts and the env's feedback as text."""
 
     def pop_usage(self) -> Usage | None:
         """Model usage since the last call (None for agents that call no model)."""
@@ -97,6 +100,21 @@ class Agent:
             self.__dict__.update(new.__dict__)
             return
         raise NotImplementedError(f"{type(self).__name__} does not support memory event {event!r}")
+
+
+def end_instance(agent: Agent, reward: float, info: dict, observation: str) -> None:
+    """End an instance for `agent`, passing the terminal observation when its `end_instance` takes
+    one: agents written against the two-argument hook keep working."""
+    if _takes_observation(type(agent)):
+        agent.end_instance(reward, info, observation)
+    else:
+        agent.end_instance(reward, info)
+
+
+@cache
+def _takes_observation(cls: type) -> bool:
+    params = list(inspect.signature(cls.end_instance).parameters.values())[1:]  # after self
+    return any(p.name == "observation" or p.kind is p.VAR_POSITIONAL for p in params) or len(params) >= 3
 
 
 #: agents available for every env, by name -> "module:Class"

@@ -16,7 +16,7 @@ import json
 import pickle
 import re
 import string
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -26,12 +26,14 @@ from gymnasium import spaces
 from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import create_shared_memory
 
+from clbench.feedback import score_report
 from clbench.actions import ActionError, ToolCall, as_tool_call, extract_json, validate_call
 from clbench.schedule import Schedule, Slot
 
 # Everything an env emits is printable ASCII; anything else is escaped by `sanitize`.
 CHARSET = string.printable
 _OUTSIDE = re.compile("[^" + re.escape(CHARSET) + "]")
+_CHARSET_BYTES = CHARSET.encode("ascii")
 MAX_OBS_CHARS = 200_000
 MAX_ACTION_CHARS = 100_000
 #: lone surrogates (from JSON escapes such as "\ud800") have no UTF-8 encoding
@@ -42,7 +44,8 @@ PARSE_ERRORS = (ValueError, TypeError, OverflowError, RecursionError, UnicodeErr
 
 def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
     """Escape characters outside CHARSET (as \\uXXXX) and cap the length with a note."""
-    if _OUTSIDE.search(text):
+    # deleting every CHARSET byte leaves nothing for clean text: several times faster than the regex
+    if not (text.isascii() and not text.encode("ascii").translate(None, _CHARSET_BYTES)):
         text = _OUTSIDE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     if len(text) > limit:
         note = f"\n[... output truncated: {len(text) - limit + 200} characters omitted]"
@@ -60,10 +63,24 @@ def load_task_spec(domain: str, name: str = "default") -> dict:
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
+def _check_text(value) -> None:
+    """Encode every string inside `value` (keys too); UnicodeEncodeError on a lone surrogate."""
+    if isinstance(value, str):
+        if not value.isascii():
+            value.encode("utf-8")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k)
+            _check_text(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_text(v)
+
+
 def _require_unicode(call: ToolCall) -> None:
     """Refuse arguments with lone surrogates (JSON's "\\ud800"): no shell, file or database takes them."""
     try:
-        json.dumps(call.arguments, ensure_ascii=False, default=str).encode("utf-8")
+        _check_text(call.arguments)
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start:exc.end]
         raise ActionError(f"tool {call.tool!r}: the arguments contain \\u{ord(bad[0]):04x}, a lone surrogate "
@@ -109,25 +126,43 @@ class Outcome:
     extra: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class SpecCard:
-    """What an agent (and a researcher) is told about a task."""
+class SpecCard(dict):
+    """What an agent (and a researcher) is told about a task: a plain JSON object.
 
-    env_id: str
-    task: str
-    brief: str
-    reward: str
-    action_grammar: str
-    r_max: float
-    r_reference: float
-    instances: int
-    max_steps: int
-    variants: list[dict]
-    tools: list[dict]
-    schedule: str
+    A `dict` so that `json.dumps(env.unwrapped.spec_card)` works as is; the fields are also read
+    as attributes (`card.brief`). Fields: env_id, task, brief, reward, feedback (what the agent is
+    told when an instance ends), action_grammar, r_max, r_reference, instances, max_steps,
+    variants, tools, schedule.
+    """
+
+    FIELDS = ("env_id", "task", "brief", "reward", "feedback", "action_grammar", "r_max", "r_reference",
+              "instances", "max_steps", "variants", "tools", "schedule")
+
+    def __init__(self, **fields: Any):
+        missing, unknown = set(self.FIELDS) - set(fields), set(fields) - set(self.FIELDS)
+        if missing or unknown:
+            raise TypeError(f"SpecCard fields missing {sorted(missing)}, unknown {sorted(unknown)}")
+        super().__init__((k, fields[k]) for k in self.FIELDS)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a SpecCard's fields are items: card[name] = value")
+
+    def __reduce__(self):  # copy and pickle through the keyword constructor
+        return (_spec_card, (dict(self),))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """A deep, plain-dict copy."""
+        return copy.deepcopy(dict(self))
+
+
+def _spec_card(fields: dict) -> SpecCard:
+    return SpecCard(**fields)
 
 
 class InstanceSequenceEnv(gym.Env):
@@ -140,6 +175,8 @@ class InstanceSequenceEnv(gym.Env):
     domain: str = ""
     brief: str = ""
     reward_text: str = ""
+    #: what the terminal observation tells the agent, and why that much (the feedback policy)
+    feedback_text: str = ""
     action_grammar: str = ""
     max_steps: int = 1
     invalid_action_costs_step: bool = True
@@ -189,13 +226,15 @@ class InstanceSequenceEnv(gym.Env):
     def _on_invalid_cap(self) -> Outcome:
         """Called after `max_invalid_repeats` invalid actions in a row; default ends with 0."""
         return Outcome(
-            f"Too many invalid actions in a row ({self.max_invalid_repeats}); the instance ends with reward 0.",
+            f"Too many invalid actions in a row ({self.max_invalid_repeats}); the instance ends with reward 0.\n"
+            + score_report(0.0, f"{self.max_invalid_repeats} invalid actions in a row score 0"),
             done=True, reward=0.0, solved=False,
         )
 
     def _on_budget_exhausted(self) -> Outcome:
         """Called when the step budget runs out before the instance ended; default reward 0."""
-        return Outcome(f"Step budget of {self.max_steps} used up; the instance ends with reward 0.",
+        return Outcome(f"Step budget of {self.max_steps} used up; the instance ends with reward 0.\n"
+                       + score_report(0.0, "an instance not finished within its step budget scores 0"),
                        done=True, reward=0.0, solved=False)
 
     def latent(self) -> Any:
@@ -220,7 +259,7 @@ class InstanceSequenceEnv(gym.Env):
     def spec_card(self) -> SpecCard:
         return SpecCard(
             env_id=self.env_id, task=self.task, brief=self.brief, reward=self.reward_text,
-            action_grammar=self.action_grammar, r_max=self.r_max, r_reference=self.r_reference,
+            feedback=self.feedback_text, action_grammar=self.action_grammar, r_max=self.r_max, r_reference=self.r_reference,
             instances=len(self.schedule), max_steps=self.max_steps, variants=self.schedule.describe(),
             tools=self.tools, schedule=self.schedule.name,
         )

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 N_BOOT = 10_000
+#: replicates for the per-position curve bands: they are drawn, not read to the third decimal, and
+#: the (replicates x rollouts x positions) arrays grow with the schedule
+CURVE_BOOT = 1_000
 DEFAULT_WINDOW = 0.25
 HEADLINE = ("normalized_gain", "normalized_reward")
 SPLIT = ("plasticity", "stability")
@@ -174,10 +177,8 @@ def matrices(tr: TaskRecords, window: float) -> Matrices:
 
 def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     """Bootstrap multiplicities: how often each of `size` units is drawn in each replicate."""
-    draws = rng.integers(0, size, size=(n_boot, size))
-    w = np.zeros((n_boot, size))
-    np.add.at(w, (np.arange(n_boot)[:, None], draws), 1.0)
-    return w
+    # the counts of `size` uniform draws with replacement are multinomial (and far cheaper than add.at)
+    return rng.multinomial(size, np.full(size, 1.0 / size), size=n_boot).astype(float)
 
 
 def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
@@ -256,7 +257,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     out["per_variant"] = _per_variant(tr, sl_mean, m, window)
     out["shocks"] = shock_effects(tr)
     out["curves"] = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
-                            n_boot=min(n_boot, 2000))
+                            n_boot=min(n_boot, CURVE_BOOT))
     out["usage"] = _usage(tr)
     if keep_draws:
         out["draws"] = {name: draws[name] for name in AGGREGATED}

@@ -53,7 +53,8 @@ class RunProgress:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=5)
-        self._poll()
+        if not self.quiet:  # quiet shows nothing: reading back every record would be wasted
+            self._poll()
         if self._progress is not None:
             self._progress.stop()
 

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import warnings
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -63,22 +64,57 @@ def _finite(obj):
 
 def append_lines(path: Path, objs: Iterable[dict]) -> None:
     """Append whole JSON lines under an exclusive lock and flush them to the OS."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(dumps(o) + "\n" for o in objs).encode()
     if not data:
         return
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = _open_append(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            _repair_torn_tail(fd)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        _write_locked(fd, data)
     finally:
         os.close(fd)
+
+
+class AppendFiles:
+    """`append_lines` on files kept open between appends, at most `keep` at a time (least recently
+    used closed first). Every append is still one locked write to the OS, so what a killed process
+    leaves is the same; only the open (and mkdir) per append is saved, which cost more than the
+    write in a rollout. For one writer's lifetime (a job): call `close` when done."""
+
+    def __init__(self, keep: int = 8):
+        self.keep = keep
+        self._fds: dict[Path, int] = {}  # insertion order = least recently used first
+
+    def append(self, path: Path, objs: Iterable[dict]) -> None:
+        data = "".join(dumps(o) + "\n" for o in objs).encode()
+        if not data:
+            return
+        fd = self._fds.pop(path, None)
+        if fd is None:
+            fd = _open_append(path)
+        self._fds[path] = fd
+        if len(self._fds) > self.keep:
+            os.close(self._fds.pop(next(iter(self._fds))))
+        _write_locked(fd, data)
+
+    def close(self) -> None:
+        while self._fds:
+            os.close(self._fds.popitem()[1])
+
+
+def _open_append(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def _write_locked(fd: int, data: bytes) -> None:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        _repair_torn_tail(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _repair_torn_tail(fd: int) -> None:
@@ -174,6 +210,7 @@ def trajectory_path(run_dir: str | Path, task: str, system: str, mode: str, roll
     return base / f"{mode}-r{rollout}.jsonl"
 
 
+@lru_cache(maxsize=4096)
 def safe_name(name: str) -> str:
     """A file-name-safe form of a system or instance name."""
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)

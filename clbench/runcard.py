@@ -24,6 +24,15 @@ def run_card_schema() -> dict:
     return json.loads((importlib.resources.files("clbench") / "schemas" / "run_card.schema.json").read_text())
 
 
+@cache
+def _validator():
+    """One checked validator per process: re-checking the schema itself was most of a validation."""
+    schema = run_card_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 def git_sha() -> str | None:
     """The clbench source checkout's commit, when running from one."""
     here = Path(__file__).resolve().parent
@@ -140,7 +149,7 @@ def build_run_card(run_dir: str | Path, config: dict | None = None) -> dict:
                   for t in result["tasks"]},
         "aggregate": result["aggregate"],
     }
-    jsonschema.validate(json.loads(json.dumps(card, default=float)), run_card_schema())
+    _validator().validate(json.loads(json.dumps(card, default=float)))
     return card
 
 
@@ -151,4 +160,4 @@ def write_run_card(run_dir: str | Path, config: dict | None = None) -> dict:
 
 
 def validate_run_card(path: str | Path) -> None:
-    jsonschema.validate(json.loads(Path(path).read_text()), run_card_schema())
+    _validator().validate(json.loads(Path(path).read_text()))

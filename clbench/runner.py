@@ -22,10 +22,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from clbench.agent import make_agent
+from clbench.agent import end_instance, make_agent
 from clbench.schedule import Schedule
-from clbench.results import (RECORD_FORMAT, RESULTS_FILE, append_lines, iter_jsonl, read_json, record_key,
-                             safe_name, trajectory_path)
+from clbench.results import (RECORD_FORMAT, RESULTS_FILE, AppendFiles, append_lines, iter_jsonl, read_json,
+                             record_key, safe_name, trajectory_path)
 from clbench.results import _json_default  # the same numpy handling as the records
 
 
@@ -79,9 +79,13 @@ class LocalSink:
 
     def __init__(self, out: str | Path):
         self.out = Path(out)
+        self.files = AppendFiles()
 
     def append(self, rel: str, lines: list[dict]) -> None:
-        append_lines(self.out / rel, lines)
+        self.files.append(self.out / rel, lines)
+
+    def close(self) -> None:
+        self.files.close()
 
     def checkpoint(self, rel: str, line: bytes) -> None:
         append_checkpoint(self.out / rel, line)
@@ -135,7 +139,7 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
                          "reward": reward, "terminated": terminated, "truncated": truncated})
             if terminated or truncated:
                 break
-        agent.end_instance(reward, final_info)
+        end_instance(agent, reward, final_info, obs)  # obs: the terminal observation (feedback)
     except Exception as exc:  # a crashing agent loses the instance, not the run
         error = f"{type(exc).__name__}: {exc}"
         traj.append({"event": "error", "error": error, "traceback": traceback.format_exc(limit=8)})
@@ -198,7 +202,7 @@ _JOURNAL_MIN_BYTES = 1 << 20
 #: An instance is checkpointed whenever the budget allows (for agents that think for more than a few
 #: milliseconds, after every instance); resuming re-plays, and re-records, the instances after the
 #: newest checkpoint, as it always did for an instance finished just before a kill.
-CHECKPOINT_SHARE = 0.05
+CHECKPOINT_SHARE = 0.02
 
 
 def state_line(position: int, state) -> bytes:
@@ -317,11 +321,16 @@ def _run_stateless(job: Job, env, sink) -> list[dict]:
 def run_job(job: Job, sink=None) -> list[dict]:
     """Run one job in this process; its records are written through `sink` as they finish."""
     cfg = job.config
+    own = sink is None
     sink = sink or LocalSink(cfg.out)
-    env = cached_env(cfg.env_id, cfg.env_kwargs)
-    if job.mode == "stateful":
-        return _run_stateful(job, env, sink)
-    return _run_stateless(job, env, sink)
+    try:
+        env = cached_env(cfg.env_id, cfg.env_kwargs)
+        if job.mode == "stateful":
+            return _run_stateful(job, env, sink)
+        return _run_stateless(job, env, sink)
+    finally:
+        if own:
+            sink.close()
 
 
 # ---------------------------------------------------------------- planning and resume

@@ -15,6 +15,7 @@ import itertools
 import math
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import duckdb
@@ -165,6 +166,25 @@ def time_limit(con: duckdb.DuckDBPyConnection, timeout: float):
 
 def check_readonly(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Raise QueryRejected unless `sql` is exactly one SELECT-type statement."""
+    readonly_statement(con, sql)
+
+
+#: accepted query texts and their parsed statements, most recent last. A text always parses to the
+#: same statement, whatever the connection, so its verdict holds for good; executing a statement
+#: parsed before is also faster than executing the text (agents repeat catalog queries a lot)
+_ACCEPTED: OrderedDict[str, duckdb.Statement] = OrderedDict()
+_ACCEPTED_MAX = 1024
+_ACCEPTED_LOCK = threading.Lock()
+
+
+def readonly_statement(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.Statement:
+    """The one parsed SELECT-type statement of `sql` (else QueryRejected), to execute as it is:
+    what was checked is what runs, and the text is not parsed again by `execute`."""
+    with _ACCEPTED_LOCK:
+        statement = _ACCEPTED.get(sql)
+        if statement is not None:
+            _ACCEPTED.move_to_end(sql)
+            return statement
     if not sql.strip():
         raise QueryRejected("empty query")
     try:
@@ -176,6 +196,11 @@ def check_readonly(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
         raise QueryRejected(f"only read-only SELECT queries are allowed (got a {kind.name} statement)")
+    with _ACCEPTED_LOCK:
+        _ACCEPTED[sql] = statements[0]
+        if len(_ACCEPTED) > _ACCEPTED_MAX:
+            _ACCEPTED.popitem(last=False)
+    return statements[0]
 
 
 def format_rows(columns: list[str], rows: list[tuple], total: int, max_rows: int, max_chars: int,
@@ -201,12 +226,12 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float = 10.0,
     """Run one read-only query with a time limit; errors come back verbatim, never raised."""
     start = time.perf_counter()
     try:
-        check_readonly(con, sql)
+        statement = readonly_statement(con, sql)
     except QueryRejected as exc:
         return QueryResult(False, f"Rejected: {exc}", [], [], 0, 0.0, error=str(exc))
     try:
         with time_limit(con, timeout):
-            cur = con.execute(sql)
+            cur = con.execute(statement)
             columns = [d[0] for d in cur.description] if cur.description else []
             rows = cur.fetchmany(max_rows + 1)
             total = len(rows)

@@ -83,7 +83,7 @@ COUNTERPARTS = {
     "blind_spectrum_monitoring": "clbench/SpectrumMonitor-v1",
     "codebase_adaptation": "clbench/CodeRepair-v1",
     "cohort_studies": "clbench/CohortStudies-v1",
-    "database_exploration": "clbench/DBExplore-v0",
+    "database_exploration": "clbench/DBExplore-v1",
     "exploitable_poker": "clbench/Poker-v1",
     "sales_prediction": "clbench/SalesForecast-v1",
 }

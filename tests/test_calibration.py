@@ -3,7 +3,8 @@
 The random agent plays real rollouts through the runner (stateful rollouts and one stateless pass
 per rollout seed, seeded the same way) on short schedules, over many seeds. Its normalized-gain
 interval must contain 0 in at least 90% of the runs. Poker is where the random agent's rewards
-vary (chip results of random play); on SpectrumMonitor and CohortStudies it scores nothing, and
+vary most (chip results of random play); on SpectrumMonitor its random reports inside the band
+sometimes overlap the transmitting channels; on CohortStudies it never makes a valid report, and
 its interval must then be exactly [0, 0] rather than a gain made of seed noise.
 """
 from __future__ import annotations
@@ -32,21 +33,22 @@ def random_run(tmp_path, task: str, schedule: str, seed: int) -> dict:
 
 
 def test_random_agent_intervals_contain_zero(tmp_path):
-    covered, total, centres = 0, 0, []
-    for s in range(30):
-        m = random_run(tmp_path, "Poker", "short", seed=1000 * s)
-        assert m["stateless_passes"] == ROLLOUTS  # one stateless pass per rollout seed
-        lo, hi = m["normalized_gain"]["ci"]
-        covered += lo <= 0 <= hi
-        total += 1
-        centres.append(m["normalized_gain"]["mean"])
-    assert np.std(centres) > 0.05  # the random agent's results really vary from seed to seed
-    for task, seeds in (("SpectrumMonitor", 5), ("CohortStudies", 3)):
+    covered, total = 0, 0
+    for task, seeds in (("Poker", 30), ("SpectrumMonitor", 12)):
+        centres = []
         for s in range(seeds):
             m = random_run(tmp_path, task, "short", seed=1000 * s)
-            assert m["normalized_gain"]["ci"] == pytest.approx([0.0, 0.0]), task
-            covered += 1
+            assert m["stateless_passes"] == ROLLOUTS  # one stateless pass per rollout seed
+            lo, hi = m["normalized_gain"]["ci"]
+            covered += lo <= 0 <= hi
             total += 1
+            centres.append(m["normalized_gain"]["mean"])
+        assert np.std(centres) > 0.005, task  # the random agent's results really vary from seed to seed
+    for s in range(3):  # random calls never make a valid cohort report: exactly no gain, not seed noise
+        m = random_run(tmp_path, "CohortStudies", "short", seed=1000 * s)
+        assert m["normalized_gain"]["ci"] == pytest.approx([0.0, 0.0])
+        covered += 1
+        total += 1
     coverage = covered / total
     print(f"coverage of 0 by the 95% normalized-gain interval: {covered}/{total} = {coverage:.1%}")
     assert coverage >= 0.9

@@ -15,6 +15,7 @@ from clbench.agent import make_agent
 from clbench.agents.cohort import CohortReference, parse_columns
 from clbench.envs.cohort.codings import CodeCoding, NumericCoding, parse_conditions, parse_tag
 from clbench.envs.cohort.scoring import binary_kl_bits, information_gain_bits
+from clbench.feedback import format_score
 
 ENV = "clbench/CohortStudies-v1"
 
@@ -192,7 +193,11 @@ def test_reward_semantics(env):
     obs, r, term, trunc, info = env.step(call("submit_cohort_report", survival=flat))
     assert term and not trunc and r == pytest.approx(0.0, abs=1e-12)
     assert info["raw_metric"] == {"name": "information_gain_bits", "value": r}
-    assert "bits" not in obs and "reward" not in obs.lower()
+    # the score and its parts are told (v1); per cohort only a graded error, never a survival value
+    assert f"Instance score: {format_score(r)}" in obs
+    base_kl = binary_kl_bits(built.truth, built.baseline[None, :], env.eps).mean()
+    assert f"mean KL(true || baseline): {base_kl:.4f} bits" in obs and f"mean KL(true || your report): {base_kl:.4f}" in obs
+    assert all(f"  {c}: " in obs for c in env.cohorts) and not any(f"{p:.3f}" in obs for p in built.truth.ravel())
     env.reset(options={"instance": "HERALD-3"})
     truth = make_agent("oracle", env).latent["truth"]["HERALD-3"]
     *_, r_oracle, term, _, _ = env.step(call("submit_cohort_report", survival=truth))

@@ -1,4 +1,4 @@
-"""DBExplore-v0: real DuckDB files at a small scale (0.02, ~1000 products per group).
+"""DBExplore-v1: real DuckDB files at a small scale (0.02, ~1000 products per group).
 
 Env contract, the generated data's per-group conventions and the documented migration, the
 cache, reward semantics, hostile SQL, the scripted agents and the issue's must-show numbers.
@@ -6,6 +6,7 @@ The default-scale build time is a benchmark (benchmarks/bench_dbexplore.py), not
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import re
 import time
@@ -25,10 +26,12 @@ from clbench.envs.dbexplore.connections import close_connection, open_connection
 from clbench.rollout import run
 from clbench.runner import RunConfig, play_instance
 
-ENV = "clbench/DBExplore-v0"
+ENV = "clbench/DBExplore-v1"
 SCALE = 0.02
 RELEASE1_TABLES = {"items_g1", "items_g2", "items_g3", "fdbk_g1", "fdbk_g2", "fdbk_g3",
-                   "tax_g1", "tax_g2", "attr_g1", "attr_g3"}
+                   "tax_g1", "tax_g2", "attr_g1", "attr_g3", "ref_cd"}
+#: the status code that marks a soft-deleted row, per table (tasks/dbexplore/default.yaml)
+DELETED = {"items_g1": "D", "items_g2": "7", "items_g3": "X", "fdbk_g1": "1", "fdbk_g2": "R", "fdbk_g3": "9"}
 CHANGED_BY_MIGRATION = {"items_g2", "fdbk_g1", "fdbk_g3", "attr_g3_legacy", "itm_attr_g3"}
 
 
@@ -73,7 +76,7 @@ def _types(con, table):
 
 def test_check_env_and_three_ways_in(kwargs):
     check_env(gym.make(ENV, **kwargs).unwrapped)
-    assert gym.make("clbench:clbench/DBExplore-v0", **kwargs).unwrapped.env_id == ENV
+    assert gym.make("clbench:clbench/DBExplore-v1", **kwargs).unwrapped.env_id == ENV
     gym.register_envs(clbench)
 
 
@@ -122,6 +125,52 @@ def test_release1_hides_per_group_conventions(db):
     top, median = con.execute(
         "SELECT max(c), median(c) FROM (SELECT count(*) AS c FROM fdbk_g2 GROUP BY itm_id)").fetchone()
     assert top > 20 * median
+
+
+def test_soft_deletion_shows_only_in_the_code_lookup(db):
+    con = db[1]
+    assert _types(con, "items_g2")["st"] == "INTEGER" and _types(con, "items_g1")["st"] == "VARCHAR"
+    for table, dead in DELETED.items():
+        codes = dict(con.execute(f"SELECT cd, descr FROM ref_cd WHERE tbl = '{table}' AND col = 'st'").fetchall())
+        assert len(codes) == 3 and [c for c, d in codes.items() if "delet" in d and "still" not in d] == [dead]
+        shares = dict(con.execute(f"SELECT st::VARCHAR, count(*) / sum(count(*)) OVER () FROM {table} GROUP BY 1")
+                      .fetchall())
+        assert set(shares) == set(codes)
+        # three codes in use, the deleted one a minority but not the rarest for items: no shortcut by counts
+        assert 0.04 < shares[dead] < max(shares.values()) and min(shares.values()) > 0.04
+        if table.startswith("items"):
+            assert 0.04 < shares[dead] < 0.2 and shares[dead] < sorted(shares.values())[1]
+    # a guess that every description mentioning deletion marks deleted rows fails on half the tables
+    mention = con.execute("SELECT count(*) FROM ref_cd WHERE descr ILIKE '%delet%'").fetchone()[0]
+    assert mention == len(DELETED) + 3
+    # a deleted item's reviews are deleted too
+    for g in ("g1", "g2", "g3"):
+        live_reviews_of_dead_items = _one(con, f"SELECT count(*) FROM fdbk_{g} f JOIN items_{g} i USING (itm_id) "
+                                               f"WHERE i.st::VARCHAR = '{DELETED['items_' + g]}' "
+                                               f"AND f.st::VARCHAR <> '{DELETED['fdbk_' + g]}'")
+        assert live_reviews_of_dead_items == 0
+    # the catalog says nothing about the codes
+    comments = " ".join(str(r[0]) for r in con.execute(
+        "SELECT comment FROM duckdb_columns() UNION ALL SELECT comment FROM duckdb_tables()").fetchall())
+    assert "delet" not in comments.lower()
+
+
+def test_every_answer_is_distinct_and_depends_on_soft_deletion(env, db):
+    from clbench.agents.dbexplore import parse_question
+    from clbench.envs.dbexplore.logical import compile_sql
+
+    truths = {qid: _truth(env, db, qid) for qid in env.questions}
+    for a, b in ((a, b) for a in truths for b in truths if a != b):
+        qa, qb = env.questions[a], env.questions[b]
+        assert qa.answer_type != qb.answer_type or not qb.is_correct(truths[a], truths[b]), (a, b)
+    latent = env.latent()["releases"]
+    changed = 0
+    for qid, q in env.questions.items():
+        lq = parse_question(q.text)
+        blind = dict(latent[str(q.release)][lq.group], item_live="TRUE", review_live="TRUE")
+        value = db[q.release].execute(compile_sql(lq, blind)).fetchall()[0][0]
+        changed += not q.is_correct(q.parse(value), truths[qid])
+    assert changed >= 36  # ignoring deleted rows gives a wrong answer (two top-1 names may survive it)
 
 
 def test_release2_applies_the_documented_migration(db):
@@ -184,10 +233,10 @@ def test_parallel_workers_share_one_build(tmp_path):
     assert a == b
     files = sorted(p.name for p in (tmp_path / "dbexplore").rglob("*.duckdb*"))
     assert files == ["release1.duckdb", "release2.duckdb"]  # no half-built leftovers
-    assert len(_file_contents(a[2])) == 11
+    assert len(_file_contents(a[2])) == 12
 
 
-def test_reward_is_the_saved_query_budget(env, db):
+def test_reward_decays_with_every_query_after_the_first(env, db):
     truth = _truth(env, db, "q02")
     env.reset(options={"instance": "q02", "stateless": True})
     for _ in range(3):
@@ -195,11 +244,11 @@ def test_reward_is_the_saved_query_budget(env, db):
         assert not term and r == 0.0
     assert info["steps_left"] == 13
     obs, r, term, trunc, info = env.step(f"ANSWER: {truth}")
-    assert term and not trunc and r == pytest.approx(1 - 2 / 15) and info["instance_reward"] == r
+    assert term and not trunc and r == pytest.approx(0.8 ** 2) and info["instance_reward"] == r
     assert info["raw_metric"] == {"name": "queries_used", "value": 3.0} and info["solved"]
     # the one query that computes the answer is free
     env.reset(options={"instance": "q02"})
-    env.step("QUERY: SELECT count(*) FROM items_g1 WHERE prc > 50")
+    env.step("QUERY: SELECT count(*) FROM items_g1 WHERE prc > 50 AND st <> 'D'")
     assert env.step(f'{{"tool": "answer", "arguments": {{"value": {truth}}}}}')[1] == 1.0
     env.reset(options={"instance": "q02"})
     obs, r, term, *_ , info = env.step(f"ANSWER: {truth + 1}")
@@ -211,14 +260,63 @@ def test_grading_by_answer_type(env, db):
         env.reset(options={"instance": qid, "stateless": True})
         return env.step(f"ANSWER: {answer}")[1]
 
-    avg = _truth(env, db, "q01")  # float: within max(0.01, 1% relative)
-    assert score("q01", avg * 1.009) == 1.0 and score("q01", avg * 1.02) == 0.0
+    avg = _truth(env, db, "q01")  # float: within max(0.01, 0.1% relative)
+    assert score("q01", avg * 1.0009) == 1.0 and score("q01", avg * 1.003) == 0.0
     assert score("q01", f"${avg:,.4f}") == 1.0
     count = _truth(env, db, "q03")  # int: exact
     assert score("q03", f"{count}.0") == 1.0 and score("q03", count + 1) == 0.0
     name = _truth(env, db, "q10")  # text: case- and space-insensitive
     assert score("q10", "  " + name.upper().replace(" ", "   ") + " ") == 1.0
     assert score("q10", "Nonexistent Category") == 0.0
+
+
+def test_terminal_observation_states_score_parts_and_expected_answer(env, db):
+    truth = _truth(env, db, "q09")
+    env.reset(options={"instance": "q09", "stateless": True})
+    env.step("QUERY: SELECT 1")
+    obs, r, term, *_ = env.step(f"ANSWER: {truth}")
+    assert term and r == 1.0  # the query that computes the answer is free
+    assert f"is correct; the expected answer was {truth:.6g}" in obs and "- queries used: 1 of 15" in obs
+    assert "Instance score: 1.0000 (" in obs and "- reward: 0.8 ** max(0, 1 - 1) = 1.0000" in obs
+    env.reset(options={"instance": "q09", "stateless": True})
+    for _ in range(2):
+        env.step("QUERY: SELECT 1")
+    obs, r, *_ = env.step(f"ANSWER: {truth}")
+    assert r == pytest.approx(0.8) and "- reward: 0.8 ** max(0, 2 - 1) = 0.8000" in obs
+    env.reset(options={"instance": "q09", "stateless": True})
+    obs, r, *_ = env.step("ANSWER: 1.5")
+    assert r == 0.0 and "is incorrect; the expected answer was" in obs and f"{truth:.6g}" in obs
+    assert "Instance score: 0.0000 (" in obs and "- reward: 0 (a wrong answer scores 0)" in obs
+    card = env.spec_card
+    assert "expected answer" in card.feedback and "0.8 ** max(0, queries - 1)" in card.reward
+    assert json.loads(json.dumps(card)) == dict(card)
+
+
+def test_brief_states_every_scoring_rule_and_a_rejected_query_costs_one(env):
+    obs, info = env.reset(options={"instance": "q02", "stateless": True})
+    for rule in ("0.8 ** max(0, queries - 1)", "including rejected and failing ones",
+                 "an unparseable reply, an empty query or an answer of the wrong type costs no query",
+                 "3 such replies in a row end the question with 0", "soft-deleted", "15 queries"):
+        assert rule in obs, rule
+    obs = env.step("QUERY: DROP TABLE items_g1")[0]
+    assert obs.startswith("Rejected:") and "[query 1 of 15 used; 14 left]" in obs
+    obs, r, term, trunc, info = env.step("no command here")
+    assert "Invalid action" in obs and not term and info["steps_left"] == 15  # 14 queries + the answer
+
+
+def test_careful_memoryless_explorer_stays_below_0_7_r_max(env, kwargs):
+    # Catalog, one probe folding every convention the question's tables need, answer: all 40
+    # correct, yet 0.8 ** 2 each, because no convention can be read off the catalog alone.
+    rewards, queries = [], []
+    for slot in env.schedule.order(0):
+        agent = make_agent("explorer", env)
+        obs, info = env.reset(options={"instance": slot.instance_id, "stateless": True})
+        out = play_instance(env, agent, obs, info, [])
+        assert out["solved"], slot.instance_id
+        rewards.append(out["reward"])
+        queries.append(info["step"])
+    assert np.mean(rewards) <= 0.7 * env.r_max and np.mean(rewards) == pytest.approx(0.64)
+    assert np.mean(rewards) > env.r_reference  # folding discovery beats the step-by-step reference
 
 
 def test_invalid_actions_cost_no_query_but_are_capped(env):
@@ -256,7 +354,7 @@ def test_observation_brief_notice_and_result_caps(env):
     assert "data analyst" in obs and "15 queries" in obs and "QUERY:" in obs
     assert "Database: release 1." in obs and "Notice" not in obs and "Answer type: int" in obs
     assert env.questions["q06"].text in obs
-    obs = env.step("QUERY: SELECT * FROM fdbk_g1")[0]
+    obs = env.step("QUERY: SELECT rv_id, rtg FROM fdbk_g1")[0]
     assert "[showing 50 of" in obs and len(obs.splitlines()) == 53
     obs = env.step("QUERY: SELECT repeat('x', 10000) AS long")[0]
     assert "output cut at 4000 characters" in obs
@@ -344,6 +442,15 @@ def test_calibration_at_default_scale(kwargs):  # 10-20 s: builds and plays the 
     env = gym.make(ENV).unwrapped
     assert stateless_mean(ENV, "oracle", full) == pytest.approx(env.r_max, abs=1e-6)
     assert stateless_mean(ENV, "reference", full) == pytest.approx(env.r_reference, abs=1e-6)
+    assert stateless_mean(ENV, "explorer", full) <= 0.7 * env.r_max
+    paths = gym.make(ENV, **full).unwrapped.database_paths()
+    cons = {r: open_connection(p) for r, p in paths.items()}
+    truths = {qid: q.answer(cons[q.release]) for qid, q in env.questions.items()}
+    for r, con in cons.items():
+        close_connection(paths[r], con)
+    for a, b in ((a, b) for a in truths for b in truths if a != b):  # no question accepts another's answer
+        qa, qb = env.questions[a], env.questions[b]
+        assert qa.answer_type != qb.answer_type or not qb.is_correct(truths[a], truths[b]), (a, b)
 
 
 def _stateful_queries(kwargs, seed=0):

@@ -17,6 +17,7 @@ from clbench.commands.calibrate import stateless_mean
 from clbench.envs.salesforecast.generator import generate_world, make_instance
 from clbench.envs.salesforecast.scoring import skill, wape
 from clbench.envs.salesforecast.workspace import host_python_runtime
+from clbench.feedback import format_score
 from clbench.rollout import run
 from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
@@ -169,10 +170,15 @@ def test_reward_is_floored_wape_skill(env):
     obs, r, term, trunc, info = env.step(_submit(half))
     assert term and not trunc and r == pytest.approx(0.5) and info["raw_metric"]["name"] == "wape"
     assert info["raw_metric"]["value"] == pytest.approx(0.5) and not info["solved"]
+    # feedback (v2): the score, and realised units of the forecast year only (later years are asked again)
+    year = min(y for _, _, y in actual)
+    assert f"Instance score: {format_score(r)}" in obs and "WAPE: 0.5000" in obs
+    shown = [line for line in obs.splitlines() if line.startswith("  P")]
+    assert sorted(shown) == sorted(f"  {p} {st} | {a / 2:.1f} | {a}" for (p, st, y), a in actual.items() if y == year)
     env.reset()
     actual = {c: world.sales[c] for c in _cells(env)}
     obs, r, term, trunc, info = env.step(_submit(actual))
-    assert r == pytest.approx(1.0) and info["solved"] and "score for forecast year 2028" in obs
+    assert r == pytest.approx(1.0) and info["solved"] and "Forecast for 2028-2032 accepted" in obs
     env.reset()
     wild = {c: 1e6 for c in _cells(env)}
     obs, r, *_ , info = env.step(_submit(wild))
@@ -244,7 +250,7 @@ def test_reference_learns_from_its_panel(env):
         log += _play(env, agent, obs, info)[1]
     env.reset()
     assert "store-years 4" in log[-2] and "57 panel.csv" in env.step("wc -l panel.csv")[0]  # 4 x 14 rows
-    scores = [float(o.rsplit(": ", 1)[1]) for o in log if o.startswith("Forecast for")]
+    scores = [float(o.split("Instance score: ", 1)[1].split()[0]) for o in log if o.startswith("Forecast for")]
     assert len(scores) == 4 and np.mean(scores[1:]) > env.unwrapped.r_reference + 0.1
 
 

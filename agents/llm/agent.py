@@ -4,7 +4,10 @@ Prompt at every step = system message (task brief, reward, how to act, the memor
 + the memory's earlier conversation (if any) + this instance's transcript. Actions are native
 tool calls when the endpoint takes `tools` (a call becomes the env action
 `{"tool": name, "arguments": {...}}`), else the reply text in the env's grammar. With
-tools="auto" an endpoint that rejects tools switches the agent to text for good.
+tools="auto" an endpoint that rejects tools switches the agent to text for good. The env's
+terminal observation (the score, its parts and the grader's feedback) arrives with
+`end_instance` and is kept with the reward in the finished episode, so every memory system sees
+it: the transcript memories show it, the others learn from it in their updates.
 
 Failures: a call that fails after the client's retries raises `LLMCallError` from `act()`; the
 runner scores that instance 0 with the error kept and goes on. An empty reply or a tool call
@@ -173,10 +176,12 @@ class LLMAgent(Agent):
         self._steps.append([observation, action])
         return action
 
-    def end_instance(self, reward: float, info: dict) -> None:
+    def end_instance(self, reward: float, info: dict, observation: str = "") -> None:
         # the memory learns from this episode when the next instance begins: a stateless agent (one
-        # instance, then discarded) and the last instance of a rollout pay for no useless update
-        self._pending = Episode(self._instance_id, self._header, self._steps, float(reward), info.get("raw_metric"))
+        # instance, then discarded) and the last instance of a rollout pay for no useless update.
+        # `observation` is the env's terminal feedback, kept with the reward.
+        self._pending = Episode(self._instance_id, self._header, self._steps, float(reward), info.get("raw_metric"),
+                                feedback=observation or "")
         self._transcript, self._steps = [], []
 
     def _learn(self) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.feedback import score_report
 from clbench.envs.coderepair.checkout import agent_checkout, normalize_tree
 from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
 from clbench.envs.coderepair.issues import Issue, load_issue
@@ -47,7 +48,16 @@ class CodeRepairEnv(InstanceSequenceEnv):
     ## Observation Space
     `Text` (printable ASCII): first the issue report with the repository and the rules; then
     `<returncode>N</returncode>` and `<output>...</output>` of each command (stdout, then
-    stderr, each cut to its head and tail with a note; a note when the sandbox killed it).
+    stderr, each cut to its head and tail with a note; a note when the sandbox killed it); after
+    the submission, the score and feedback.
+
+    ## Feedback
+    The terminal observation states the score and its parts (steps to submit, the verdict with
+    how many issue and other tests pass, the source files graded and the changed files ignored),
+    and the ids and outcomes of the tests that did not pass (the first 20): what CI tells an
+    engineer about a pull request. The hidden tests' code and the true fix are not shown: each
+    issue is played once per rollout and they answer no other issue, but they are the issue's
+    answer key, and a test id already says what failed.
 
     ## Rewards
     On submission the workspace diff below the package's source folder (test and other files
@@ -87,7 +97,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     ## Version History
     - v0: 19 issues (tablib 3.5.0, tenacity 8.2.3), 40 steps, efficiency reward.
     - v1: tamper-proof grading (tampering scores 0), checkouts whose files all look alike, an
-      honest scripted reference (r_reference recalibrated).
+      honest scripted reference (r_reference recalibrated); the terminal observation states the
+      score, its parts and the failing tests (see Feedback; released with v1, rewards unchanged).
     """
 
     env_id = "clbench/CodeRepair-v1"
@@ -98,7 +109,13 @@ class CodeRepairEnv(InstanceSequenceEnv):
              "repositories, so knowledge of their layout, tests and conventions transfers. (The scripted "
              "reference sees only what an agent sees and fixes 3 of the 19 issues on its own.)")
     reward_text = ("1 - (steps_to_submit - 1)/40 when every FAIL_TO_PASS and PASS_TO_PASS test passes "
-                   "after submission, else 0; 0 when the code under test tampers with the test run")
+                   "after submission, else 0; 0 when the code under test tampers with the test run. Only changes "
+                   "inside the package's source folder are graded (tests, conftest.py, site files and the like are "
+                   "ignored). Every command costs a step, an empty or invalid reply too; 3 invalid replies in a row "
+                   "or 40 steps without submitting end the issue with 0")
+    feedback_text = ("After submission: the score and its parts (steps to submit, issue and other tests passing, "
+                     "source files graded, changed files ignored) and the ids and outcomes of the tests that did not "
+                     "pass (first 20). The hidden tests' code and the true fix are not shown.")
     action_grammar = ("One bash command per message (or a ```bash fenced block), or JSON "
                       '{"tool": "bash", "arguments": {"command": "..."}} / {"tool": "submit", "arguments": {}}. '
                       "Submit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (alone) or the submit tool.")
@@ -223,7 +240,14 @@ class CodeRepairEnv(InstanceSequenceEnv):
         evaluation = self.evaluate(issue, self._sandbox.changes())
         reward = 1.0 - (steps - 1) / self.max_steps if evaluation.resolved else 0.0
         regret = float(steps - 1 if evaluation.resolved else self.max_steps)
-        return Outcome(f"{prefix}Submitted after {steps} steps. {evaluation.summary()}. Reward {reward:.3f}.",
+        failing = [f"  {i}: {v}" for i, v in {**evaluation.fail_to_pass, **evaluation.pass_to_pass}.items()
+                   if v != "PASSED"]
+        report = score_report(reward, f"1 - (steps_to_submit - 1)/{self.max_steps} if resolved, else 0", [
+            ("steps to submit", f"{steps} of {self.max_steps}"), ("verdict", evaluation.summary()),
+            ("source files graded", ", ".join(evaluation.applied) or "none (no change below the source folder)"),
+            ("changed files ignored", ", ".join(evaluation.ignored) or "none")],
+            [f"Tests that did not pass ({len(failing)}; the first 20):", *failing[:20]] if failing else [])
+        return Outcome(f"{prefix}Submitted after {steps} steps. {evaluation.summary()}. Reward {reward:.3f}.\n{report}",
                        done=True, reward=reward, raw_metric=("issue_regret", regret), solved=evaluation.resolved,
                        extra={"tampering": evaluation.tampering,
                               "details": {"evaluation": evaluation.summary(), "changed_files": evaluation.applied,

@@ -18,7 +18,8 @@ from clbench.envs.cohort import views
 from clbench.envs.cohort.codings import quote_ident, sql_literal
 from clbench.envs.cohort.km import km_at
 from clbench.envs.cohort.population import Population
-from clbench.envs.cohort.scoring import information_gain_bits
+from clbench.envs.cohort.scoring import binary_kl_bits, information_gain_bits
+from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
 from clbench.sqlguard import QueryRejected, check_readonly, connect_readonly, run_query, time_limit
 
@@ -89,14 +90,25 @@ class CohortStudiesEnv(InstanceSequenceEnv):
 
     ## Observation Space
     `Text` (printable ASCII): the instance brief (standard variables, cohorts, tools), then each
-    tool's output or an error saying what was wrong.
+    tool's output or an error saying what was wrong; after the report, its score and feedback.
+
+    ## Feedback
+    The terminal observation states the score and its two parts (mean KL of the baseline and of
+    the report against the truth, in bits), and per cohort a graded error (close: KL < 0.002
+    bits, off: < 0.01, far off: more), whether the survival reported was too high or too low on
+    average over the three time points, and whether the cohort beat the baseline: what a
+    follow-up of the published cohorts would tell the epidemiologist. The true survival values
+    are not shown, nor exact per-cohort errors: every region recurs in every study and the 36
+    cohorts are the same, so values would answer later instances outright, and exact errors of a
+    few reports would pin them down; across regions either would give away the latent patient
+    types.
 
     ## Rewards
     Information gain in bits over the flat baseline that reports the study's overall Kaplan-Meier
     survival for every cohort: mean binary KL(true || baseline) - mean KL(true || report) over
     36 cohorts x 3 time points, all probabilities clipped to [0.001, 0.999]. "True" is the exact
     population survival of the cohort in the study's region under the latent Weibull mixture.
-    0 on every other step; no score is shown. raw_metric = ("information_gain_bits", value).
+    0 on every other step. raw_metric = ("information_gain_bits", value).
     r_max is the oracle's (true survival) mean; r_reference the stateless reference's mean.
 
     ## Episode End
@@ -112,9 +124,12 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     of the spec; files are written to a temp name and renamed, so parallel workers can share it).
 
     ## Version History
-    * v0: initial release.
     * v1: `cog_score` shared by MERIDIAN, FORGE (re-coded as errors, tagged) and CADENCE
       (untagged): real concept drift; r_max and r_reference recalibrated.
+      The terminal observation carries the score, its parts and per-cohort feedback (see
+      Feedback; v0 said only "Report recorded"); the brief states the call budget, what invalid
+      calls cost and that no report scores 0.
+    * v0: initial release.
     """
 
     env_id = "clbench/CohortStudies-v1"
@@ -128,13 +143,22 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         "different variables and name and code them differently; each column description ends with a "
         "[standard: ...] tag stating how the column relates to a standard variable, except for a column shared "
         "with earlier studies, which is coded as the consortium's data dictionary (the last tag given for that "
-        "column name) says. The same kinds of patients appear in every study."
+        "column name) says. The same kinds of patients appear in every study. You have 20 tool calls per "
+        "instance, the report included; the report is final and ends the instance. An invalid call (unknown "
+        "tool, bad arguments, malformed report) costs a call and three in a row end the instance; an instance "
+        "that ends without a report scores 0 (as reporting the baseline would)."
     )
     reward_text = (
         "Information gain in bits over the flat baseline that reports the study's overall Kaplan-Meier survival "
         "for every cohort: mean binary KL(true || baseline) - mean KL(true || report) over 36 cohorts x 3 time "
         "points, probabilities clipped to [0.001, 0.999]. True = population survival of the cohort in the region."
     )
+    feedback_text = (
+        "After the report: the score and its parts (mean KL of the baseline and of your report against the "
+        "truth, bits) and per cohort a graded error (close < 0.002 bits KL, off < 0.01, far off), whether your "
+        "survival was too high or too low on average, and whether it beat the baseline. True values and exact "
+        "per-cohort errors are never shown: regions and cohorts recur across studies, so they would answer later "
+        "instances.")
     action_grammar = (
         'Call a tool with JSON {"tool": "query_sql", "arguments": {"sql": "SELECT ..."}} or as text '
         "`TOOL_NAME: {json arguments}` (e.g. `get_database_metadata`, `query_sql: SELECT count(*) FROM patients`, "
@@ -393,8 +417,26 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         if values.min() < 0 or values.max() > 1:
             raise ActionError("probabilities must lie in [0, 1]")
         gain = information_gain_bits(self._current.truth, self._current.baseline, values, self.eps)
-        return Outcome(f"Report recorded for {len(self.cohorts)} cohorts. This instance is over.", done=True,
+        return Outcome(f"Report recorded for {len(self.cohorts)} cohorts. This instance is over.\n"
+                       + self._feedback(gain, values), done=True,
                        reward=gain, raw_metric=("information_gain_bits", gain), solved=gain > 0)
+
+    def _feedback(self, gain: float, report: np.ndarray) -> str:
+        """Graded per-cohort error and its direction; never the true survival (Feedback)."""
+        truth = self._current.truth
+        base_kl = binary_kl_bits(truth, np.broadcast_to(self._current.baseline, truth.shape), self.eps).mean(axis=1)
+        report_kl = binary_kl_bits(truth, report, self.eps).mean(axis=1)
+        bias = (np.clip(report, self.eps, 1 - self.eps) - np.clip(truth, self.eps, 1 - self.eps)).mean(axis=1)
+        lines = ["Per cohort (follow-up of the published cohorts; error graded by your KL: close < 0.002 bits, "
+                 "off < 0.01, far off beyond; true survival values are not shown):"]
+        for cid, kl, b, better in zip(self.cohorts, report_kl, bias, report_kl < base_kl):
+            grade = "close" if kl < 0.002 else "off" if kl < 0.01 else "far off"
+            lines.append(f"  {cid}: {grade}, {'too high' if b > 0 else 'too low' if b < 0 else 'exact'}, "
+                         f"{'beat' if better else 'did not beat'} the baseline")
+        return score_report(gain, "information gain in bits over the flat baseline", [
+            ("mean KL(true || baseline)", f"{base_kl.mean():.4f} bits"),
+            ("mean KL(true || your report)", f"{report_kl.mean():.4f} bits"),
+            ("gain = baseline KL - report KL", f"{base_kl.mean() - report_kl.mean():.4f} bits")], lines)
 
     # ------------------------------------------------------------------ cleanup
     def _close_connection(self) -> None:

@@ -1,10 +1,11 @@
-"""DBExplore-v0: answer questions about an unfamiliar, obfuscated DuckDB database with SQL."""
+"""DBExplore-v1: answer questions about an unfamiliar, obfuscated DuckDB database with SQL."""
 from __future__ import annotations
 
 import re
 
 from clbench.actions import ActionError, ToolCall, parse_prefixed, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
 from clbench.sqlguard import run_query
 from clbench.envs.dbexplore.cache import database_paths
@@ -21,13 +22,20 @@ class DBExploreEnv(InstanceSequenceEnv):
     ## Description
     An analyst answers 40 questions about an unfamiliar product-review database (DuckDB,
     read-only) by issuing SQL. Three product groups (office products, electronics, musical
-    instruments; ~50k products each at scale 1.0 with power-law review counts) share ten tables
+    instruments; ~50k products each at scale 1.0 with power-law review counts) share eleven tables
     with abbreviated names (`items_g1`, `fdbk_g2`, `tax_g1`, `attr_g3`, columns like `prc`, `rtg`,
     `vrf`, `ts`, `hlp_ct`) that hide per-group conventions: electronics prices in integer cents,
     review times as epoch milliseconds, epoch seconds or ISO text, verified flags encoded three
     ways, no attributes table for electronics, no taxonomy table for instruments, stale review
-    statistics for part of the items. These conventions are the latent structure. After question
-    20 the database is migrated (release 2): new current-price column for electronics, a partial
+    statistics for part of the items. Every items and reviews table has a coded status column
+    `st` whose codes (letters or integers, different per table) mean active, still-listed or
+    soft-deleted; only the lookup table `ref_cd` says which is which (a keyword does not: some
+    kept codes read "deletion requested - still listed"), and soft-deleted rows (and the reviews
+    of deleted items) are in no answer. No convention can be read off the catalog
+    alone: a memoryless analyst needs the catalog, then a look at the data or the lookup, then the
+    answer, and each extra query costs a fifth of the reward (the `explorer` agent plays exactly
+    that: 0.64 per question). These conventions are the latent structure. After question 20 the
+    database is migrated (release 2): new current-price column for electronics, a partial
     re-audited verification column for office reviews, instrument review dates split into year
     and month with part of the old values nulled, the instrument attributes table renamed to
     `attr_g3_legacy` (rows dropped) with a new canonical table. Post-migration questions say that
@@ -46,10 +54,22 @@ class DBExploreEnv(InstanceSequenceEnv):
     type; after each query its result or the verbatim SQL error and the queries left.
 
     ## Rewards
-    A correct answer scores `1 - max(0, queries - 1) / 15` (the query computing the answer is free,
-    so an analyst who knows the schema scores 1.0); a wrong answer, a 16th query or no answer
-    scores 0. Integers must match exactly, floats within max(tolerance, 1% relative), text case-
-    and space-insensitively. raw_metric = ("queries_used", n). r_max = 1.0 (oracle).
+    A correct answer scores `0.8 ** max(0, queries - 1)` (the query computing the answer is free,
+    so an analyst who knows the schema scores 1.0; every further query multiplies the reward by
+    0.8, so rediscovering the schema hurts); a wrong answer, a 16th query or no answer scores 0.
+    Every SQL statement sent counts as a query, including rejected and failing ones; unparseable
+    replies, empty queries and answers of the wrong type do not. Integers must match exactly,
+    floats within max(tolerance, 0.1% relative), text case- and space-insensitively.
+    raw_metric = ("queries_used", n). r_max = 1.0 (oracle).
+
+    ## Feedback
+    The terminal observation states whether the answer was correct, the queries used, the
+    formula and the reward. After an answer it also gives the expected answer of this question:
+    an analyst whose number is checked learns the right number, and no other question shares it
+    (all 40 answers differ), so it hands over nothing about a later question, only the evidence
+    that the agent's reading of the schema was wrong. After the query budget runs out or after
+    three invalid replies in a row it says so, without the expected answer (nothing was answered).
+    With `cycle=True` the schedule repeats, and so would the answers it revealed.
 
     ## Episode End
     One episode is one question. It terminates on an answer, or with reward 0 on a 16th query or
@@ -65,20 +85,33 @@ class DBExploreEnv(InstanceSequenceEnv):
 
     ## Version History
     * v0: initial release.
+    * v1: coded soft-delete status columns with a code lookup table (`ref_cd`), reward
+      `0.8 ** (queries - 1)` instead of `1 - (queries - 1)/15`, all 40 answers distinct, the
+      terminal observation states the expected answer and the formula, the brief states every
+      scoring rule, floats graded within max(tolerance, 0.1%) instead of 1%, q19 asks about 2013
+      (not 2017), and an `explorer` agent (careful, memoryless: 0.64 per question).
     """
 
-    env_id = "clbench/DBExplore-v0"
+    env_id = "clbench/DBExplore-v1"
     task = "dbexplore"
     domain = "dbexplore"
     brief = (
         "You are a data analyst. Answer questions about an unfamiliar product-review database (DuckDB SQL, "
         "read-only) by querying it. Nothing about the schema is documented except what the database itself "
         "holds (catalog functions such as duckdb_tables() and duckdb_columns(), DESCRIBE, SUMMARIZE, sample "
-        "rows). Tables, columns and value formats may differ between product groups. Questions come one at a "
-        "time; what you learn about the database stays true until it is migrated."
+        "rows). Tables, columns and value formats may differ between product groups. Some rows are soft-deleted: "
+        "a coded status column marks them and the database records what each code means; soft-deleted rows "
+        "(and the reviews of a deleted product) are part of no answer. Questions come one at a time; what you "
+        "learn about the database stays true until it is migrated."
     )
-    reward_text = ("correct answer: 1 - max(0, queries - 1)/15 (the query that computes the answer is free); "
-                   "wrong answer, a 16th query or no answer: 0")
+    reward_text = ("correct answer: 0.8 ** max(0, queries - 1) (the query that computes the answer is free; each "
+                   "further query multiplies the reward by 0.8); wrong answer, a 16th query or no answer: 0. Every "
+                   "SQL statement sent counts as a query, including rejected and failing ones; an unparseable reply, "
+                   "an empty query or an answer of the wrong type costs no query, but 3 such replies in a row end "
+                   "the question with 0")
+    feedback_text = ("when a question ends: correct or not, queries used, the formula and the reward; after an answer "
+                     "also this question's expected answer (every question's answer is different, so it reveals "
+                     "nothing about another question)")
     action_grammar = ("Reply with exactly one of: 'QUERY: <one SQL SELECT statement>' or 'ANSWER: <value>' "
                       "(or the JSON tool calls query_sql {\"sql\": ...} / answer {\"value\": ...}).")
     max_steps = 16  # 15 queries plus the answer (set from the task spec in __init__)
@@ -89,6 +122,7 @@ class DBExploreEnv(InstanceSequenceEnv):
     agents = {
         "reference": "clbench.agents.dbexplore:DBExploreReference",
         "oracle": "clbench.agents.dbexplore:DBExploreOracle",
+        "explorer": "clbench.agents.dbexplore:DBExploreExplorer",  # careful and memoryless (issue 22)
     }
 
     def __init__(self, schedule: str = "default", scale: float = 1.0, cache_dir: str | None = None,
@@ -111,6 +145,7 @@ class DBExploreEnv(InstanceSequenceEnv):
         self._question: Question | None = None
         self._release = 1
         self._queries = 0
+        self.discount = float(spec["query_discount"])
 
     # ------------------------------------------------------------------ schedule and ground truth
     def _build_schedule(self, name: str) -> Schedule:
@@ -186,8 +221,11 @@ class DBExploreEnv(InstanceSequenceEnv):
         lines = [
             self.brief,
             f"Budget: {self.budget} queries for this question. Reward if your answer is correct: "
-            f"1 - max(0, queries - 1)/{self.budget} (the query that computes the answer is free); a wrong answer, "
-            f"a query beyond the budget or no answer scores 0.",
+            f"{self.discount:g} ** max(0, queries - 1) (the query that computes the answer is free; each further "
+            f"query multiplies the reward by {self.discount:g}); a wrong answer, a query beyond the budget or no "
+            f"answer scores 0. Every SQL statement sent counts as a query, including rejected and failing ones; an "
+            f"unparseable reply, an empty query or an answer of the wrong type costs no query, but "
+            f"{self.max_invalid_repeats} such replies in a row end the question with 0.",
             self.action_grammar,
             f"Database: release {q.release}.",
         ]
@@ -224,7 +262,8 @@ class DBExploreEnv(InstanceSequenceEnv):
         if not sql:
             raise ActionError(f"empty query. {self.action_grammar}")
         if self._queries >= self.budget:
-            return Outcome(f"Query budget of {self.budget} exceeded; the question scores 0.", done=True, reward=0.0,
+            return Outcome(f"Query budget of {self.budget} exceeded (query {self._queries + 1} sent); the question "
+                           "scores 0. Reward: 0.", done=True, reward=0.0,
                            raw_metric=("queries_used", self._queries + 1), solved=False)
         self._queries += 1
         spec = self.spec_data
@@ -244,12 +283,24 @@ class DBExploreEnv(InstanceSequenceEnv):
             given = q.parse(value)
         except ValueError as exc:
             raise ActionError(f"{exc}. Answer type: {q.describe_type()}") from None
-        correct = q.is_correct(given, self._truth(q))
-        reward = 1.0 - max(0, self._queries - 1) / self.budget if correct else 0.0
-        verdict = "correct" if correct else "incorrect"
-        return Outcome(f"Your answer {given!r} is {verdict}. Queries used: {self._queries}. Reward: {reward:.4f}",
-                       done=True, reward=reward, raw_metric=("queries_used", self._queries), solved=correct)
+        truth = self._truth(q)
+        correct = q.is_correct(given, truth)
+        reward = self.discount ** max(0, self._queries - 1) if correct else 0.0
+        if correct:
+            score = f"{self.discount:g} ** max(0, {self._queries} - 1) = {reward:.4f}"
+        else:
+            score = "0 (a wrong answer scores 0)"
+        expected = f"{truth:.6g}" if isinstance(truth, float) else str(truth)
+        verdict = (f"Your answer {given!r} is {'correct' if correct else 'incorrect'}; the expected answer was "
+                   f"{expected} ({q.describe_type()}).")
+        return Outcome(verdict + "\n" + self._score(reward, score), done=True, reward=reward,
+                       raw_metric=("queries_used", self._queries), solved=correct)
+
+    def _score(self, reward: float, formula: str) -> str:
+        return score_report(reward, f"{self.discount:g} ** (queries - 1) if the answer is correct, else 0", [
+            ("queries used", f"{self._queries} of {self.budget}"), ("reward", formula)])
 
     def _on_invalid_cap(self) -> Outcome:
-        return Outcome(f"Too many invalid actions in a row ({self.max_invalid_repeats}); the question scores 0.",
+        return Outcome(f"Too many invalid actions in a row ({self.max_invalid_repeats}); the question scores 0.\n"
+                       + self._score(0.0, "0 (no answer)"),
                        done=True, reward=0.0, raw_metric=("queries_used", self._queries), solved=False)

@@ -7,6 +7,11 @@ with abbreviated names (suffix g1 office products, g2 electronics, g3 musical in
     fdbk_gN   rv_id, itm_id, usr, rtg, hlp_ct, vrf, ts, hdl
     tax_g1, tax_g2    cat_id, par_id, cat_nm        (two-level category tree; none for g3)
     attr_g1, attr_g3  itm_id, k, v                  (key/value attributes; none for g2)
+    ref_cd            tbl, col, cd, descr           (what every status code means)
+
+Every items and reviews table also has a coded status column (`st`); which code marks a row
+as soft-deleted differs per table and shows only in `ref_cd` (the `status` block of the spec).
+Reviews of a deleted item are deleted too.
 
 The per-group conventions (the latent structure) are listed in `CONVENTIONS`. Prices are
 lognormal around a per-category median, ratings J-shaped with a per-item quality tilt, review
@@ -156,6 +161,36 @@ def _stale_stats(spec: dict, items: pd.DataFrame, reviews: pd.DataFrame, rng: np
     return n_rv, avg
 
 
+def _statuses(spec: dict, g: str, items: pd.DataFrame, reviews: pd.DataFrame, rng: np.random.Generator):
+    """Status codes of items and reviews: shares from the spec; a deleted item's reviews are deleted."""
+    st = spec["status"]
+    item_codes, review_codes = st["tables"][f"items_{g}"]["codes"], st["tables"][f"fdbk_{g}"]["codes"]
+    def shares(codes):
+        p = np.array([c[2] for c in codes], dtype=float)
+        return p / p.sum()
+
+    item_idx = rng.choice(len(item_codes), size=len(items), p=shares(item_codes))
+    review_idx = rng.choice(len(review_codes), size=len(reviews), p=shares(review_codes))
+    deleted_items = items["itm_id"].to_numpy()[[item_codes[k][1] == "deleted" for k in item_idx]]
+    cascade = np.isin(reviews["itm_id"].to_numpy(), deleted_items)
+    review_deleted = next(k for k, c in enumerate(review_codes) if c[1] == "deleted")
+    review_idx[cascade] = review_deleted
+    return ([str(item_codes[k][0]) for k in item_idx], [str(review_codes[k][0]) for k in review_idx])
+
+
+def _write_codes(con, spec: dict) -> None:
+    st = spec["status"]
+    rows = [(t, c["column"], str(code), descr) for t, c in st["tables"].items() for code, _, _, descr in c["codes"]]
+    _create_table(con, st["lookup"], pd.DataFrame(rows, columns=["tbl", "col", "cd", "descr"]),
+                  "tbl::VARCHAR AS tbl, col::VARCHAR AS col, cd::VARCHAR AS cd, descr::VARCHAR AS descr",
+                  "tbl, col, cd", "code lookup - meaning of status codes")
+
+
+def _status_col(spec: dict, table: str) -> str:
+    c = spec["status"]["tables"][table]
+    return f"CAST(st AS {c['type']}) AS {c['column']}"
+
+
 def _create_table(con, table: str, frame: pd.DataFrame, select: str, order: str, comment: str) -> None:
     con.register("frame", frame)
     con.execute(f"CREATE TABLE {table} AS SELECT {select} FROM frame ORDER BY {order}")
@@ -170,7 +205,7 @@ def _write_taxonomy(con, g: str, cfg: dict, tops: list, leaves: list) -> None:
                   "cat_nm::VARCHAR AS cat_nm", "cat_id", f"category tree - {cfg['name']}")
 
 
-def _write_items(con, g: str, cfg: dict, items: pd.DataFrame, leaves: list) -> None:
+def _write_items(con, spec: dict, g: str, cfg: dict, items: pd.DataFrame, leaves: list) -> None:
     conv = CONVENTIONS[g]
     if conv["taxonomy"]:
         items = items.assign(cat_id=np.array([lf[0] for lf in leaves])[items["leaf"]])
@@ -180,18 +215,20 @@ def _write_items(con, g: str, cfg: dict, items: pd.DataFrame, leaves: list) -> N
         cat_col = "cat_txt::VARCHAR AS cat_txt"
     price = "CAST(round(prc * 100) AS BIGINT) AS prc" if conv["price"] == "cents" else "prc::DOUBLE AS prc"
     _create_table(con, f"items_{g}", items, f"itm_id::INTEGER AS itm_id, ttl::VARCHAR AS ttl, brnd::VARCHAR AS brnd, "
-                  f"{cat_col}, {price}, n_rv::INTEGER AS n_rv, avg_rtg::DOUBLE AS avg_rtg", "itm_id",
+                  f"{cat_col}, {price}, n_rv::INTEGER AS n_rv, avg_rtg::DOUBLE AS avg_rtg, "
+                  f"{_status_col(spec, f'items_{g}')}", "itm_id",
                   f"catalog items - {cfg['name']}")
 
 
-def _write_reviews(con, g: str, cfg: dict, reviews: pd.DataFrame) -> None:
+def _write_reviews(con, spec: dict, g: str, cfg: dict, reviews: pd.DataFrame) -> None:
     conv = CONVENTIONS[g]
     kind, yes, no = conv["vrf"]
     vrf = f"(CASE WHEN verified THEN {yes!r} ELSE {no!r} END)::{kind} AS vrf"
     ts = {"epoch_ms": "secs * 1000 AS ts", "epoch_s": "secs AS ts",
           "iso_text": "strftime(epoch_ms(secs * 1000), '%Y-%m-%dT%H:%M:%S') AS ts"}[conv["ts"]]
     _create_table(con, f"fdbk_{g}", reviews, f"rv_id::BIGINT AS rv_id, itm_id::INTEGER AS itm_id, usr::VARCHAR AS usr, "
-                  f"rtg::TINYINT AS rtg, hlp_ct::INTEGER AS hlp_ct, {vrf}, {ts}, hdl::VARCHAR AS hdl", "rv_id",
+                  f"rtg::TINYINT AS rtg, hlp_ct::INTEGER AS hlp_ct, {vrf}, {ts}, hdl::VARCHAR AS hdl, "
+                  f"{_status_col(spec, f'fdbk_{g}')}", "rv_id",
                   f"customer reviews - {cfg['name']}")
 
 
@@ -202,10 +239,11 @@ def _write_group(con, spec: dict, g: str, rng: np.random.Generator) -> None:
     items = _items(spec, cfg, n, rng, leaves)
     reviews = _reviews(spec, cfg, items, rng)
     items["n_rv"], items["avg_rtg"] = _stale_stats(spec, items, reviews, rng)
+    items["st"], reviews["st"] = _statuses(spec, g, items, reviews, rng)
     if CONVENTIONS[g]["taxonomy"]:
         _write_taxonomy(con, g, cfg, tops, leaves)
-    _write_items(con, g, cfg, items, leaves)
-    _write_reviews(con, g, cfg, reviews)
+    _write_items(con, spec, g, cfg, items, leaves)
+    _write_reviews(con, spec, g, cfg, reviews)
     if CONVENTIONS[g]["attributes"]:
         _create_table(con, f"attr_{g}", _attributes(cfg, items, leaves, rng),
                       "itm_id::INTEGER AS itm_id, k::VARCHAR AS k, v::VARCHAR AS v", "itm_id, k",
@@ -234,6 +272,7 @@ def build_release1(spec: dict, scale: float, path: str) -> None:
         con.execute("SET threads = 2")
         for g in GROUPS:
             _write_group(con, spec, g, np.random.default_rng([spec["seed"], GROUPS.index(g)]))
+        _write_codes(con, spec)
         con.execute("CHECKPOINT")
     finally:
         con.close()
@@ -249,11 +288,20 @@ def schema_map(spec: dict) -> dict[str, dict]:
         category = ({"kind": "taxonomy", "table": f"tax_{g}", "fk": "cat_id", "id": "cat_id", "parent": "par_id",
                      "name": "cat_nm"} if conv["taxonomy"] else {"kind": "path", "column": "cat_txt", "sep": " > "})
         attributes = {"table": f"attr_{g}", "item": "itm_id", "key": "k", "value": "v"} if conv["attributes"] else None
+        live = {}
+        for alias, table in (("i", f"items_{g}"), ("f", f"fdbk_{g}")):
+            c = spec["status"]["tables"][table]
+            dead = [code for code, kind, _, _ in c["codes"] if kind == "deleted"]
+            live[alias] = f"{alias}.{c['column']} NOT IN ({', '.join(_sql_lit(c['type'], d) for d in dead)})"
         maps[spec["groups"][g]["name"]] = {
             "items": f"items_{g}", "item_id": "itm_id", "brand": "brnd",
             "price": "i.prc / 100.0" if conv["price"] == "cents" else "i.prc", "category": category,
             "reviews": f"fdbk_{g}", "review_item": "itm_id", "rating": "rtg", "helpful": "hlp_ct",
             "verified": f"f.vrf = {conv['vrf'][1]!r}", "year": f"year({ts})", "month": f"month({ts})",
-            "attributes": attributes,
+            "attributes": attributes, "item_live": live["i"], "review_live": live["f"],
         }
     return maps
+
+
+def _sql_lit(sql_type: str, code) -> str:
+    return str(int(code)) if sql_type.upper() in ("INTEGER", "SMALLINT", "TINYINT", "BIGINT") else f"'{code}'"

@@ -13,6 +13,8 @@ use the aliases `i` for the items table and `f` for the reviews table):
     reviews, review_item, rating, helpful   table and columns
     verified, year, month                   boolean / integer expressions over `f`
     attributes: {"table", "item", "key", "value"} or None
+    item_live, review_live                  boolean expressions over `i` / `f`: the row is not
+                                            soft-deleted (reviews of deleted items are deleted too)
 """
 from __future__ import annotations
 
@@ -146,7 +148,8 @@ def compile_sql(q: LogicalQuery, m: dict) -> str:
             frm += f" JOIN {m['items']} i ON f.{m['review_item']} = i.{m['item_id']}"
     else:
         frm = f"{m['items']} i"
-    where = []
+    # soft-deleted rows are in no answer (a deleted item's reviews are deleted too)
+    where = [m["review_live"] if q.entity == "reviews" else m["item_live"]]
     top = None
     if q.needs_category:
         join, leaf, top = _category_exprs(m)

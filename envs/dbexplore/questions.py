@@ -1,7 +1,7 @@
 """The 40 questions (tasks/dbexplore/questions.yaml), answer parsing and grading.
 
 Answers are never stored: `Question.answer` runs the canonical SQL on a connection the agent
-does not use. Grading: integers exact, floats within max(tolerance, 1% relative), text case-
+does not use. Grading: integers exact, floats within max(tolerance, 0.1% relative), text case-
 and space-insensitive.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from functools import cache
 import yaml
 
 ANSWER_TYPES = ("int", "float", "text")
-REL_TOL = 0.01
+REL_TOL = 0.001  # 0.1%: tight enough that no question accepts another question's answer
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Question:
         if self.answer_type == "int":
             return "int (exact)"
         if self.answer_type == "float":
-            return f"float (graded within max({self.tolerance:g}, 1% relative))"
+            return f"float (graded within max({self.tolerance:g}, 0.1% relative))"
         return "text (case- and space-insensitive)"
 
     def answer(self, con):

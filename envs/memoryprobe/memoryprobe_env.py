@@ -5,6 +5,7 @@ import re
 
 from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
 from clbench.envs.memoryprobe.generator import generate
 from clbench.envs.memoryprobe.questions import Question, build_questions
@@ -65,7 +66,17 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     `Text` (printable ASCII): a header (session number, pressure, memory budget), the session's
     conversation between `=== conversation: session N ===` and `=== end of session N ===`, then
     the questions `Q<i> [<qid>] <question>` and the answer format. After the answer: the score
-    and which answers were right (never the right values).
+    and feedback (see Feedback).
+
+    ## Feedback
+    The terminal observation states the score (questions right of asked) and, per question, the
+    agent's own answer and whether it was right. For a wrong or missing answer it says why the
+    fact was hard, as the team lead would when correcting the assistant: how many sessions back
+    it goes, whether its value changed after it was first stated, whether a nearly identical key
+    exists, whether it is a running total, whether it was said in passing rather than as a
+    [FACT] line. The correct values are never shown: a key can be asked again in a later session,
+    and telling its value would let an agent answer it without having remembered the
+    conversation, which is what the task measures.
 
     ## Rewards
     Fraction of the session's questions answered correctly (case, spacing and thousands
@@ -91,6 +102,8 @@ class MemoryProbeEnv(InstanceSequenceEnv):
       seed and replayed questions from the order played, so one session id asked different
       questions in different rollouts and gain paired unlike things); question ids are stable
       per session; `Q<i>` aliases.
+      The terminal observation carries the score, the agent's answers and why each wrong one
+      was hard (see Feedback); the brief states the one retry.
     * v0: initial release.
     """
 
@@ -98,6 +111,10 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     task = "memoryprobe"
     domain = "memoryprobe"
     reward_text = "Fraction of the session's recall questions answered correctly; 1.0 is perfect."
+    feedback_text = (
+        "After the answer: the score, your answer to each question and whether it was right, and for wrong or "
+        "missing ones why the fact was hard (sessions back, changed value, near-identical key, running total, "
+        "said in passing). Correct values are never shown: the same key may be asked again later.")
     action_grammar = ("Answer every question in one reply, one line each: ANSWER <qid>: <value> "
                       '(or the tool call {"tool": "answer", "arguments": {"answers": {"<qid>": "<value>"}}}). '
                       "Leave out questions you cannot answer.")
@@ -126,7 +143,8 @@ class MemoryProbeEnv(InstanceSequenceEnv):
             "some names are nearly identical, and some quantities are running totals. At the end of each "
             "session you are asked about facts from this and earlier sessions; answer with the current values. "
             f"Memory budget: {self.budget_tokens} tokens (15% of the {self.total_tokens}-token conversation) "
-            "for what you carry between sessions.")
+            "for what you carry between sessions. Questions you leave out count as wrong. A reply with no valid "
+            "answer is rejected with the reason and you get one more try, after which the session scores 0.")
         self._question_cache: dict[tuple[str, ...], list[list[Question]]] = {}
         self._current: list[Question] = []
 
@@ -206,7 +224,29 @@ class MemoryProbeEnv(InstanceSequenceEnv):
         results = [(q, values_match(q.answer, str(answers.get(q.qid, "")))) for q in self._current]
         right = sum(ok for _, ok in results)
         score = right / len(results) if results else 1.0
-        marks = ", ".join(f"{q.qid} {'right' if ok else 'wrong'}" for q, ok in results)
-        return Outcome(f"Scored {right} of {len(results)} correct: {marks}.", done=True, reward=score,
+        return Outcome(self._feedback(score, results, answers), done=True, reward=score,
                        raw_metric=("recall_accuracy", score), solved=right == len(results),
                        extra={"details": {"question_outcomes": [q.outcome(ok) for q, ok in results]}})
+
+    def _feedback(self, score: float, results: list[tuple[Question, bool]], answers: dict) -> str:
+        """Right or wrong per question and why a fact was hard; never the correct value (Feedback)."""
+        lines = ["Per question (correct values are not shown: a key may be asked again later):"]
+        for i, (q, ok) in enumerate(results):
+            given = str(answers.get(q.qid, "")).strip()
+            said = f'you answered "{given[:120]}"' if given else "not answered"
+            if ok:
+                lines.append(f"  Q{i + 1} [{q.qid}] right: {said}")
+                continue
+            why = [f"it goes back {q.age_sessions} session(s)" if q.age_sessions else "it came up in this session",
+                   _HARD[q.structure]]
+            if q.kind == "implicit":
+                why.append("it was said in passing, not as a [FACT] line")
+            lines.append(f"  Q{i + 1} [{q.qid}] wrong: {said}; {'; '.join(w for w in why if w)}")
+        right = sum(ok for _, ok in results)
+        return score_report(score, "fraction of recall questions answered correctly",
+                            [("answered correctly", f"{right} of {len(results)}")], lines)
+
+
+#: why a wrong answer's fact was hard, by its structure
+_HARD = {"plain": "", "chain": "its value changed after it was first stated; the current value is asked",
+         "confusable": "a nearly identical key exists", "accumulator": "it is a running total (a total plus later increments)"}

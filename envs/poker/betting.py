@@ -10,12 +10,14 @@ from __future__ import annotations
 from clbench.envs.poker.policy import CALL, FOLD, RAISE, Act, Decision, Spot
 from clbench.envs.poker.strength import hand_rank
 
+_new = tuple.__new__
+
 
 class Betting:
     """The public betting state of one hand; players are 0 and 1."""
 
     __slots__ = ("button", "big_blind", "start", "stacks", "bets", "pot", "street", "to_act", "last_raise",
-                 "acted", "folded", "over", "log", "views")
+                 "acted", "folded", "over", "log", "_views")
 
     def __init__(self, button: int, stack: int, small_blind: int, big_blind: int):
         self.button, self.big_blind, self.start = button, big_blind, stack
@@ -32,7 +34,7 @@ class Betting:
         self.folded: int | None = None
         self.over = False  # no more betting: a fold, or the showdown is due
         self.log: list[tuple[int, int, str, int]] = []  # (street, player, kind, total), like HandTable.log
-        self.views: tuple[tuple[Act, ...], tuple[Act, ...]] = ((), ())  # the log as each player sees it
+        self._views: tuple[tuple[Act, ...], tuple[Act, ...]] = ((), ())  # `views` up to where it was last asked
 
     def copy(self) -> "Betting":
         b = Betting.__new__(Betting)
@@ -40,6 +42,19 @@ class Betting:
             value = getattr(self, name)
             setattr(b, name, list(value) if isinstance(value, list) else value)
         return b
+
+    @property
+    def views(self) -> tuple[tuple[Act, ...], tuple[Act, ...]]:
+        """The log as each player sees it; extended only when asked (most moves never need it)."""
+        views, log = self._views, self.log
+        n = len(views[0])
+        if n < len(log):
+            mine, theirs = list(views[0]), list(views[1])
+            for st, p, kind, total in log[n:]:  # tuple.__new__: an Act without NamedTuple's slower __new__
+                mine.append(_new(Act, (st, p == 0, kind, total)))
+                theirs.append(_new(Act, (st, p == 1, kind, total)))
+            views = self._views = (tuple(mine), tuple(theirs))
+        return views
 
     def legal(self) -> tuple[int, int, int]:
         """(to_call, min_raise, max_raise) for the player to act; raises are 0 when not allowed."""
@@ -61,32 +76,28 @@ class Betting:
 
     def apply(self, d: Decision) -> None:
         p, o = self.to_act, 1 - self.to_act
+        kind, bets, stacks = d.kind, self.bets, self.stacks
         total = 0
-        if d.kind == FOLD:
+        if kind == FOLD:
             self.folded, self.over = p, True
-        elif d.kind == CALL:
-            total = self.bets[o]
-            self._put(p, total - self.bets[p])
-        elif d.kind == RAISE:
-            total = d.total
-            self.last_raise = max(self.last_raise, total - self.bets[o])
-            self._put(p, total - self.bets[p])
-            self.acted[o] = False
-        self.log.append((self.street, p, d.kind, total))
-        mine, theirs = Act(self.street, True, d.kind, total), Act(self.street, False, d.kind, total)
-        self.views = (self.views[0] + (mine if p == 0 else theirs,), self.views[1] + (mine if p == 1 else theirs,))
+        elif kind == CALL or kind == RAISE:
+            if kind == CALL:
+                total = bets[o]
+            else:
+                total = d.total
+                self.last_raise = max(self.last_raise, total - bets[o])
+                self.acted[o] = False
+            put = min(total - bets[p], stacks[p])  # no more than the stack: an all-in
+            stacks[p] -= put
+            bets[p] += put
+        self.log.append((self.street, p, kind, total))
         self.acted[p] = True
         if self.over:
             return
-        if d.kind == RAISE or not self.acted[o]:
+        if kind == RAISE or not self.acted[o]:
             self.to_act = o
         else:
             self._close_round()
-
-    def _put(self, p: int, amount: int) -> None:
-        amount = min(amount, self.stacks[p])
-        self.stacks[p] -= amount
-        self.bets[p] += amount
 
     def _close_round(self) -> None:
         self.pot += self.bets[0] + self.bets[1]

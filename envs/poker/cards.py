@@ -32,6 +32,16 @@ def parse_card(name: str) -> Card:
     return _BY_NAME[name]
 
 
+def card_names(cards) -> list[str]:
+    """`card_name` of each card, as a list."""
+    return list(map(_NAMES.__getitem__, cards))
+
+
+def parse_cards(names) -> tuple[Card, ...]:
+    """`parse_card` of each name, as a tuple (one C-level lookup per card: agents parse every table)."""
+    return tuple(map(_BY_NAME.__getitem__, names))
+
+
 def names(cards) -> str:
     return " ".join(_NAMES[c] for c in cards) if cards else "-"
 

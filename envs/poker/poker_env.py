@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
-from clbench.envs.poker.cards import Deal, deal_hands, names
+from clbench.feedback import score_report
+from clbench.envs.poker.cards import Deal, card_names, deal_hands
 from clbench.envs.poker.opponents import make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, KINDS, RAISE, Decision
 from clbench.envs.poker.table import AGENT, HandTable
@@ -27,6 +28,8 @@ class HandSpec:
 
 _ACTION = re.compile(r"(?:action\s*[:=]\s*)?(fold|check|call|raise|bet|all[-_ ]?in)(?:\s+(?:to\s+)?(\d+))?\s*[.!]?",
                      re.IGNORECASE)
+#: the usual reply, one bare move: read at once (the general parser would give the same call, slower)
+_PLAIN = re.compile(r"FOLD|CHECK|CALL|RAISE \d{1,6}")
 
 
 class PokerEnv(InstanceSequenceEnv):
@@ -59,8 +62,17 @@ class PokerEnv(InstanceSequenceEnv):
     ## Observation Space
     `Text` (printable ASCII): hand number, opponent (announced when new or returning), blinds,
     position, hole cards, board, this hand's betting so far, pot, stacks, amount to call and the
-    legal actions with the raise range; at hand end the showdown (both hands when shown) and
-    the chip result. `info["table"]` holds the same public state as a dict.
+    legal actions with the raise range; at hand end the showdown (both hands when shown), the
+    chip result and the score (see Feedback). `info["table"]` holds the same public state as a
+    dict.
+
+    ## Feedback
+    The terminal observation states the score (chip profit in big blinds) and its parts (chips
+    won or lost, the big blind), the whole hand's betting, and the opponent's hole cards with
+    both hands' names when the hand reached a showdown. After a fold the cards stay hidden, as at
+    a real table: showing a folded hand would reveal how often the opponent bluffs or folds
+    strength, which is the latent policy the task asks the agent to learn from play. Deals are
+    per instance, so no hand's cards tell anything about another hand's cards.
 
     ## Rewards
     The agent's chip profit in big blinds, on the step that ends the hand (0 before).
@@ -82,9 +94,11 @@ class PokerEnv(InstanceSequenceEnv):
     `render_mode` ("ansi").
 
     ## Version History
-    * v0: initial release.
     * v1: Mara returns adapted (loose-aggressive) in variant 3 of the default schedule: real
       concept drift; r_max and r_reference recalibrated.
+      The terminal observation carries the score and its parts and says how the hand ended
+      (see Feedback); the brief states the rules for invalid moves and the action budget.
+    * v0: initial release.
     """
 
     env_id = "clbench/Poker-v1"
@@ -93,9 +107,16 @@ class PokerEnv(InstanceSequenceEnv):
     brief = (
         "You play heads-up no-limit Texas hold'em, one hand per episode, against opponents who each play a "
         "fixed style. Every hand starts with 1000 chips each and blinds 5/10, so hands are independent; the "
-        "opponent's name is shown, and the same opponent may come back later. Win as many chips as you can."
+        "opponent's name is shown, and the same opponent may come back later. Win as many chips as you can. "
+        "An illegal or unreadable move changes nothing and is not counted; after three in a row the table checks "
+        "for you (or folds if checking is not free). A hand allows 30 moves; after that you check or fold to its "
+        "end."
     )
     reward_text = "Chip profit of the hand in big blinds (10 chips), given when the hand ends."
+    feedback_text = (
+        "At hand end: the score and its parts (chips won or lost, big blind), the whole hand's betting, and at a "
+        "showdown the opponent's hole cards and both hands' names. After a fold the cards stay hidden, as at a "
+        "real table.")
     action_grammar = (
         "Reply FOLD, CHECK, CALL or RAISE <total> (raise to that total bet this round; BET <total> and ALL-IN "
         'also work), or {"tool": "act", "arguments": {"action": "RAISE", "total": 120}}.'
@@ -164,7 +185,7 @@ class PokerEnv(InstanceSequenceEnv):
         self._view = HandView(self._table, {
             "hand": slot.position + 1, "hands": len(self._order), "opponent": hand.opponent,
             "button": hand.agent_button, "blinds": [self.small_blind, self.big_blind], "stack": self.stack,
-            "hole": names(hand.deal.agent).split(),
+            "hole": card_names(hand.deal.agent),
         })
         text = self._view.header(hand.met_before, slot.variant_position == 0) + "\n" + self._view.text(title=False)
         if self._table.over:
@@ -174,6 +195,8 @@ class PokerEnv(InstanceSequenceEnv):
     def parse_action(self, action: str) -> ToolCall:
         if self._table is not None and self._table.over:  # nothing left to decide: any reply collects
             return ToolCall("act", {"action": CHECK})
+        if _PLAIN.fullmatch(action):
+            return self._call(_ACTION.fullmatch(action))
         return super().parse_action(action)
 
     def _parse_text(self, text: str) -> ToolCall:
@@ -181,6 +204,9 @@ class PokerEnv(InstanceSequenceEnv):
         m = _ACTION.fullmatch(lines[-1]) if lines else None
         if not m:
             raise ActionError(f"could not read an action. {self._view.legal_text()} {self.action_grammar}")
+        return self._call(m)
+
+    def _call(self, m: re.Match) -> ToolCall:
         word = m.group(1).upper()
         args = {"action": RAISE if word in ("RAISE", "BET") else word}
         if word.startswith("ALL"):
@@ -233,8 +259,13 @@ class PokerEnv(InstanceSequenceEnv):
         return self._finish(f"The budget of {self.max_steps} actions is used up: you check or fold to the end.\n")
 
     def _finish(self, note: str) -> Outcome:
-        profit = self._view.refresh()["result"]
-        return Outcome(note + self._view.text(), done=True, reward=profit / self.big_blind,
+        snap = self._view.refresh()
+        profit, reward = snap["result"], snap["result"] / self.big_blind
+        ended = ("at the showdown: both hands are shown above" if snap["showdown"] else
+                 "by a fold: folded cards stay hidden, as at a real table")
+        report = score_report(reward, "chip profit in big blinds", [
+            ("chips won or lost", f"{profit:+d}"), ("big blind", f"{self.big_blind} chips")], [f"The hand ended {ended}."])
+        return Outcome(note + self._view.text() + "\n" + report, done=True, reward=reward,
                        raw_metric=("chips", float(profit)), solved=profit > 0)
 
     def _info(self) -> dict:

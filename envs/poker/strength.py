@@ -103,6 +103,12 @@ def hand_rank(hole: tuple, board: tuple) -> int:
     return evaluator.evaluate(list(hole), list(board))
 
 
+@lru_cache(maxsize=None)
+def rank_name(rank: int) -> str:
+    """The library's name of an evaluator rank ('Two Pair', ...); its lookup scans the rank classes."""
+    return evaluator.rank_to_string(rank)
+
+
 def _tier(hole, board) -> int:
     ra, rb = _RANK[hole[0]], _RANK[hole[1]]
     ranks = [_RANK[c] for c in board]

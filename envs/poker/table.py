@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from texasholdem.evaluator import evaluator
 from texasholdem.game.action_type import ActionType
 from texasholdem.game.game import TexasHoldEm
 
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.cards import Deal, StackedDeck
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Decision, Policy, Spot
-from clbench.envs.poker.strength import hand_rank
+from clbench.envs.poker.strength import hand_rank, rank_name
 
 AGENT, OPPONENT = 0, 1
 STREETS = ("preflop", "flop", "turn", "river")
@@ -73,16 +72,14 @@ class HandTable:
         self.betting = Betting(button, stack, small_blind, big_blind)
         self.holes = (tuple(deal.agent), tuple(deal.opponent))
         self.all_in: set[int] = set()  # indices into `log` of moves that put a player all-in
+        # the hand ends only inside the library's take_action: asked once per move, read many times
+        self.over = not game.is_hand_running()
 
     # ---- state
     @property
     def log(self) -> list[tuple[int, int, str, int]]:
         """The moves so far as (street, player, kind, total)."""
         return self.betting.log
-
-    @property
-    def over(self) -> bool:
-        return not self.game.is_hand_running()
 
     @property
     def to_act(self) -> int | None:
@@ -108,7 +105,7 @@ class HandTable:
         return self.game.players[player].chips if self.over else self.betting.stacks[player]
 
     def legal(self) -> Legal:
-        return Legal(*self.betting.legal())
+        return tuple.__new__(Legal, self.betting.legal())  # NamedTuple's own __new__ is slower
 
     def spot(self) -> Spot:
         b = self.betting
@@ -120,6 +117,7 @@ class HandTable:
         p = self.betting.to_act
         self.game.take_action(_TYPE[d.kind], total=d.total if d.kind == RAISE else None)
         self.betting.apply(d)
+        self.over = not self.game.is_hand_running()
         if d.kind in (CALL, RAISE) and self.betting.stacks[p] == 0:
             self.all_in.add(len(self.log) - 1)
 
@@ -142,5 +140,5 @@ class HandTable:
         """'Two Pair', 'Flush', ... (a winner's rank comes from the library's settlement)."""
         for _, rank, winners in self.game.hand_history.settle.pot_winners.values():
             if rank != -1 and player in winners:
-                return evaluator.rank_to_string(rank)
-        return evaluator.rank_to_string(hand_rank(self.holes[player], tuple(self.board)))
+                return rank_name(rank)
+        return rank_name(hand_rank(self.holes[player], tuple(self.board)))

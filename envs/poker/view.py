@@ -2,11 +2,12 @@
 
 The snapshot is rebuilt after every move and the observation is rendered from it, so the text
 and the dict always say the same thing. Neither holds the opponent's cards before a showdown.
-Each move is put into words once and kept (rendering stays cheap as a hand grows).
+Each move is put into words once and kept, and so is each street's line of the betting and
+whatever is fixed for the hand: rendering is a join of ready lines (it runs at every step).
 """
 from __future__ import annotations
 
-from clbench.envs.poker.cards import card_name, names
+from clbench.envs.poker.cards import card_names
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE
 from clbench.envs.poker.table import AGENT, OPPONENT, STREETS, HandTable
 
@@ -25,7 +26,11 @@ class HandView:
         sb, bb = ("you", self.opp) if static["button"] else (self.opp, "you")
         self._streets = {"preflop": [f"{sb} post{'' if sb == 'you' else 's'} {small}, "
                                      f"{bb} post{'' if bb == 'you' else 's'} {big}"]}
+        self._lines = {st: f"  {st}: " + "; ".join(acts) for st, acts in self._streets.items()}  # one per street
         self._opened: set[str] = set()
+        self._title = (f"Hand {static['hand']} of {static['hands']} against {self.opp}; you are "
+                       f"{'on the button' if static['button'] else 'in the big blind'}.")
+        self._cards = f"Your cards: {' '.join(static['hole'])}"
         self.snap: dict = {}
         self.refresh()
 
@@ -34,22 +39,25 @@ class HandView:
         t, b = self.table, self.table.betting
         for i in range(len(self.history), len(b.log)):
             st, p, kind, total = b.log[i]
-            self.history.append([STREETS[st], _WHO[p], kind, total])
-            self._streets.setdefault(STREETS[st], []).append(self._phrase(STREETS[st], p, kind, total, i))
-        snap = dict(self.static)
-        snap.update(board=[card_name(c) for c in t.game.board], street=STREETS[b.street],
-                    pot=b.pot + b.bets[0] + b.bets[1], history=list(self.history), over=t.over, to_call=None,
-                    min_raise=None, max_raise=None, showdown=False, opp_hole=None, hand_names=None, result=None)
+            street = STREETS[st]
+            self.history.append([street, _WHO[p], kind, total])
+            acts = self._streets.setdefault(street, [])
+            acts.append(self._phrase(street, p, kind, total, i))
+            self._lines[street] = f"  {street}: " + "; ".join(acts)
+        snap = {**self.static, "board": card_names(t.game.board), "street": STREETS[b.street],
+                "pot": b.pot + b.bets[0] + b.bets[1], "history": list(self.history), "over": t.over, "to_call": None,
+                "min_raise": None, "max_raise": None, "showdown": False, "opp_hole": None, "hand_names": None,
+                "result": None}
         if t.over:
             shown = t.showdown()
             snap.update(my_bet=0, opp_bet=0, my_stack=t.chips(AGENT), opp_stack=t.chips(OPPONENT), showdown=shown,
                         result=t.profit(), folded=None if shown else _WHO[b.log[-1][1]])
             if shown:
-                snap.update(opp_hole=names(t.holes[OPPONENT]).split(),
+                snap.update(opp_hole=card_names(t.holes[OPPONENT]),
                             hand_names=[t.hand_name(AGENT), t.hand_name(OPPONENT)])
         else:
-            snap.update(my_bet=b.bets[AGENT], opp_bet=b.bets[OPPONENT], my_stack=b.stacks[AGENT],
-                        opp_stack=b.stacks[OPPONENT])
+            snap["my_bet"], snap["opp_bet"] = b.bets[AGENT], b.bets[OPPONENT]
+            snap["my_stack"], snap["opp_stack"] = b.stacks[AGENT], b.stacks[OPPONENT]
             if b.to_act == AGENT:
                 snap["to_call"], snap["min_raise"], snap["max_raise"] = b.legal()
         self.snap = snap
@@ -80,12 +88,12 @@ class HandView:
     def text(self, title: bool = True) -> str:
         """The hand as it stands; `title` starts with the hand number, opponent and position."""
         snap, opp = self.snap, self.opp
-        board = " ".join(snap["board"]) or "-"
-        lines = [f"Hand {snap['hand']} of {snap['hands']} against {opp}; you are "
-                 f"{'on the button' if snap['button'] else 'in the big blind'}."] if title else []
-        lines += [f"Your cards: {' '.join(snap['hole'])}",
-                 f"Board: {board}" + (f" ({snap['street']})" if snap["board"] and not snap["over"] else ""),
-                 "Betting so far:", *(f"  {st}: " + "; ".join(acts) for st, acts in self._streets.items())]
+        lines = [self._title] if title else []
+        if snap["board"]:
+            board = "Board: " + " ".join(snap["board"]) + ("" if snap["over"] else f" ({snap['street']})")
+        else:
+            board = "Board: -"
+        lines += [self._cards, board, "Betting so far:", *self._lines.values()]
         if snap["over"]:
             lines += self.result_lines()
         else:

@@ -7,6 +7,7 @@ import sys
 
 from clbench.actions import ActionError, ToolCall, extract_json, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.feedback import score_report
 from clbench.envs.salesforecast.generator import InstanceData, generate_world, make_instance
 from clbench.envs.salesforecast.scoring import EXAMPLE, parse_predictions, skill, wape
 from clbench.envs.salesforecast.workspace import INBOX, open_workspace, refresh_inbox
@@ -62,7 +63,15 @@ class SalesForecastEnv(InstanceSequenceEnv):
     ## Observation Space
     `Text` (printable ASCII): at the start, the year, the inbox files and the requested products,
     stores and years; after a command, its exit code, stdout and stderr (each cut to 20,000
-    characters); after a submission, its score or what was wrong with it.
+    characters); after a submission, its score and feedback or what was wrong with it.
+
+    ## Feedback
+    The terminal observation states the score and its parts (WAPE = sum of absolute errors /
+    sum of actual units), the WAPE of each requested year and of each store, and, for the 15
+    cells of the forecast year itself, the realised units next to the forecast: what the
+    analyst's books show at the end of that year. Realised units of the four later years are
+    not shown, nor per-cell errors there: the next instances ask for those very cells (instance
+    fyY requests Y..Y+4), so they would hand over later answers. Year Y is never requested again.
 
     ## Rewards
     WAPE skill `max(0, 1 - sum|pred - actual| / sum actual)` over the 75 cells (actual = the
@@ -86,9 +95,12 @@ class SalesForecastEnv(InstanceSequenceEnv):
     `render_mode` ("ansi").
 
     ## Version History
-    * v0: initial release.
     * v1: regime change from 2031 (Chicago level, Nordic trend): real concept drift; the
       reference weighs recent years more; r_max and r_reference recalibrated.
+      The terminal observation carries the score's parts, per-year and per-store WAPE and the
+      forecast year's realised units (see Feedback); the brief states what invalid actions and an
+      exhausted budget cost.
+    * v0: initial release.
     """
 
     env_id = "clbench/SalesForecast-v1"
@@ -102,10 +114,17 @@ class SalesForecastEnv(InstanceSequenceEnv):
         "year) to forecast for the next five years, including stores and products missing from the export. Work "
         "with shell commands (python3 with numpy, scipy, scikit-learn and pandas; no network; /tmp is wiped "
         "after every command), then submit your predictions. Files outside inbox/ stay in the workspace for "
-        "later years; inbox/ is replaced every year."
+        "later years; inbox/ is replaced every year. Each year allows 20 shell commands and 21 steps; a "
+        "submission must hold exactly the requested cells and is final once accepted. An invalid action or "
+        "submission is rejected with the reason and costs a step; three in a row, or running out of steps "
+        "without an accepted forecast, score the year 0."
     )
     reward_text = ("WAPE skill max(0, 1 - sum|pred - actual| / sum actual) over the 75 requested cells "
                    "(actual = realised unit sales); 1.0 is perfect.")
+    feedback_text = (
+        "After an accepted forecast: the score and its parts (sum of absolute errors, sum of actual units, "
+        "WAPE), WAPE per requested year and per store, and the realised units of the forecast year's own 15 "
+        "cells next to your forecast. Later years' realised units are not shown: later instances ask for them.")
     action_grammar = (
         "One action per reply: a shell command run with bash in /workspace (optionally prefixed 'bash:'), at most "
         "20 per year; or SUBMIT <path> to submit a predictions file from the workspace (bare SUBMIT = "
@@ -269,9 +288,27 @@ class SalesForecastEnv(InstanceSequenceEnv):
         actual = {c: self.world.sales[c] for c in data.cells}
         w = wape(preds, actual)
         score = skill(w)
-        obs = (f"Forecast for {data.year}-{data.year + 4} accepted ({len(preds)} cells). WAPE {w:.4f}; "
-               f"score for forecast year {data.year} (1 - WAPE, floored at 0): {score:.4f}")
+        obs = (f"Forecast for {data.year}-{data.year + 4} accepted ({len(preds)} cells).\n"
+               + self._feedback(data.year, score, w, preds, actual))
         return Outcome(obs, done=True, reward=score, raw_metric=("wape", w), solved=w <= 0.2)
+
+    @staticmethod
+    def _feedback(year: int, score: float, w: float, preds: dict, actual: dict) -> str:
+        """WAPE by year and store, realised units of year `year` only: later years are asked again (Feedback)."""
+        def part(cells) -> str:
+            return f"WAPE {wape({c: preds[c] for c in cells}, {c: actual[c] for c in cells}):.4f}"
+
+        lines = ["By requested year: " + "; ".join(
+            f"{y} {part([c for c in actual if c[2] == y])}" for y in sorted({c[2] for c in actual}))]
+        lines.append("By store: " + "; ".join(
+            f"{st} {part([c for c in actual if c[1] == st])}" for st in dict.fromkeys(c[1] for c in actual)))
+        lines.append(f"Realised units of {year} (later years are not shown: later instances ask for them): "
+                     "product store | forecast | actual")
+        lines += [f"  {p} {st} | {preds[(p, st, y)]:.1f} | {actual[(p, st, y)]}" for p, st, y in actual if y == year]
+        return score_report(score, "1 - WAPE, floored at 0", [
+            ("sum of absolute errors", f"{sum(abs(preds[c] - a) for c, a in actual.items()):.1f} units"),
+            ("sum of actual units", f"{sum(actual.values())} units"),
+            ("WAPE", f"{w:.4f}")], lines)
 
     def _read_submission(self, path: str):
         try:
@@ -289,11 +326,13 @@ class SalesForecastEnv(InstanceSequenceEnv):
             raise ActionError(f"{path} is not valid JSON ({exc}); expected {EXAMPLE}") from None
 
     def _on_budget_exhausted(self) -> Outcome:
-        return Outcome(f"Step budget of {self.max_steps} used up without an accepted forecast; this year scores 0.",
+        return Outcome(f"Step budget of {self.max_steps} used up without an accepted forecast; this year scores 0.\n"
+                       + score_report(0.0, "no accepted forecast"),
                        done=True, reward=0.0, raw_metric=("wape", 1.0), solved=False)
 
     def _on_invalid_cap(self) -> Outcome:
-        return Outcome(f"{self.max_invalid_repeats} invalid actions in a row; this year scores 0.",
+        return Outcome(f"{self.max_invalid_repeats} invalid actions in a row; this year scores 0.\n"
+                       + score_report(0.0, "no accepted forecast"),
                        done=True, reward=0.0, raw_metric=("wape", 1.0), solved=False)
 
     # ------------------------------------------------------------------ cleanup

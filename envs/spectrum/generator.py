@@ -153,6 +153,13 @@ def measure(intervals: list[tuple[float, float]]) -> float:
 def iou(reported, truth, low: float, high: float) -> float:
     """Intersection over union, in MHz, of two sets of frequency intervals."""
     a, b = merge_intervals(reported, low, high), merge_intervals(truth, low, high)
+    inter = overlap(a, b)
+    union = measure(a) + measure(b) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def overlap(a, b) -> float:
+    """MHz shared by two sorted lists of disjoint intervals (as `merge_intervals` returns them)."""
     inter, i, j = 0.0, 0, 0
     while i < len(a) and j < len(b):
         lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
@@ -161,5 +168,4 @@ def iou(reported, truth, low: float, high: float) -> float:
             i += 1
         else:
             j += 1
-    union = measure(a) + measure(b) - inter
-    return inter / union if union > 0 else 0.0
+    return inter

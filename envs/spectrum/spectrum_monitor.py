@@ -5,8 +5,12 @@ import json
 
 from clbench.actions import ActionError, ToolCall, extract_json, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
-from clbench.envs.spectrum.generator import generate, iou
+from clbench.envs.spectrum.generator import generate, iou, measure, merge_intervals, overlap
+
+#: reported transmitters that get a verdict each (see Feedback: no mapping by thin slices)
+VERDICTS = 20
 
 _TRANSMITTER = {
     "type": "object",
@@ -45,11 +49,24 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     `Text`: a JSON report `{"transmitters": [{"center_mhz": float, "bandwidth_mhz": float,
     "currently_active": bool, "estimated_power_dbm": float}, ...]}` (bare, fenced or inside
     prose), or the tool call `{"tool": "submit_report", "arguments": {"transmitters": [...]}}`.
-    `currently_active` defaults to true; transmitters reported as not active are not scored.
+    `currently_active` defaults to true; transmitters reported as not active are ignored.
+    `estimated_power_dbm` is accepted and not scored (the brief says so).
 
     ## Observation Space
     `Text` (printable ASCII): scan number, band, noise floor and the table of detected peaks
-    (id, centre MHz, power dBm, width MHz); after the report, its score.
+    (id, centre MHz, power dBm, width MHz); after the report, its score and feedback.
+
+    ## Feedback
+    The terminal observation states the score (IoU), its parts (MHz occupied, MHz reported,
+    their overlap and union), a verdict on each reported transmitter (first 20 listed): the MHz
+    of it that overlapped spectrum in use (hit) or none (false alarm), and how many transmitting
+    channels no reported band touched. That is what a monitor learns when its report is checked
+    against the licensees' transmission log: whether what it reported was on the air. The log's
+    own entries (exact centres and edges of the channels transmitting, where the missed ones
+    were) are not shown: channels stay active for long runs, so they would answer the next scans,
+    and over a few scans they would hand over the band plan, the latent structure the task
+    measures learning of. The verdicts are capped at 20 transmitters so that slicing the band
+    into many thin reports cannot map the occupied spectrum in one scan.
 
     ## Rewards
     Intersection over union, in MHz, between the union of the bands of the transmitters
@@ -63,7 +80,8 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     ## Episode End
     One episode is one scan. It terminates when a valid report is submitted. An invalid report
     (not JSON, wrong fields, out-of-band values) returns an error and costs a step; the budget
-    is 2 steps, so it allows one more try, after which the scan scores 0 (truncated).
+    is 2 steps, so it allows one more try, after which the scan scores 0 (truncated). The
+    brief states this rule.
 
     ## Arguments
     `schedule` ("default": 90 scans in 3 variants; "short": 8 scans in 2 variants, the second
@@ -74,6 +92,9 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     * v1: the truth is the spectrum transmitting in each scan (v0 scored against all channels,
       active or dormant, so reporting the whole band earned ~0.8 without looking); false alarms
       look like channels; the band plan changes at the third variant (drift).
+      The terminal observation carries the score's parts and per-transmitter feedback (see
+      Feedback); the brief states the one retry and no longer asks for power (never scored) or
+      an active flag beyond what is scored.
     * v0: initial release.
     """
 
@@ -82,18 +103,27 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     domain = "spectrum"
     brief = (
         "You monitor a radio band (340-508 MHz) from a sequence of noisy scans. After each scan, report every "
-        "transmitter that is transmitting in it: its centre frequency and bandwidth in MHz and its power. Peaks "
+        "transmitter that is transmitting in it: its centre frequency and bandwidth in MHz. Peaks "
         "can be missed, their centres and widths are noisy, and false alarms and short interference spikes occur "
         "that look like transmitters in a single scan. Licensed channels recur across scans; the band plan may "
         "change. You are scored on how well your reported bands cover the spectrum occupied in this scan "
-        "(intersection over union in MHz); claiming unoccupied spectrum costs score."
+        "(intersection over union in MHz); claiming unoccupied spectrum costs score. Only the bands count: "
+        "a transmitter marked currently_active false is ignored, and estimated_power_dbm is optional and not "
+        "scored. One report ends the scan; if it is invalid you are told why and get one more try, after which "
+        "the scan scores 0."
     )
     reward_text = ("IoU (MHz) between the reported active transmitters' bands and the spectrum occupied by the "
                    "channels transmitting in this scan; 1.0 is perfect.")
+    feedback_text = (
+        "After the report: the IoU and its parts (MHz occupied, reported, overlap, union), for each reported "
+        "transmitter (first 20) the MHz that overlapped spectrum in use or 'false alarm', and the number of "
+        "transmitting channels no reported band touched. The channels' true centres and edges are not shown: "
+        "they would answer later scans and give away the band plan.")
     action_grammar = (
         'Reply with JSON: {"transmitters": [{"center_mhz": 352.0, "bandwidth_mhz": 15.0, '
         '"currently_active": true, "estimated_power_dbm": -70.0}, ...]} '
-        '(or the tool call {"tool": "submit_report", "arguments": {"transmitters": [...]}}).'
+        '(currently_active defaults to true; estimated_power_dbm is optional and not scored; '
+        'or the tool call {"tool": "submit_report", "arguments": {"transmitters": [...]}}).'
     )
     max_steps = 2
     max_invalid_repeats = 2
@@ -127,9 +157,13 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
 
     @property
     def tools(self) -> list[dict]:
+        # the schema states the band, so a report outside it is an invalid action, not a silent 0
+        item = json.loads(json.dumps(_TRANSMITTER))
+        item["properties"]["center_mhz"].update(minimum=self.low, maximum=self.high)
+        item["properties"]["bandwidth_mhz"]["maximum"] = self.high - self.low
         return [tool_schema(
             "submit_report", "Submit the list of transmitters you believe occupy the band.",
-            {"transmitters": {"type": "array", "items": _TRANSMITTER, "maxItems": 200}})]
+            {"transmitters": {"type": "array", "items": item, "maxItems": 200}})]
 
     def latent(self) -> dict:
         """Every channel of every plan, and the channels transmitting in each scan (by instance id)."""
@@ -177,11 +211,32 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
                                   f"bandwidth in (0, {self.high - self.low}] MHz (got {c}, {w})")
             if tx.get("currently_active", True) is not False:
                 bands.append((c - w / 2, c + w / 2))
-        score = iou(bands, [c.interval for c in self._scan.active], self.low, self.high)
-        obs = (f"Report received: {len(bands)} active transmitters. "
-               f"Score (IoU with the spectrum occupied in this scan): {score:.3f}")
+        truth = [c.interval for c in self._scan.active]
+        score = iou(bands, truth, self.low, self.high)
+        obs = f"Report received: {len(bands)} active transmitters.\n" + self._feedback(score, bands, truth)
         return Outcome(obs, done=True, reward=score, raw_metric=("iou", score), solved=score >= 0.9)
 
+    def _feedback(self, score: float, bands: list[tuple[float, float]], truth: list[tuple[float, float]]) -> str:
+        """The score's parts and a verdict per reported band; the truth's edges stay hidden (Feedback)."""
+        occupied = merge_intervals(truth, self.low, self.high)
+        reported = merge_intervals(bands, self.low, self.high)
+        inter = overlap(reported, occupied)
+        union = measure(reported) + measure(occupied) - inter
+        lines = ["Checked against the licensees' transmission log for this scan:"]
+        for i, (a, b) in enumerate(bands[:VERDICTS]):
+            hit = overlap(merge_intervals([(a, b)], self.low, self.high), occupied)
+            verdict = f"{hit:.2f} MHz of it was in use (hit)" if hit > 0 else "nothing was transmitting there (false alarm)"
+            lines.append(f"  reported {(a + b) / 2:.2f} MHz, {b - a:.2f} MHz wide: {verdict}")
+        if len(bands) > VERDICTS:
+            lines.append(f"  ({len(bands) - VERDICTS} more reported transmitters: no verdict beyond the first {VERDICTS})")
+        missed = sum(1 for c in truth if overlap(reported, merge_intervals([c], self.low, self.high)) == 0)
+        lines.append(f"Transmitting channels that no reported band touched: {missed} of {len(truth)}.")
+        return score_report(score, "IoU with the spectrum occupied in this scan", [
+            ("occupied by transmitting channels", f"{measure(occupied):.2f} MHz"),
+            ("reported as active", f"{measure(reported):.2f} MHz"),
+            ("overlap", f"{inter:.2f} MHz"), ("union", f"{union:.2f} MHz (IoU = overlap / union)")], lines)
+
     def _on_invalid_cap(self) -> Outcome:
-        return Outcome("No valid report after two tries; this scan scores 0.", done=True, reward=0.0,
+        return Outcome("No valid report after two tries; this scan scores 0.\n"
+                       + score_report(0.0, "no valid report"), done=True, reward=0.0,
                        raw_metric=("iou", 0.0), solved=False)

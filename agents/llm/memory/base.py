@@ -26,18 +26,22 @@ from clbench.llm import messages_tokens
 
 @dataclass
 class Episode:
-    """One finished instance as the agent lived it: (observation, action) steps and the reward."""
+    """One finished instance as the agent lived it: (observation, action) steps, the reward and the
+    env's terminal observation (`feedback`: the score, its parts and what the grader said)."""
 
     instance_id: str
     header: str
     steps: list[list[str]] = field(default_factory=list)
     reward: float = 0.0
     metric: dict | None = None
+    feedback: str = ""
 
     def outcome(self) -> str:
         text = f"Outcome of {self.instance_id}: reward {self.reward:.4g}"
         if self.metric and self.metric.get("name") not in (None, "reward"):
             text += f" ({self.metric['name']} = {self.metric['value']:.4g})"
+        if self.feedback:
+            text += f"\nFeedback from the environment:\n{self.feedback}"
         return text
 
     def messages(self) -> list[dict]:
@@ -67,7 +71,7 @@ class Episode:
     @classmethod
     def from_dict(cls, data: dict) -> "Episode":
         return cls(data["instance_id"], data["header"], [list(s) for s in data["steps"]], float(data["reward"]),
-                   data.get("metric"))
+                   data.get("metric"), data.get("feedback", ""))  # states saved before feedback have none
 
 
 class MemoryModel(Protocol):
