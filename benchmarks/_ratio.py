@@ -72,3 +72,13 @@ def env_id(name: str) -> str:
     from clbench import clbench_env_ids
 
     return max(i for i in clbench_env_ids() if i.startswith(f"clbench/{name}-v"))
+
+
+def run_script(main, doc: str) -> None:
+    """A bench's command line: `--quick` for fewer repeats; it prints its table and exits 0
+    (run_all.py is what judges the ratios)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="fewer repeats")
+    main(quick=p.parse_args().quick)

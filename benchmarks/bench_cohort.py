@@ -15,7 +15,6 @@ Kaplan-Meier fit per group and the numpy score; and the env module's import in a
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -23,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _ratio import Ratio, env_id, interleaved, table  # noqa: E402
+from _ratio import Ratio, env_id, interleaved, table, run_script  # noqa: E402
 
 
 
@@ -186,7 +185,4 @@ def main(quick: bool = False) -> list[Ratio]:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
-    main(quick=p.parse_args().quick)
-    sys.exit(0)
+    run_script(main, __doc__)

@@ -13,7 +13,6 @@ step can show (51).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _ratio import Ratio, env_id, interleaved, table  # noqa: E402
+from _ratio import Ratio, env_id, interleaved, table, run_script  # noqa: E402
 
 CATALOG_QUERIES = [
     "SELECT table_name, comment FROM duckdb_tables()",
@@ -170,7 +169,4 @@ def main(quick: bool = False) -> list[Ratio]:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
-    main(quick=p.parse_args().quick)
-    sys.exit(0)
+    run_script(main, __doc__)

@@ -10,13 +10,12 @@ nothing else. Target: the env at least half as fast as the bare library (ratio >
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _ratio import Ratio, env_id, table  # noqa: E402
+from _ratio import Ratio, env_id, table, run_script  # noqa: E402
 
 TARGET = 0.5
 
@@ -120,7 +119,4 @@ def main(quick: bool = False) -> list[Ratio]:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer repeats")
-    main(quick=p.parse_args().quick)
-    sys.exit(0)
+    run_script(main, __doc__)

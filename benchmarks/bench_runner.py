@@ -14,7 +14,6 @@ whole command's 2x/1x ratio is printed too.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import statistics
@@ -22,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _ratio import Ratio, env_id, seconds, table  # noqa: E402
+from _ratio import Ratio, env_id, seconds, table, run_script  # noqa: E402
 
 DOUBLE_ENV = "clbench-bench/SpectrumMonitorDouble"
 ROLLOUTS = 5
@@ -112,7 +111,4 @@ def main(quick: bool = False) -> list[Ratio]:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
-    main(quick=p.parse_args().quick)
-    sys.exit(0)
+    run_script(main, __doc__)

@@ -9,10 +9,12 @@ medians and their ratio to the target.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _ratio import run_script  # noqa: E402
 
 ENV = "clbench/SalesForecast-v1"
 
@@ -63,7 +65,4 @@ def main(quick: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
-    main(quick=p.parse_args().quick)
-    sys.exit(0)
+    run_script(main, __doc__)
