@@ -24,6 +24,10 @@ def cmd_list(args) -> int:
         rows.append([env_id, str(len(env.schedule)), variants, f"{env.r_max:.4g}", f"{env.r_reference:.4g}",
                      ", ".join(agent_names(env))])
         env.close()
+    from clbench.registry import BROKEN
+
+    for module, reason in sorted(BROKEN.items()):  # listed with the reason, after the envs that work
+        rows.append([module.rsplit(".", 1)[-1], "?", "?", "?", "?", f"not registered: {reason}"])
     print(markdown_table(["env", "instances", "variants", "r_max", "r_reference", "agents"], rows))
     return 0
 
