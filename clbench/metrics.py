@@ -177,8 +177,10 @@ def matrices(tr: TaskRecords, window: float) -> Matrices:
 
 def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     """Bootstrap multiplicities: how often each of `size` units is drawn in each replicate."""
-    # the counts of `size` uniform draws with replacement are multinomial (and far cheaper than add.at)
-    return rng.multinomial(size, np.full(size, 1.0 / size), size=n_boot).astype(float)
+    draws = rng.integers(0, size, size=(n_boot, size))
+    # one bincount over (replicate, unit) cells: the same counts as np.add.at, many times faster
+    cells = (draws + (np.arange(n_boot) * size)[:, None]).ravel()
+    return np.bincount(cells, minlength=n_boot * size).reshape(n_boot, size).astype(float)
 
 
 def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
