@@ -72,13 +72,18 @@ def backend_or_skip(backend: str) -> str:
     return backend
 
 
-@pytest.fixture(scope="module")
-def env():
-    backend_or_skip("bwrap")
+def _module_env(backend: str):
+    """One env per test module and backend (building the checkouts is slow)."""
+    backend_or_skip(backend)
     os.environ["CLBENCH_CACHE_DIR"] = REAL_CACHE
-    e = gym.make(ENV, backend="bwrap").unwrapped
+    e = gym.make(ENV, backend=backend).unwrapped
     yield e
     e.close()
+
+
+@pytest.fixture(scope="module")
+def env():
+    yield from _module_env("bwrap")
 
 
 def play(env, agent, instance: str, stateless: bool = True) -> dict:
@@ -355,11 +360,7 @@ def test_changes_outside_the_package_do_not_reach_grading_bwrap(env):
 
 @pytest.fixture(scope="module")
 def docker_env():
-    backend_or_skip("docker")
-    os.environ["CLBENCH_CACHE_DIR"] = REAL_CACHE
-    e = gym.make(ENV, backend="docker").unwrapped
-    yield e
-    e.close()
+    yield from _module_env("docker")
 
 
 @pytest.mark.docker

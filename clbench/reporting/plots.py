@@ -92,17 +92,18 @@ def _finish(ax, fig: Figure, title: str, ncol: int = 4) -> None:
     fig.tight_layout()
 
 
-def _series(series) -> list[tuple[str, dict]]:
-    """(label, task result) pairs; a single task result stands for itself."""
-    return [(series.get("system"), series)] if isinstance(series, dict) else list(series)
+def _series(series, system_label: str | None, colors: dict | None) -> tuple[list[tuple[str, dict]], dict]:
+    """(label, task result) pairs (a single task result stands for itself, named `system_label` if
+    given) and a colour per label."""
+    series = [(series.get("system"), series)] if isinstance(series, dict) else list(series)
+    if system_label is not None and len(series) == 1:
+        series = [(system_label, series[0][1])]
+    return series, colors or system_colors(label for label, _ in series)
 
 
 def learning_curve(series, system_label: str | None = None, unit: str = "reward", colors: dict | None = None) -> Figure:
     """Per-instance reward of one task; `series` is a task result or (label, task result) pairs."""
-    series = _series(series)
-    if system_label is not None and len(series) == 1:
-        series = [(system_label, series[0][1])]
-    colors = colors or system_colors(label for label, _ in series)
+    series, colors = _series(series, system_label, colors)
     t0 = series[0][1]
     curves = t0["curves"]
     x = np.asarray(curves["positions"])
@@ -125,10 +126,7 @@ def learning_curve(series, system_label: str | None = None, unit: str = "reward"
 
 def cumulative_gain(series, system_label: str | None = None, position_paired: list[float] | None = None,
                     unit: str = "reward", colors: dict | None = None) -> Figure:
-    series = _series(series)
-    if system_label is not None and len(series) == 1:
-        series = [(system_label, series[0][1])]
-    colors = colors or system_colors(label for label, _ in series)
+    series, colors = _series(series, system_label, colors)
     t0 = series[0][1]
     curves = t0["curves"]
     x = np.asarray(curves["positions"])
