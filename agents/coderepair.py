@@ -8,12 +8,12 @@ import re
 from pathlib import Path
 
 from clbench.agent import Agent
+from clbench.agents.coderepair_search import KINDS as EDIT_KINDS  # in the order a newcomer tries them
 from clbench.envs.coderepair.patching import shell_command
 
 _BACKTICK = re.compile(r"`([^`\n]+)`")
 _CALL = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_GREP_HIT = re.compile(r"^(\S+?\.py):\d+:\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 #: the env's rules follow the report in the first observation
 REPORT_END = "Fix the issue in the repository's source code"
 _STOP = set(dir(builtins)) | set(keyword.kwlist) | {
@@ -56,9 +56,6 @@ def _outcome(exc, expected_type):
     _sys.exit(1 if _failed else 0)
 """
 SEARCH_SCRIPT = (Path(__file__).with_name("coderepair_search.py")).read_text()
-#: the search's edit kinds, in the order a newcomer tries them
-EDIT_KINDS = ("comparison", "off_by_one", "swap_statements", "constant_to_name", "attribute_swap",
-              "attribute_added", "keyword_restored", "negation", "swapped_arguments")
 
 
 def check_script(report: str) -> str | None:
@@ -139,7 +136,7 @@ class CodeRepairReference(Agent):
         root = re.search(r"source code \(([^)]*?)/;", observation).group(1)
         report = observation.split(REPORT_END)[0]
         self._repo, self._root = repo, root
-        self._frozen = self.freeze_at is not None and info.get("position", 0) >= self.freeze_at
+        self._frozen = self.frozen(info)
         known = self.memory.get(repo, {})
         self._learned = {"layout": known.get("layout", False), "test_command": known.get("test_command", ""),
                          "kinds": dict(known.get("kinds", {}))}

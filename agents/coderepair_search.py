@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+#: the catalog's edit kinds, in the order a newcomer tries them (the agent passes its own order)
 KINDS = ("comparison", "off_by_one", "swap_statements", "constant_to_name", "attribute_swap", "attribute_added",
          "keyword_restored", "negation", "swapped_arguments")
 _FLIP = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt), ast.GtE: (ast.Gt, ast.LtE),

@@ -135,7 +135,7 @@ class CohortReference(Agent):
         return self._submit()
 
     def end_instance(self, reward: float, info: dict) -> None:
-        if self.freeze_at is not None and info["position"] >= self.freeze_at:
+        if self.frozen(info):
             return
         self.tags.update(self.seen_tags)
         for cid, (n, km) in self._observed().items():

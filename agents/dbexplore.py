@@ -354,7 +354,7 @@ class DBExploreReference(_QuestionAgent):
         self._frozen: dict | None = None  # the state_dict held at freeze_at
 
     def begin_instance(self, observation: str, info: dict) -> None:
-        if self.freeze_at is not None and info["position"] >= self.freeze_at and self._frozen is None:
+        if self.frozen(info) and self._frozen is None:
             self._frozen = self.state_dict()  # what it knew at freeze_at
         super().begin_instance(observation, info)
 

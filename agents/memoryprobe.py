@@ -188,7 +188,7 @@ class MemoryStrategy(Agent):
                  freeze_at: int | None = None):
         super().__init__(card, seed=seed)
         #: from this rollout position on, sessions are no longer committed to memory (drift checks)
-        self.freeze_at = None if freeze_at is None else int(freeze_at)
+        self.freeze_at = freeze_at
         m = _BUDGET.search(card.brief)
         if budget_tokens is None and m is None:
             raise ValueError("no memory budget in the task brief; pass budget_tokens")
@@ -205,7 +205,7 @@ class MemoryStrategy(Agent):
         now = extract(text)
         answers = self.answer(self.recall(now), questions)
         self._reply = reply(answers, [q for q, _ in questions])
-        if self.freeze_at is None or info["position"] < self.freeze_at:
+        if not self.frozen(info):
             self.commit(text, now)
         return self._reply
 

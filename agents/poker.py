@@ -284,7 +284,7 @@ class PokerReference(Agent):
 
     def end_instance(self, reward: float, info: dict) -> None:
         table = info.get("table")
-        if self.freeze_at is not None and info["position"] >= self.freeze_at:
+        if self.frozen(info):
             return
         if table and table["over"]:
             hand = OpponentModel()

@@ -122,7 +122,7 @@ class SalesForecastReference(Agent):
         self.freeze_at = freeze_at
 
     def begin_instance(self, observation: str, info: dict) -> None:
-        frozen = self.freeze_at is not None and info["position"] >= self.freeze_at
+        frozen = self.frozen(info)
         self.plan = [
             "cat > forecast.py <<'CLBENCH_EOF'\n" + FORECAST_SCRIPT.strip() + "\nCLBENCH_EOF",
             "python3 forecast.py" + (" --frozen" if frozen else ""),

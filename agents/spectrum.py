@@ -81,7 +81,7 @@ class SpectrumReference(Agent):
 
     def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
-        self.freeze_at = None if freeze_at is None else int(freeze_at)
+        self.freeze_at = freeze_at
         self.clusters: list[Cluster] = []
         self.scans = 0
 
@@ -102,7 +102,7 @@ class SpectrumReference(Agent):
     def act(self, observation: str, info: dict) -> str:
         peaks = parse_peaks(observation)
         channels = self._channels()  # what was known before this scan
-        if info.get("step", 0) == 0 and (self.freeze_at is None or info["position"] < self.freeze_at):
+        if info.get("step", 0) == 0 and not self.frozen(info):
             self.scans += 1
             for center, power, width in peaks:
                 cl = self._match(center, width, self.clusters)

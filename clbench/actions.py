@@ -92,15 +92,19 @@ def as_tool_call(obj: Any) -> ToolCall | None:
     return ToolCall(name, args)
 
 
-@functools.lru_cache(maxsize=512)
-def _validator(schema_json: str):
-    """A checked validator per schema: what jsonschema.validate rebuilds (and re-checks) per call."""
+def checked_validator(schema: dict):
+    """A validator for `schema`, the schema checked once: what jsonschema.validate rebuilds (and
+    re-checks) on every call. Callers cache it."""
     import jsonschema  # lazily: its import is a third of a fresh env's load
 
-    schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
+
+
+@functools.lru_cache(maxsize=512)
+def _validator(schema_json: str):
+    return checked_validator(json.loads(schema_json))
 
 
 def validate_call(call: ToolCall, tools: list[dict]) -> ToolCall:

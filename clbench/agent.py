@@ -63,6 +63,14 @@ class Agent:
         self.seed = seed
         self.latent = latent
 
+    #: scripted references' `freeze_at=K` (clbench drift-check): from rollout position K on the agent
+    #: stops updating what it learned; None = it never stops
+    freeze_at: int | None = None
+
+    def frozen(self, info: dict) -> bool:
+        """Whether `freeze_at` has been reached at the instance `info` describes."""
+        return self.freeze_at is not None and info.get("position", 0) >= int(self.freeze_at)
+
     def begin_instance(self, observation: str, info: dict) -> None:
         """A new instance starts."""
 

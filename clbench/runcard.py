@@ -10,9 +10,8 @@ import sys
 from functools import cache
 from pathlib import Path
 
-import jsonschema
-
 import clbench
+from clbench.actions import checked_validator
 from clbench.metrics import group_records, suite_aggregates, task_metrics
 from clbench.results import RESULTS_FILE, load_metadata, load_records, write_json_atomic
 
@@ -27,10 +26,7 @@ def run_card_schema() -> dict:
 @cache
 def _validator():
     """One checked validator per process: re-checking the schema itself was most of a validation."""
-    schema = run_card_schema()
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
+    return checked_validator(run_card_schema())
 
 
 def git_sha() -> str | None:

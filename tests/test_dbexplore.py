@@ -307,14 +307,13 @@ def test_brief_states_every_scoring_rule_and_a_rejected_query_costs_one(env):
 def test_careful_memoryless_explorer_stays_below_0_7_r_max(env, kwargs):
     # Catalog, one probe folding every convention the question's tables need, answer: all 40
     # correct, yet 0.8 ** 2 each, because no convention can be read off the catalog alone.
-    rewards, queries = [], []
+    rewards = []
     for slot in env.schedule.order(0):
         agent = make_agent("explorer", env)
         obs, info = env.reset(options={"instance": slot.instance_id, "stateless": True})
         out = play_instance(env, agent, obs, info, [])
         assert out["solved"], slot.instance_id
         rewards.append(out["reward"])
-        queries.append(info["step"])
     assert np.mean(rewards) <= 0.7 * env.r_max and np.mean(rewards) == pytest.approx(0.64)
     assert np.mean(rewards) > env.r_reference  # folding discovery beats the step-by-step reference
 

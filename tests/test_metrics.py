@@ -180,6 +180,15 @@ def test_split_holds_exactly_with_several_passes_and_rollouts():
     tr, _ = hetero(shift=0.05, noise=0.1, rollouts=4, passes=3, n=24)
     m = task_metrics(tr, n_boot=500)
     assert m["plasticity"]["mean"] + m["stability"]["mean"] == m["normalized_gain"]["mean"]
+    # plasticity from the records by hand: the gain in the first ceil(0.25 * 24) = 6 positions of
+    # each rollout (one variant), over all (rollout, instance) pairs and the headroom
+    sl = {iid: np.mean([p[iid]["reward"] for p in tr.stateless.values()]) for iid in tr.stateless[0]}
+    mean_sl = np.mean(list(sl.values()))
+    pairs = [(x["position"], x["reward"] - sl[x["instance_id"]]) for recs in tr.stateful.values() for x in recs]
+    early = sum(g for pos, g in pairs if pos < 6)
+    assert m["plasticity"]["mean"] == pytest.approx(early / (len(pairs) * (tr.r_max - mean_sl)))
+    assert m["stability"]["mean"] == pytest.approx(sum(g for pos, g in pairs if pos >= 6)
+                                                   / (len(pairs) * (tr.r_max - mean_sl)))
 
 
 def test_noisy_r_max_gets_its_own_interval_and_widens_normalized_ones():

@@ -40,14 +40,14 @@ def stateless_mean(env_id: str, agent: str, env_kwargs: dict | None = None, seed
 def cmd_calibrate(args) -> int:
     from clbench.agents.degenerate import degenerate_agents
 
-    means = stateless_means(args.env, ["oracle", "reference"])
+    degenerate = [] if args.no_degenerate else degenerate_agents(args.env)
+    means = stateless_means(args.env, ["oracle", "reference", *degenerate])  # one env built for all
     r_max, r_ref = means["oracle"], means["reference"]
     print(f"r_max: {r_max!r}\nr_reference: {r_ref!r}")
-    if args.no_degenerate:
-        return 0
-    print("degenerate agents (must not beat r_reference):")
-    for name, mean in stateless_means(args.env, degenerate_agents(args.env)).items():
-        print(f"  {name}: {mean:.6g}{'  BEATS r_reference' if mean > r_ref else ''}")
+    if degenerate:
+        print("degenerate agents (must not beat r_reference):")
+    for name in degenerate:
+        print(f"  {name}: {means[name]:.6g}{'  BEATS r_reference' if means[name] > r_ref else ''}")
     return 0
 
 
