@@ -584,3 +584,17 @@ def test_evaluation_ignores_links_and_large_files(tmp_path):
     assert applied == ["tenacity/ok.py"] and ignored == ["tenacity/evil.py", "setup.py"]
     assert not (tree / "tenacity" / "evil.py").exists() and not (tree / "setup.py").exists()
     assert re.fullmatch(r"X = 1\n", (tree / "tenacity" / "ok.py").read_text())
+
+
+def test_the_env_imports_without_pytest_and_copies_the_runner_it_reads_verdicts_from():
+    # pytest lives only in the sandbox's test runtime: the host side reads the runner as a file
+    import subprocess
+    import sys
+
+    code = ("import sys; import clbench.envs.coderepair.coderepair_env; "
+            "print('pytest' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    from clbench.envs.coderepair import grade_runner, grading
+
+    assert grading.TAG == grade_runner.TAG and grading.RUNNER == Path(grade_runner.__file__)

@@ -20,6 +20,7 @@ printing reports, patching pytest) is caught. Any tampering scores the submissio
 """
 from __future__ import annotations
 
+import shutil
 import ast
 import hmac
 import json
@@ -31,7 +32,11 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clbench.envs.coderepair import grade_runner
+#: the runner copied into each grading folder; read as a file, never imported here (it imports
+#: pytest, which only the sandbox's test runtime must have)
+RUNNER = Path(__file__).with_name("grade_runner.py")
+#: the runner's verdict line prefix (grade_runner.TAG; a test checks they agree)
+TAG = "CLBENCH-VERDICT"
 
 _WORD = re.compile(r"[a-z0-9]+")
 _PYTEST_FIXTURES = {"tmp_path", "tmp_path_factory", "tmpdir", "tmpdir_factory", "record_property", "capsys",
@@ -185,7 +190,7 @@ def write_job(plan: GradingPlan, tree: Path, import_root: str, ini: str) -> None
     """The runner and its job in the plan's folder of `tree` (before the tree goes into a sandbox)."""
     folder = tree / plan.folder
     folder.mkdir()
-    (folder / "runner.py").write_text(Path(grade_runner.__file__).read_text())
+    shutil.copyfile(RUNNER, folder / "runner.py")
     test_files = sorted({i.split("::")[0] for i in plan.run_ids})
     job = {"key": plan.key, "ids": plan.run_ids, "ini": ini, "import_root": import_root, "test_files": test_files}
     (folder / "job.json").write_text(json.dumps(job))
@@ -208,7 +213,7 @@ def read_verdict(plan: GradingPlan, stdout: str, killed: bool) -> Verdict:
     tampering: list[str] = []
     payload = None
     for line in stdout.splitlines():
-        if not line.startswith(grade_runner.TAG):
+        if not line.startswith(TAG):
             continue
         parts = line.split(" ", 2)
         good = len(parts) == 3 and hmac.compare_digest(

@@ -6,13 +6,12 @@ and space-insensitive.
 """
 from __future__ import annotations
 
-import importlib.resources
 import math
 import re
 from dataclasses import dataclass
 from functools import cache
 
-import yaml
+from clbench.env import load_task_spec
 
 ANSWER_TYPES = ("int", "float", "text")
 REL_TOL = 0.001  # 0.1%: tight enough that no question accepts another question's answer
@@ -83,8 +82,7 @@ def _norm(text: str) -> str:
 @cache
 def load_questions() -> tuple[dict[str, Question], dict[str, str]]:
     """({question id: Question}, {fact id: description}) from the packaged questions.yaml."""
-    path = importlib.resources.files("clbench.tasks") / "dbexplore" / "questions.yaml"
-    data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 10x faster
+    data = load_task_spec("dbexplore", "questions")
     facts = dict(data["facts"])
     questions = {}
     for q in data["questions"]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from functools import cached_property
 
 from clbench.actions import ActionError, ToolCall, extract_json, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
@@ -155,7 +156,7 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
             variants.append(Variant(v["name"], insts, v.get("description", "")))
         return Schedule(name, variants)
 
-    @property
+    @cached_property  # the band is fixed at construction; built once, not on every tool-call step
     def tools(self) -> list[dict]:
         # the schema states the band, so a report outside it is an invalid action, not a silent 0
         item = json.loads(json.dumps(_TRANSMITTER))
