@@ -143,6 +143,7 @@ class Matrices:
     and passes x instances (stateless); columns are instance ids in sorted order."""
 
     ids: list[str]
+    col: dict[str, int]  # instance id -> column
     sf: np.ndarray
     present: np.ndarray
     window: np.ndarray
@@ -172,7 +173,7 @@ def matrices(tr: TaskRecords, window: float) -> Matrices:
             sf[row, j], present[row, j] = float(x["reward"]), 1.0
             win[row, j] = x["position"] in inside
     sl = np.array([[float(tr.stateless[p][i]["reward"]) for i in ids] for p in passes])
-    return Matrices(ids, sf, present, win, sl)
+    return Matrices(ids, col, sf, present, win, sl)
 
 
 def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
@@ -256,7 +257,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     if reason is None and math.isfinite(point["normalized_gain"]):
         # the split is exact in every replicate too; keep it exact in the reported means
         out["stability"]["mean"] = out["normalized_gain"]["mean"] - out["plasticity"]["mean"]
-    out["per_variant"] = _per_variant(tr, sl_mean, m, window)
+    out["per_variant"] = _per_variant(tr, sl_mean, m)
     out["shocks"] = shock_effects(tr)
     out["curves"] = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
                             n_boot=min(n_boot, CURVE_BOOT))
@@ -297,19 +298,18 @@ def shock_effects(tr: TaskRecords, before: int = 5) -> list[dict]:
     return effects
 
 
-def _per_variant(tr: TaskRecords, sl: dict[str, float], m: Matrices, window: float) -> list[dict]:
+def _per_variant(tr: TaskRecords, sl: dict[str, float], m: Matrices) -> list[dict]:
     """Per variant: stateful and stateless means, gain, and the gain inside the adaptation window
     (how fast the agent adapts after the boundary; shows faster recovery on returning conditions)."""
     rows: dict[str, dict] = {}
-    for k, recs in tr.stateful.items():
-        inside = _window_positions(recs, window)
-        for x in recs:
+    for row_k, k in enumerate(sorted(tr.stateful)):  # m's rows are the rollouts in sorted order
+        for x in tr.stateful[k]:
             row = rows.setdefault(x["variant"], {"variant": x["variant"], "start": x["position"], "sf": [], "ids": set(),
                                                  "early": []})
             row["start"] = min(row["start"], x["position"])
             row["sf"].append(float(x["reward"]))
             row["ids"].add(x["instance_id"])
-            if x["position"] in inside:
+            if m.window[row_k, m.col[x["instance_id"]]]:
                 row["early"].append(float(x["reward"]) - sl[x["instance_id"]])
     result = []
     for row in sorted(rows.values(), key=lambda r: r["start"]):
@@ -326,7 +326,7 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int)
     rollouts and stateless passes); the stateless side is paired to each rollout by instance id."""
     n = max(len(v) for v in tr.stateful.values())
     K, P = len(tr.stateful), m.sl.shape[0]
-    col = {iid: j for j, iid in enumerate(m.ids)}
+    col = m.col
     sf = np.full((K, n), np.nan)
     cols = np.zeros((K, n), dtype=int)
     has = np.zeros((K, n), dtype=bool)
