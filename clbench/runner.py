@@ -26,7 +26,7 @@ from clbench.agent import end_instance, make_agent
 from clbench.schedule import Schedule
 from clbench.results import (RECORD_FORMAT, RESULTS_FILE, AppendFiles, append_lines, iter_jsonl, read_json,
                              record_key, safe_name, trajectory_path)
-from clbench.results import _json_default  # the same numpy handling as the records
+from clbench.results import _json_default, _open_append, _write_locked  # the records' own JSON and append
 
 
 @dataclass
@@ -218,20 +218,14 @@ def append_checkpoint(path: Path, line: bytes) -> None:
     per instance made checkpoints most of a run). A SIGKILL leaves whole lines, or at worst a torn
     last line that `load_checkpoint` skips and the next append starts after.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = _open_append(path)
     try:
-        size = os.fstat(fd).st_size
-        if size > max(_JOURNAL_MIN_BYTES, _JOURNAL_SLACK * len(line)):
+        if os.fstat(fd).st_size > max(_JOURNAL_MIN_BYTES, _JOURNAL_SLACK * len(line)):
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             tmp.write_bytes(line)
             os.replace(tmp, path)  # atomic: a reader sees the old journal or the compacted one
             return
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_locked(fd, line)  # the records' append: a torn last line is ended first
     finally:
         os.close(fd)
 
