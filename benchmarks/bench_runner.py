@@ -31,7 +31,7 @@ def _register_double() -> None:
     """SpectrumMonitor whose default schedule has twice the scans per variant."""
     import gymnasium as gym
 
-    from clbench.envs.spectrum.spectrum_monitor import SpectrumMonitorEnv
+    from clbench.envs.spectrummonitor.spectrummonitor_env import SpectrumMonitorEnv
 
     class SpectrumMonitorDouble(SpectrumMonitorEnv):
         def _build_schedule(self, name: str):

@@ -53,12 +53,17 @@ def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
     return text or " "
 
 
+def task_name(env_id: str) -> str:
+    """A task's one name from its env id: "clbench/DBExplore-v1" -> "dbexplore"."""
+    return env_id.split("/")[-1].rsplit("-v", 1)[0].lower()
+
+
 @cache
-def load_task_spec(domain: str, name: str = "default") -> dict:
-    """Read tasks/<domain>/<name>.yaml from the installed package data."""
-    path = importlib.resources.files("clbench.tasks") / domain / f"{name}.yaml"
+def load_task_spec(task: str, name: str = "default") -> dict:
+    """Read tasks/<task>/<name>.yaml from the installed package data."""
+    path = importlib.resources.files("clbench.tasks") / task / f"{name}.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"no task spec {domain}/{name}.yaml in clbench.tasks")
+        raise FileNotFoundError(f"no task spec {task}/{name}.yaml in clbench.tasks")
     # libyaml's parser when present (10x faster); the same safe constructor, so the same data
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
@@ -169,10 +174,12 @@ class InstanceSequenceEnv(gym.Env):
     """Base for stateful instance sequences. Subclasses set the class attributes below."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    #: "clbench/<Name>-v<N>"; everything else about the task's name follows from it
     env_id: str = ""
+    #: the task's one name, derived from env_id: "clbench/DBExplore-v1" -> "dbexplore". It names the
+    #: env package (envs/<task>/), its data (tasks/<task>/), its agents (agents/<task>.py) and the
+    #: records' `task` field
     task: str = ""
-    #: tasks/<domain>/ folder with default.yaml (r_max, r_reference, generator numbers)
-    domain: str = ""
     brief: str = ""
     reward_text: str = ""
     #: what the terminal observation tells the agent, and why that much (the feedback policy)
@@ -185,13 +192,18 @@ class InstanceSequenceEnv(gym.Env):
     #: scripted agents by name -> "module:Class" (random, reference, oracle)
     agents: dict[str, str] = {}
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.env_id:
+            cls.task = task_name(cls.env_id)
+
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
         self.schedule_name = schedule
         self.cycle = cycle
-        self.spec_data = load_task_spec(self.domain)
+        self.spec_data = load_task_spec(self.task)
         self.schedule: Schedule = self._build_schedule(schedule)
         self.observation_space = TextSpace(max_length=MAX_OBS_CHARS, min_length=1, charset=CHARSET)
         self.action_space = TextSpace(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)

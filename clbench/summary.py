@@ -11,8 +11,8 @@ from dataclasses import dataclass
 #: `reward_unit`, which the run's metadata then carries
 UNITS = {
     "poker": "BB per hand", "exploitable_poker": "BB per hand",
-    "cohort": "bits", "cohort_studies": "bits",
-    "spectrum": "IoU", "blind_spectrum_monitoring": "IoU",
+    "cohortstudies": "bits", "cohort_studies": "bits",
+    "spectrummonitor": "IoU", "blind_spectrum_monitoring": "IoU",
     "dbexplore": "query-efficiency score 0-1", "database_exploration": "query-efficiency score 0-1",
     "salesforecast": "WAPE skill 0-1", "sales_prediction": "WAPE skill 0-1",
     "coderepair": "step-efficiency score 0-1", "codebase_adaptation": "step-efficiency score 0-1",

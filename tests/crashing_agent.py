@@ -1,5 +1,5 @@
 """An agent that raises on its third instance (used by test_core)."""
-from clbench.agents.spectrum import SpectrumReference
+from clbench.agents.spectrummonitor import SpectrumReference
 
 
 class CrashOnThird(SpectrumReference):

@@ -1,7 +1,7 @@
 """Spectrum reference agents slowed down so a test can kill a run midway (used by test_scale)."""
 import time
 
-from clbench.agents.spectrum import SpectrumReference
+from clbench.agents.spectrummonitor import SpectrumReference
 
 
 class SlowReference(SpectrumReference):

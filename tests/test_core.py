@@ -126,7 +126,7 @@ def test_cli_list_rollout_report(tmp_path, capsys):
     assert main(["rollout", "--env", "clbench/SpectrumMonitor-v1", "--agent", "reference", "--rollouts", "2",
                  "--workers", "1", "--env-arg", "schedule=short", "--out", str(run_dir)]) == 0
     table = capsys.readouterr().out
-    assert "normalized gain" in table and "| spectrum | reference | IoU | 2 |" in table
+    assert "normalized gain" in table and "| spectrummonitor | reference | IoU | 2 |" in table
     assert main(["report", str(run_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[2] == table.splitlines()[2]
     assert main(["report", str(tmp_path / "missing")]) == 1

@@ -99,7 +99,7 @@ def test_every_memory_completes_both_modes_with_tokens_and_cost(runs, reference,
     records = res["records"]
     assert [r["mode"] for r in records] == ["stateful"] * 8 + ["stateless"] * 8
     assert all(r["error"] is None for r in records)
-    usage = res["card"]["tasks"]["spectrum/llm"]["usage"]
+    usage = res["card"]["tasks"]["spectrummonitor/llm"]["usage"]
     tok, n_chat = usage["tokens"], len(res["stateful"]) + len(res["stateless"])
     assert tok["prompt"] > 0 and tok["completion"] > 0 and tok["cached"] > 0
     assert tok["reasoning"] == 2 * n_chat and tok["calls"] == n_chat + res["embeddings"]
@@ -157,7 +157,7 @@ def test_text_grammar_when_the_endpoint_has_no_tools(tmp_path, prices, reference
         with_tools = [b for b in server.requests if b.get("tools")]
     assert len(with_tools) == 1  # refused once, then text for the rest of the rollout
     assert rewards(records, "stateful") == rewards(reference, "stateful")
-    traj = (tmp_path / "trajectories/spectrum/llm/stateful-r0.jsonl").read_text()
+    traj = (tmp_path / "trajectories/spectrummonitor/llm/stateful-r0.jsonl").read_text()
     assert '"action":"{\\"transmitters\\"' in traj
 
 
@@ -173,7 +173,7 @@ def test_faults_are_survived_and_recorded(tmp_path, prices, reference):
     # answered by the env as invalid; the second invalid reply ends the scan with 0
     assert first["error"] is None and first["reward"] == 0.0 and first["steps"] == 2
     assert first["tokens"]["retries"] == 3 and first["tokens"]["faults"] == 2
-    traj = [json.loads(x) for x in (tmp_path / "trajectories/spectrum/llm/stateful-r0.jsonl").read_text().splitlines()]
+    traj = [json.loads(x) for x in (tmp_path / "trajectories/spectrummonitor/llm/stateful-r0.jsonl").read_text().splitlines()]
     steps = [e for e in traj if e["event"] == "step"][:2]
     assert "not valid JSON" in steps[0]["observation"] and steps[1]["action"] == ""
     # scan 2: the call fails four times (max_retries=3): recorded, scored 0, the run goes on
@@ -186,8 +186,8 @@ def test_faults_are_survived_and_recorded(tmp_path, prices, reference):
 def test_unknown_model_price_gives_null_cost(tmp_path):
     with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
         card, records = rollout(server, tmp_path, "none", None)
-    assert card["tasks"]["spectrum/llm"]["usage"]["cost"] is None
-    assert card["tasks"]["spectrum/llm"]["usage"]["tokens"]["prompt"] > 0
+    assert card["tasks"]["spectrummonitor/llm"]["usage"]["cost"] is None
+    assert card["tasks"]["spectrummonitor/llm"]["usage"]["tokens"]["prompt"] > 0
 
 
 def test_response_cache_makes_a_rerun_free(tmp_path, prices):
@@ -197,7 +197,7 @@ def test_response_cache_makes_a_rerun_free(tmp_path, prices):
         paid = len(server.requests)
         again, records = rollout(server, tmp_path / "b", "notepad", prices, cache_dir=cache)
     assert len(server.requests) == paid  # nothing sent the second time
-    u1, u2 = first["tasks"]["spectrum/llm"]["usage"], again["tasks"]["spectrum/llm"]["usage"]
+    u1, u2 = first["tasks"]["spectrummonitor/llm"]["usage"], again["tasks"]["spectrummonitor/llm"]["usage"]
     assert u1["cost"] > 0 and u2["cost"] == 0.0 and u1["tokens"] == u2["tokens"]
     assert sum(r["tokens"]["cache_hits"] for r in records) == u2["tokens"]["calls"]
 
@@ -293,7 +293,7 @@ def test_cli_rollout_and_agents_listing(tmp_path, prices, capsys):
                          "--agent-arg", f"prices={prices}", "--agent-arg", "backoff=0.01"])
     assert code == 0 and server.requests[0]["max_tokens"] == 512 and server.requests[0]["temperature"] == 0
     card = json.loads((tmp_path / "run_card.json").read_text())
-    assert card["tasks"]["spectrum/llm"]["usage"]["cost"] > 0
+    assert card["tasks"]["spectrummonitor/llm"]["usage"]["cost"] > 0
     assert "Tokens: prompt" in capsys.readouterr().out
     assert cli_main(["report", str(tmp_path), "--no-plots", "--n-boot", "100"]) == 0  # reports read the tokens
     assert "Cost and tokens" in capsys.readouterr().out

@@ -18,8 +18,8 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
     assert top <= {"clbench", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
-    for needed in ("clbench/envs/spectrum/spectrum_monitor.py", "clbench/agents/spectrum.py",
-                   "clbench/tasks/spectrum/default.yaml", "clbench/schemas/run_card.schema.json",
+    for needed in ("clbench/envs/spectrummonitor/spectrummonitor_env.py", "clbench/agents/spectrummonitor.py",
+                   "clbench/tasks/spectrummonitor/default.yaml", "clbench/schemas/run_card.schema.json",
                    "clbench/containers/tablib/Dockerfile", "clbench/containers/make-offline-base.sh",
                    "clbench/tasks/coderepair/tablib-01/bug.diff", "clbench/data/prices.yaml"):
         assert needed in names

@@ -32,7 +32,7 @@ def test_import_clbench_loads_no_env_dependency():
 
 
 @pytest.mark.parametrize("module, allowed", [
-    ("clbench.envs.cohort.cohort_env", {"duckdb"}),  # pandas, lifelines, scipy.stats: only when building
+    ("clbench.envs.cohortstudies.cohortstudies_env", {"duckdb"}),  # pandas, lifelines, scipy.stats: only when building
     ("clbench.envs.dbexplore.dbexplore_env", {"duckdb"}),  # pandas: only to build the database files
 ])
 def test_env_modules_import_only_what_a_cache_hit_needs(module, allowed):
@@ -51,7 +51,7 @@ def _lifelines_km(months, events, points):
 
 def test_numpy_kaplan_meier_equals_lifelines():
     pytest.importorskip("lifelines")
-    from clbench.envs.cohort.km import km_at
+    from clbench.envs.cohortstudies.km import km_at
 
     rng = np.random.default_rng(7)
     cases = [([5.0, 5.0, 5.0], [True, True, True]),  # everyone dies at once: survival 0
@@ -138,7 +138,7 @@ def test_resume_from_an_older_checkpoint_plays_the_rest_again_exactly(tmp_path, 
     monkeypatch.setattr(runner, "CHECKPOINT_SHARE", 0.0)  # no budget: only the first instance is saved
     run(config(cut), say=lambda m: None, quiet=True)
     monkeypatch.undo()
-    task = "spectrum"
+    task = "spectrummonitor"
     assert load_checkpoint(state_path(cut, task, "reference", 0))["position"] == 0
     results = cut / RESULTS_FILE  # killed after position 4: later records never written
     kept = [line for line in results.read_text().splitlines() if json.loads(line)["position"] <= 4]

@@ -24,7 +24,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def spectrum_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("report") / "spectrum"
+    out = tmp_path_factory.mktemp("report") / "spectrummonitor"
     assert main(["rollout", "--env", "clbench/SpectrumMonitor-v1", "--agent", "reference", "--rollouts", "3",
                  "--out", str(out), "--quiet"]) == 0
     return out
@@ -59,8 +59,8 @@ def test_markdown_report_keeps_the_summary_tables_and_adds_split_and_plots(spect
     assert "### Stability/plasticity split of normalized gain" in out
     assert "Cost and tokens" not in out  # scripted agents cost nothing
     listed = re.findall(r"^- (.+\.png)$", out, re.M)
-    assert sorted(p.rsplit("/", 1)[1] for p in listed) == ["spectrum--reference--cumulative-gain.png",
-                                                            "spectrum--reference--learning-curve.png"]
+    assert sorted(p.rsplit("/", 1)[1] for p in listed) == ["spectrummonitor--reference--cumulative-gain.png",
+                                                            "spectrummonitor--reference--learning-curve.png"]
     for path in listed:
         img = mpimg.imread(path)
         assert img.shape[0] > 300 and img.shape[1] > 800
@@ -85,7 +85,7 @@ def test_upstream_conventions_on_a_native_run_agree_with_clbench_means(spectrum_
     # upstream's SE counts rollout-to-rollout noise only; clbench's also the sample of instances
     assert t["cumulative_reward"]["se"] > up["cumulative_reward"]["se"]
     # pairing by position changes the curve of permuted rollouts, never its final total
-    assert report.position_paired[("spectrum", "reference")][-1] == pytest.approx(t["curves"]["cumulative_gain"]["mean"][-1])
+    assert report.position_paired[("spectrummonitor", "reference")][-1] == pytest.approx(t["curves"]["cumulative_gain"]["mean"][-1])
 
 
 def test_html_report_is_self_contained(spectrum_run, tmp_path, capsys):

@@ -56,7 +56,7 @@ def test_sigkill_midway_then_resume_gives_the_same_records(tmp_path, agent):
     assert canonical(killed) == canonical(whole)
     assert len(canonical(whole)) == 3 * 90 + 90
     # trajectories of the resumed run hold each instance exactly once
-    traj = killed / "trajectories" / "spectrum"
+    traj = killed / "trajectories" / "spectrummonitor"
     for path in traj.rglob("stateful-r*.jsonl"):
         resets = [json.loads(l)["position"] for l in path.read_text().splitlines() if '"event":"reset"' in l]
         assert resets == list(range(90)), path
@@ -73,14 +73,14 @@ def test_ray_executor_matches_local_pool(tmp_path):
 def test_suite_command_prints_summary(tmp_path, capsys):
     assert main(["suite", "--agent", "reference", "--tasks", "SpectrumMonitor", "--rollouts", "2", "--workers", "1",
                  "--env-arg", "schedule=short", "--quiet", "--out", str(tmp_path / "s")]) == 0
-    assert "| spectrum | reference | IoU | 2 |" in capsys.readouterr().out
+    assert "| spectrummonitor | reference | IoU | 2 |" in capsys.readouterr().out
     assert main(["suite", "--agent", "reference", "--tasks", "NoSuchTask", "--out", str(tmp_path / "x")]) == 1
 
 
 def test_flush_shock_drops_reward_then_recovers(tmp_path):
     card = run(RunConfig(ENV, "reference", str(tmp_path), rollouts=2, workers=1, mode="both",
                          shocks=["flush@30"]), say=lambda m: None, quiet=True)
-    curve = card["tasks"]["spectrum/reference"]["curves"]["stateful"]["mean"]
+    curve = card["tasks"]["spectrummonitor/reference"]["curves"]["stateful"]["mean"]
     before = sum(curve[24:30]) / 6
     after = sum(curve[30:40]) / 10  # the reference re-learns the band plan over several scans
     later = sum(curve[42:50]) / 8

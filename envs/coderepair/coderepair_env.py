@@ -102,8 +102,6 @@ class CodeRepairEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/CodeRepair-v1"
-    task = "coderepair"
-    domain = "coderepair"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from the same two "
              "repositories, so knowledge of their layout, tests and conventions transfers. (The scripted "

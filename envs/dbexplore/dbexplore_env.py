@@ -93,8 +93,6 @@ class DBExploreEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/DBExplore-v1"
-    task = "dbexplore"
-    domain = "dbexplore"
     brief = (
         "You are a data analyst. Answer questions about an unfamiliar product-review database (DuckDB SQL, "
         "read-only) by querying it. Nothing about the schema is documented except what the database itself "

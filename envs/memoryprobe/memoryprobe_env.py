@@ -108,8 +108,6 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/MemoryProbe-v1"
-    task = "memoryprobe"
-    domain = "memoryprobe"
     reward_text = "Fraction of the session's recall questions answered correctly; 1.0 is perfect."
     feedback_text = (
         "After the answer: the score, your answer to each question and whether it was right, and for wrong or "

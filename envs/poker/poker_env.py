@@ -102,8 +102,6 @@ class PokerEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/Poker-v1"
-    task = "poker"
-    domain = "poker"
     brief = (
         "You play heads-up no-limit Texas hold'em, one hand per episode, against opponents who each play a "
         "fixed style. Every hand starts with 1000 chips each and blinds 5/10, so hands are independent; the "

@@ -104,8 +104,6 @@ class SalesForecastEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/SalesForecast-v1"
-    task = "salesforecast"
-    domain = "salesforecast"
     brief = (
         "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
         "Chicago (CHI). Each forecast year you get, in the inbox/ folder of your sandboxed workspace, last year's "

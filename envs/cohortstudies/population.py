@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clbench.envs.cohort.codings import Condition, Interval, parse_conditions
+from clbench.envs.cohortstudies.codings import Condition, Interval, parse_conditions
 
 
 @dataclass(frozen=True)

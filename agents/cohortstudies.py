@@ -29,7 +29,7 @@ import re
 import numpy as np
 
 from clbench.agent import Agent
-from clbench.envs.cohort.codings import parse_conditions, parse_tag
+from clbench.envs.cohortstudies.codings import parse_conditions, parse_tag
 
 BATCH = 12
 

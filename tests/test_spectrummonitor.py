@@ -13,7 +13,7 @@ import clbench  # noqa: F401
 from clbench.agent import make_agent
 from clbench.commands.calibrate import stateless_mean
 from clbench.env import ScheduleExhausted
-from clbench.envs.spectrum.generator import iou
+from clbench.envs.spectrummonitor.generator import iou
 from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
@@ -206,7 +206,7 @@ def test_must_show_reference_rollout(tmp_path):
     out = tmp_path / "bsm"
     card = run(RunConfig(ENV, "reference", str(out), rollouts=5, workers=2), say=lambda m: None)
     validate_run_card(out / "run_card.json")
-    t = card["tasks"]["spectrum/reference"]
+    t = card["tasks"]["spectrummonitor/reference"]
     assert t["normalized_gain"]["mean"] >= 0.2
     assert t["normalized_gain"]["ci"][0] > 0
     assert t["mean_reward_stateless"] < 0.7 * t["r_max"]

@@ -12,9 +12,9 @@ from gymnasium.utils.env_checker import check_env
 
 import clbench  # noqa: F401  registers the envs
 from clbench.agent import make_agent
-from clbench.agents.cohort import CohortReference, parse_columns
-from clbench.envs.cohort.codings import CodeCoding, NumericCoding, parse_conditions, parse_tag
-from clbench.envs.cohort.scoring import binary_kl_bits, information_gain_bits
+from clbench.agents.cohortstudies import CohortReference, parse_columns
+from clbench.envs.cohortstudies.codings import CodeCoding, NumericCoding, parse_conditions, parse_tag
+from clbench.envs.cohortstudies.scoring import binary_kl_bits, information_gain_bits
 from clbench.feedback import format_score
 
 ENV = "clbench/CohortStudies-v1"
@@ -298,11 +298,11 @@ def test_must_show_reference_rollout(tmp_path):
 
     r_ref = gym.make(ENV).unwrapped.r_reference
     card = run(RunConfig(ENV, "reference", str(tmp_path / "ref"), rollouts=5, workers=2), say=lambda m: None)
-    t = card["tasks"]["cohort/reference"]
+    t = card["tasks"]["cohortstudies/reference"]
     # the interval resamples instances as well as rollouts (20 instances): wider than over rollouts alone
     assert t["normalized_gain"]["mean"] >= 0.4 and t["normalized_gain"]["ci"][0] > 0.2
     assert t["mean_reward_stateless"] == pytest.approx(r_ref, abs=1e-6)
     card = run(RunConfig(ENV, "oracle", str(tmp_path / "oracle"), rollouts=1, workers=2), say=lambda m: None)
-    t = card["tasks"]["cohort/oracle"]
+    t = card["tasks"]["cohortstudies/oracle"]
     assert t["mean_reward"]["mean"] == pytest.approx(t["r_max"], abs=1e-9)
     assert t["mean_reward_stateless"] == pytest.approx(t["r_max"], abs=1e-9)

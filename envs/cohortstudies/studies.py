@@ -18,9 +18,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from clbench.envs.cohort.codings import (CodeCoding, Coding, Interval, NumericCoding, RangeCoding,
+from clbench.envs.cohortstudies.codings import (CodeCoding, Coding, Interval, NumericCoding, RangeCoding,
                                          fmt_num)
-from clbench.envs.cohort.population import Population
+from clbench.envs.cohortstudies.population import Population
 
 
 def _interval(pair) -> Interval:

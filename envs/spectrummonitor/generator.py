@@ -1,6 +1,6 @@
 """Seeded generator of the band plan, transmitter activity and noisy scans.
 
-All numbers come from tasks/spectrum/default.yaml. The band plan is the latent structure:
+All numbers come from tasks/spectrummonitor/default.yaml. The band plan is the latent structure:
 7 wideband channels on a regular grid plus 6 narrowband ones in the guard gaps. Which channels
 may transmit changes by variant and, within a variant, follows a persistent on/off Markov
 process; the truth of a scan is the set of channels transmitting in it. A variant marked

@@ -14,17 +14,17 @@ import platformdirs
 
 from clbench.actions import ActionError, ToolCall, extract_json, tool_schema, validate_call
 from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
-from clbench.envs.cohort import views
-from clbench.envs.cohort.codings import quote_ident, sql_literal
-from clbench.envs.cohort.km import km_at
-from clbench.envs.cohort.population import Population
-from clbench.envs.cohort.scoring import binary_kl_bits, information_gain_bits
+from clbench.envs.cohortstudies import views
+from clbench.envs.cohortstudies.codings import quote_ident, sql_literal
+from clbench.envs.cohortstudies.km import km_at
+from clbench.envs.cohortstudies.population import Population
+from clbench.envs.cohortstudies.scoring import binary_kl_bits, information_gain_bits
 from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
 from clbench.sqlguard import QueryRejected, check_readonly, connect_readonly, run_query, time_limit
 
 if TYPE_CHECKING:  # studies imports pandas, which only building a study needs
-    from clbench.envs.cohort.studies import StudyData
+    from clbench.envs.cohortstudies.studies import StudyData
 
 QUERY_TIMEOUT_S = 10.0
 
@@ -120,7 +120,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     ## Arguments
     `schedule` ("default": 5 studies x 4 regions; "short": 1 instance per study), `cycle`,
     `render_mode` ("ansi"), `cache_dir` (where study databases are cached; default
-    `platformdirs.user_cache_dir("clbench")/cohort`, keyed by generator version, seed and a hash
+    `platformdirs.user_cache_dir("clbench")/cohortstudies`, keyed by generator version, seed and a hash
     of the spec; files are written to a temp name and renamed, so parallel workers can share it).
 
     ## Version History
@@ -133,8 +133,6 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/CohortStudies-v1"
-    task = "cohort"
-    domain = "cohort"
     brief = (
         "You are an epidemiologist studying a fictional chronic disease. Each instance gives you one study's "
         "patients table (DuckDB, read-only). Report, for each of 36 predefined cohorts defined on standard "
@@ -174,13 +172,13 @@ class CohortStudiesEnv(InstanceSequenceEnv):
                           "arguments": {"survival": {f"C{i:02d}": curve for i in range(1, 37)}}})
         for name, curve in (("high", [0.95, 0.9, 0.85]), ("mid", [0.8, 0.6, 0.4]))}
     agents = {
-        "reference": "clbench.agents.cohort:CohortReference",
-        "oracle": "clbench.agents.cohort:CohortOracle",
+        "reference": "clbench.agents.cohortstudies:CohortReference",
+        "oracle": "clbench.agents.cohortstudies:CohortOracle",
     }
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
                  cache_dir: str | None = None):
-        spec = load_task_spec(self.domain)
+        spec = load_task_spec(self.task)
         self.points = [int(p) for p in spec["time_points_months"]]
         self.eps = float(spec["smoothing_eps"])
         self.max_steps = int(spec["max_tool_calls"])
@@ -189,13 +187,13 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         self.population = Population(spec["population"])
         self.cohorts = {cid: self.population.conditions(text) for cid, text in spec["cohorts"].items()}
         self.cohort_texts = dict(spec["cohorts"])
-        from clbench.envs.cohort.studies import Study
+        from clbench.envs.cohortstudies.studies import Study
 
         self.studies = {s["name"]: Study(s, self.population) for s in spec["studies"]}
         # Study tables are regenerated in memory (cheap, deterministic; the env needs them for the
         # baseline and summaries); only the DuckDB files are cached, at a path that depends on
         # nothing but the spec, so even the path an agent can see through SQL is reproducible.
-        self.cache_dir = Path(cache_dir) if cache_dir else Path(platformdirs.user_cache_dir("clbench")) / "cohort"
+        self.cache_dir = Path(cache_dir) if cache_dir else Path(platformdirs.user_cache_dir("clbench")) / self.task
         self._built: dict[str, Built] = {}
         self._con: duckdb.DuckDBPyConnection | None = None
         super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
@@ -223,7 +221,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
             data = self.studies[p["study"]].build(p["region"], int(p["seed"]))
             path = self.database_path(instance)
             if not path.exists():
-                from clbench.envs.cohort.studies import write_database
+                from clbench.envs.cohortstudies.studies import write_database
 
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_database(data.table, path)  # temp file + atomic rename: safe for parallel workers

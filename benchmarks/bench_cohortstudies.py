@@ -1,6 +1,6 @@
 """CohortStudies-v1 speed: study builds, tool-call latency and a whole reference instance.
 
-    python benchmarks/bench_cohort.py [--quick]
+    python benchmarks/bench_cohortstudies.py [--quick]
 
 Targets (2 cores): building one study instance (sample, DuckDB file, baseline KM) < 0.3 s;
 query_sql < 20 ms; estimate_survival_by_group with 12 expressions < 1 s; one reference
@@ -66,8 +66,8 @@ def _original(env, inst, calls: list[dict]) -> None:
     import numpy as np
     from lifelines import KaplanMeierFitter
 
-    from clbench.envs.cohort.codings import quote_ident, sql_literal
-    from clbench.envs.cohort.scoring import information_gain_bits
+    from clbench.envs.cohortstudies.codings import quote_ident, sql_literal
+    from clbench.envs.cohortstudies.scoring import information_gain_bits
     from clbench.sqlguard import connect_readonly
 
     built = env.build(inst)
@@ -106,7 +106,7 @@ _IMPORT = """
 import time
 import clbench
 t = time.perf_counter()
-import clbench.envs.cohort.cohort_env
+import clbench.envs.cohortstudies.cohortstudies_env
 print(time.perf_counter() - t)
 """
 
@@ -133,7 +133,7 @@ def main(quick: bool = False) -> list[Ratio]:
 
     import clbench  # noqa: F401
     from clbench.agent import make_agent
-    from clbench.envs.cohort.km import km_at
+    from clbench.envs.cohortstudies.km import km_at
 
     env = gym.make(env_id("CohortStudies")).unwrapped
     insts = [i for v in env.schedule.variants for i in v.instances]

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from clbench.envs.cohort.codings import fmt_num
+from clbench.envs.cohortstudies.codings import fmt_num
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -8,7 +8,7 @@ from clbench.actions import ActionError, ToolCall, extract_json, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
 from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
-from clbench.envs.spectrum.generator import generate, iou, measure, merge_intervals, overlap
+from clbench.envs.spectrummonitor.generator import generate, iou, measure, merge_intervals, overlap
 
 #: reported transmitters that get a verdict each (see Feedback: no mapping by thin slices)
 VERDICTS = 20
@@ -100,8 +100,6 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/SpectrumMonitor-v1"
-    task = "spectrum"
-    domain = "spectrum"
     brief = (
         "You monitor a radio band (340-508 MHz) from a sequence of noisy scans. After each scan, report every "
         "transmitter that is transmitting in it: its centre frequency and bandwidth in MHz. Peaks "
@@ -137,8 +135,8 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
         "nothing": json.dumps({"transmitters": []}),
     }
     agents = {
-        "reference": "clbench.agents.spectrum:SpectrumReference",
-        "oracle": "clbench.agents.spectrum:SpectrumOracle",
+        "reference": "clbench.agents.spectrummonitor:SpectrumReference",
+        "oracle": "clbench.agents.spectrummonitor:SpectrumOracle",
     }
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):

@@ -1,0 +1,6 @@
+"""Survival estimation across heterogeneous studies: report 36 cohorts' survival from biased,
+differently coded studies of one latent population (see cohortstudies_env.CohortStudiesEnv)."""
+
+REGISTRATIONS = [
+    {"id": "clbench/CohortStudies-v1", "entry_point": "clbench.envs.cohortstudies.cohortstudies_env:CohortStudiesEnv"},
+]
