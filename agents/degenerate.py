@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 
-import gymnasium as gym
-
-from clbench.agent import Agent, load_object
+from clbench.agent import Agent
 
 #: the degenerate agents every env is checked against, by CLI name (fixed answers come per env)
 NAMES = ("first-legal", "submit", "empty")
@@ -51,9 +49,9 @@ def tool_reply(tool: dict) -> str:
 
 def fixed_answers(env_id: str) -> dict[str, str]:
     """The fixed replies an env declares as degenerate (`degenerate_answers` on its class)."""
-    entry = gym.spec(env_id).entry_point
-    cls = load_object(entry) if isinstance(entry, str) else entry
-    return dict(getattr(cls, "degenerate_answers", {}))
+    from clbench.registry import env_class
+
+    return dict(env_class(env_id).degenerate_answers)
 
 
 def degenerate_agents(env_id: str) -> list[str]:

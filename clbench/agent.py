@@ -30,6 +30,10 @@ class Usage:
     reasoning_tokens: int = 0
     cost: float | None = None
     errors: list[str] = field(default_factory=list)
+    #: prompt tokens of the call that chose each action, in order (a memory's footprint over time)
+    step_prompt: list[int] = field(default_factory=list)
+    #: model misbehaviours the run survived (empty replies, malformed tool calls, failed memory updates)
+    faults: list[str] = field(default_factory=list)
 
     def add(self, other: "Usage") -> None:
         self.calls += other.calls
@@ -40,6 +44,8 @@ class Usage:
         if other.cost is not None:
             self.cost = (self.cost or 0.0) + other.cost
         self.errors.extend(other.errors)
+        self.step_prompt.extend(other.step_prompt)
+        self.faults.extend(other.faults)
 
     def tokens(self) -> dict[str, int]:
         return {"prompt": self.prompt_tokens, "completion": self.completion_tokens,
@@ -148,20 +154,25 @@ def load_object(path: str):
     return getattr(importlib.import_module(module), attr)
 
 
+def agent_table(env_cls: type) -> dict[str, str]:
+    """Every agent name usable on envs of `env_cls` -> "module:Class" (the env's own win)."""
+    return {**GENERIC_AGENTS, **env_cls.agents}
+
+
 def agent_names(env) -> list[str]:
-    return sorted(set(GENERIC_AGENTS) | set(type(env.unwrapped).agents))
+    return sorted(agent_table(type(env.unwrapped)))
 
 
 def make_agent(name: str, env, seed: int = 0, **kwargs) -> Agent:
     """Build agent `name` for `env` (a gym env or its unwrapped clbench env)."""
     base = env.unwrapped
-    table = {**GENERIC_AGENTS, **type(base).agents}
+    table = agent_table(type(base))
     name, extra = split_agent_name(name)
     kwargs = {**extra, **kwargs}
     if name not in table and ":" not in name:
         raise ValueError(f"unknown agent {name!r} for {base.env_id}; available: {', '.join(sorted(table))}")
     cls = load_object(table.get(name, name))
-    latent = base.latent() if getattr(cls, "privileged", False) else None
+    latent = base.latent() if cls.privileged else None
     card = base.spec_card
 
     def fresh():

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import copy
 import importlib.resources
-import json
 import pickle
 import re
 import string
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -60,9 +60,12 @@ def task_name(env_id: str) -> str:
 
 @cache
 def load_task_spec(task: str, name: str = "default") -> dict:
-    """Read tasks/<task>/<name>.yaml from the installed package data."""
-    path = importlib.resources.files("clbench.tasks") / task / f"{name}.yaml"
-    if not path.is_file():
+    """Read tasks/<task>/<name>.yaml from the installed package data (or a $CLBENCH_PATH root)."""
+    import clbench.tasks
+
+    folders = [importlib.resources.files("clbench.tasks"), *map(Path, clbench.tasks.__path__[1:])]
+    path = next((f / task / f"{name}.yaml" for f in folders if (f / task / f"{name}.yaml").is_file()), None)
+    if path is None:
         raise FileNotFoundError(f"no task spec {task}/{name}.yaml in clbench.tasks")
     # libyaml's parser when present (10x faster); the same safe constructor, so the same data
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -185,12 +188,24 @@ class InstanceSequenceEnv(gym.Env):
     #: what the terminal observation tells the agent, and why that much (the feedback policy)
     feedback_text: str = ""
     action_grammar: str = ""
-    max_steps: int = 1
+    #: the unit of the instance reward, shown in every table ("IoU", "BB per hand", ...)
+    reward_unit: str = "reward"
     invalid_action_costs_step: bool = True
     #: consecutive invalid actions before `_on_invalid_cap` ends (or resolves) the instance
     max_invalid_repeats: int = 3
     #: scripted agents by name -> "module:Class" (random, reference, oracle)
     agents: dict[str, str] = {}
+    #: fixed replies the degenerate agent `fixed:NAME` plays (clbench.agents.degenerate): the constant
+    #: answers an adversary would try first; none may beat the stateless reference
+    degenerate_answers: dict[str, str] = {}
+    #: whether an interrupted stateful rollout resumes from its checkpoint; False for envs whose
+    #: agent-written state (e.g. a workspace) is not in the agent's state_dict: the rollout restarts
+    resumable: bool = True
+    #: part of `clbench suite`'s default task list; diagnostic envs say False and join with --tasks
+    suite: bool = True
+    #: what `clbench containers build` prepares for this env (images, sandbox runtimes); "" = nothing,
+    #: otherwise `build_runtime` does it
+    runtime: str = ""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -204,6 +219,10 @@ class InstanceSequenceEnv(gym.Env):
         self.schedule_name = schedule
         self.cycle = cycle
         self.spec_data = load_task_spec(self.task)
+        #: steps per instance: `max_steps` in tasks/<task>/default.yaml is the one place it is set
+        self.max_steps = int(self.spec_data["max_steps"]) if "max_steps" in self.spec_data else 0
+        if self.max_steps < 1:
+            raise ValueError(f"tasks/{self.task}/default.yaml must set max_steps (steps per instance) >= 1")
         self.schedule: Schedule = self._build_schedule(schedule)
         self.observation_space = TextSpace(max_length=MAX_OBS_CHARS, min_length=1, charset=CHARSET)
         self.action_space = TextSpace(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
@@ -253,6 +272,25 @@ class InstanceSequenceEnv(gym.Env):
         """Ground truth for privileged (oracle) agents only; never part of an observation."""
         raise NotImplementedError(f"{self.env_id} exposes no latent structure")
 
+    def instance_facts(self, instance_id: str) -> list[dict] | None:
+        """The latent facts instance `instance_id` needs, for the runner's probe ladder
+        (clbench.probes) only, never shown to agents: dicts with `key`, `text` (what to inject) and
+        `mentions` (dicts whose `text` is how a memory would state the fact). None: this env does not
+        know them, and the probe ladder refuses it (see `knows_facts`)."""
+        return None
+
+    @classmethod
+    def knows_facts(cls) -> bool:
+        """Whether the env implements `instance_facts` (the probe ladder needs it)."""
+        return cls.instance_facts is not InstanceSequenceEnv.instance_facts
+
+    @classmethod
+    def build_runtime(cls, *, offline_base: bool = False, force: bool = False, bwrap: bool = True,
+                      docker: bool = True) -> None:
+        """Prepare what `runtime` names (called by `clbench containers build`); raise
+        clbench.sandbox.BuildError with what failed. Only envs with a `runtime` override it."""
+        raise NotImplementedError(f"{cls.env_id} declares no runtime to build")
+
     @property
     def tools(self) -> list[dict]:
         """The env's tools as OpenAI function-calling JSON schemas."""
@@ -260,21 +298,36 @@ class InstanceSequenceEnv(gym.Env):
 
     # ------------------------------------------------------------------ public API
     @property
-    def r_max(self) -> float:
-        return float(self.spec_data["r_max"])
+    def calibrated(self) -> bool:
+        """Whether default.yaml holds r_max and r_reference (`clbench calibrate --env ID --write`)."""
+        return self.spec_data.get("r_max") is not None and self.spec_data.get("r_reference") is not None
 
     @property
-    def r_reference(self) -> float:
-        return float(self.spec_data["r_reference"])
+    def r_max(self) -> float | None:
+        """Mean reward of the oracle on the default schedule; None until the task is calibrated."""
+        value = self.spec_data.get("r_max")
+        return None if value is None else float(value)
+
+    @property
+    def r_reference(self) -> float | None:
+        """Mean reward of the stateless reference on the default schedule; None until calibrated."""
+        value = self.spec_data.get("r_reference")
+        return None if value is None else float(value)
 
     @property
     def spec_card(self) -> SpecCard:
+        say = self.say
         return SpecCard(
-            env_id=self.env_id, task=self.task, brief=self.brief, reward=self.reward_text,
-            feedback=self.feedback_text, action_grammar=self.action_grammar, r_max=self.r_max, r_reference=self.r_reference,
+            env_id=self.env_id, task=self.task, brief=say(self.brief), reward=say(self.reward_text),
+            feedback=say(self.feedback_text), action_grammar=say(self.action_grammar), r_max=self.r_max,
+            r_reference=self.r_reference,
             instances=len(self.schedule), max_steps=self.max_steps, variants=self.schedule.describe(),
             tools=self.tools, schedule=self.schedule.name,
         )
+
+    def say(self, text: str) -> str:
+        """`text` with "{max_steps}" filled in, so the budget is stated where it is set (default.yaml)."""
+        return text.replace("{max_steps}", str(self.max_steps))
 
     @property
     def slot(self) -> Slot | None:

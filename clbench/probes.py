@@ -16,33 +16,21 @@ are never in observations or in the info the agent sees.
 """
 from __future__ import annotations
 
-import re
-
 PROBE_MODES = ("select", "gold")
 
 
 def gold_facts(env, instance_id: str) -> list[dict]:
-    """The needed facts of an instance as {"key", "text", "mentions"} (text = what to inject)."""
+    """The needed facts of an instance as {"key", "text", "mentions"} (text = what to inject,
+    mentions = how a memory would state them), from the env's `instance_facts`."""
     base = env.unwrapped
-    if not hasattr(base, "instance_facts"):
-        raise ValueError(f"{base.env_id} does not expose instance_facts(); the probe ladder needs it")
-    facts = []
-    for f in base.instance_facts(instance_id):
-        if isinstance(f, str):  # a fact id with a description table on the env (DBExplore)
-            facts.append({"key": f, "text": getattr(base, "facts", {}).get(f, f), "mentions": []})
-        else:
-            facts.append({"key": f["key"], "text": f"{f['key']}: {f['value']}",
-                          "mentions": [m["text"] for m in f.get("mentions", [])]})
-    return facts
+    if not base.knows_facts():
+        raise ValueError(f"{base.env_id} does not implement instance_facts(); the probe ladder needs it")
+    return [{"key": f["key"], "text": f["text"], "mentions": [m["text"] for m in f["mentions"] if m.get("text")]}
+            for f in base.instance_facts(instance_id)]
 
 
 def _needles(facts: list[dict]) -> list[str]:
-    needles = set()
-    for f in facts:
-        needles.add(f["key"].lower())
-        needles.update(m.lower() for m in f.get("mentions", []) if m)
-        # DBExplore fact ids look like g2.prc_cents: the table/column words are what memory mentions
-        needles.update(w.lower() for w in re.findall(r"\b[a-z]+_g\d\b|\b[a-z]+\.[a-z_]+\b", f["text"]))
+    needles = {f["key"].lower() for f in facts} | {m.lower() for f in facts for m in f["mentions"]}
     return [n for n in needles if len(n) >= 3]
 
 

@@ -7,8 +7,10 @@ stays fast. Domains are discovered, not listed: a new folder under envs/ registe
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 
@@ -20,9 +22,42 @@ _KEYS = {"id", "entry_point", "kwargs", "max_episode_steps", "nondeterministic",
          "order_enforce", "autoreset", "apply_api_compatibility", "additional_wrappers", "vector_entry_point"}
 
 
+#: os.pathsep-separated task roots outside the installed package, each laid out like the repository
+#: (envs/<task>/, tasks/<task>/, agents/<task>.py): for developing a task without installing it
+PATH_VAR = "CLBENCH_PATH"
+
+
+def extra_roots() -> list[Path]:
+    """The task roots named by $CLBENCH_PATH (an unknown folder is an error, not silence)."""
+    roots = [Path(p).resolve() for p in os.environ.get(PATH_VAR, "").split(os.pathsep) if p]
+    for root in roots:
+        if not (root / "envs").is_dir():
+            raise ValueError(f"{PATH_VAR} names {root}, which has no envs/ folder (expected envs/<task>/, "
+                             "tasks/<task>/, agents/<task>.py, as `clbench new-env --root` writes them)")
+    return roots
+
+
+def _extend_paths() -> None:
+    """Put $CLBENCH_PATH's envs/, tasks/ and agents/ folders into clbench.envs/.tasks/.agents."""
+    import clbench.agents
+    import clbench.envs
+    import clbench.tasks
+
+    for root in extra_roots():
+        for package, folder in ((clbench.envs, "envs"), (clbench.tasks, "tasks"), (clbench.agents, "agents")):
+            path = str(root / folder)
+            if (root / folder).is_dir() and path not in package.__path__:
+                package.__path__.append(path)
+
+
 def env_modules() -> list[str]:
     import clbench.envs
 
+    try:
+        _extend_paths()
+    except ValueError as exc:  # a wrong $CLBENCH_PATH must not break the installed envs
+        BROKEN[PATH_VAR] = str(exc)
+        warnings.warn(f"clbench: {exc}", stacklevel=2)
     return sorted(m.name for m in pkgutil.iter_modules(clbench.envs.__path__, "clbench.envs.") if m.ispkg)
 
 
@@ -71,3 +106,12 @@ def register_all() -> None:
 def clbench_env_ids() -> list[str]:
     register_all()
     return sorted(k for k in gym.registry if k.startswith("clbench/"))
+
+
+def env_class(env_id: str) -> type:
+    """The env class registered as `env_id`, without making the env (imports its module only)."""
+    from clbench.agent import load_object
+
+    register_all()
+    entry = gym.spec(env_id).entry_point
+    return load_object(entry) if isinstance(entry, str) else entry

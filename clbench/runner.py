@@ -159,8 +159,8 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
         "cost": usage.cost if usage is not None else None,
         "model_errors": list(usage.errors) if usage is not None and usage.errors else None,
         # per-step prompt sizes (a memory's footprint over the schedule) and survived model faults
-        "step_prompt_tokens": list(getattr(usage, "step_prompt", None) or []) or None,
-        "model_faults": list(getattr(usage, "faults", None) or []) or None,
+        "step_prompt_tokens": list(usage.step_prompt) or None if usage is not None else None,
+        "model_faults": list(usage.faults) or None if usage is not None else None,
         "details": final_info.get("details"),
         "error": error,
     }
@@ -433,13 +433,11 @@ def stateless_trajectory(out: Path, task: str, system: str, p: int, instance_id:
 
 def agent_class(env_id: str, name: str):
     """The class `make_agent` would build, found without making the env."""
-    import clbench  # noqa: F401  registers the envs
-    from clbench.agent import GENERIC_AGENTS, load_object, split_agent_name
+    from clbench.agent import agent_table, load_object, split_agent_name
+    from clbench.registry import env_class
 
-    entry = gym.spec(env_id).entry_point
-    env_cls = load_object(entry) if isinstance(entry, str) else entry
     name = split_agent_name(name)[0]
-    return load_object({**GENERIC_AGENTS, **getattr(env_cls, "agents", {})}.get(name, name))
+    return load_object(agent_table(env_class(env_id)).get(name, name))
 
 
 def stateless_plan(cfg: RunConfig) -> dict:
@@ -449,7 +447,7 @@ def stateless_plan(cfg: RunConfig) -> dict:
     on its seed): one pass then measures it exactly. Any other agent is treated as stochastic."""
     if cfg.stateless_passes:
         return {"passes": cfg.stateless_passes, "reason": "set with --stateless-passes"}
-    if getattr(agent_class(cfg.env_id, cfg.agent), "deterministic", False):
+    if agent_class(cfg.env_id, cfg.agent).deterministic:
         return {"passes": 1, "reason": "deterministic agent: one pass"}
     return {"passes": max(1, cfg.rollouts), "reason": "stochastic agent: one pass per rollout seed"}
 

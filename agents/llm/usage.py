@@ -1,7 +1,7 @@
 """Per-instance accounting of the LLM agent's model calls, on top of the runner's `Usage`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from clbench.agent import Usage
 from clbench.llm import CallUsage
@@ -26,8 +26,6 @@ class LLMUsage(Usage):
     cache_hits: int = 0
     retries: int = 0
     estimated_calls: int = 0
-    step_prompt: list[int] = field(default_factory=list)
-    faults: list[str] = field(default_factory=list)
 
     def record(self, usage: CallUsage, *, memory: bool = False, from_cache: bool = False, retries: int = 0) -> None:
         self.add(Usage(calls=1, prompt_tokens=usage.prompt, completion_tokens=usage.completion,

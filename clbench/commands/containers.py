@@ -1,33 +1,28 @@
-"""`clbench containers build [--offline-base]`: everything CodeRepair needs to run;
+"""`clbench containers build [--offline-base]`: the runtime of every env that declares one (`runtime`
+on its class; today CodeRepair: the verified sdists, the host test venvs for bubblewrap and the
+per-repository Docker images, wheels downloaded on the host). `--offline-base` first makes the base
+image from Debian packages (debootstrap + docker import) for machines without a container registry.
 `clbench containers prune`: remove sandboxes (containers, folders) left by killed clbench processes.
-
-Fetches and verifies the sdists, builds the host test venvs for the bubblewrap backend and the
-per-repository Docker images (offline: wheels are downloaded on the host). `--offline-base`
-first makes the base image from Debian packages (debootstrap + docker import) for machines
-without a container registry.
 """
 from __future__ import annotations
 
 
 def cmd_build(args) -> int:
-    from clbench.envs.coderepair.images import BuildError, build_images, prepare_sources, prepare_venvs
-    from clbench.env import load_task_spec
-    from clbench.sandbox.bwrap import bwrap_works
+    """Build the runtime of every registered env that declares one (`runtime` on its class)."""
+    from clbench.registry import env_class, clbench_env_ids
+    from clbench.sandbox import BuildError
 
-    workdir = load_task_spec("coderepair")["workdir"]
-    try:
-        prepare_sources()
-        if not args.skip_bwrap:
-            ok, why = bwrap_works()
-            if ok:
-                prepare_venvs(workdir)
-            else:
-                print(f"bwrap runtime skipped: {why}")
-        if not args.skip_docker:
-            build_images(offline_base=args.offline_base, force=args.force)
-    except BuildError as exc:
-        print(f"error: {exc}")
-        return 1
+    built = [cls for cls in map(env_class, clbench_env_ids()) if cls.runtime]
+    for cls in built:
+        print(f"{cls.env_id}: {cls.runtime}")
+        try:
+            cls.build_runtime(offline_base=args.offline_base, force=args.force, bwrap=not args.skip_bwrap,
+                              docker=not args.skip_docker)
+        except BuildError as exc:
+            print(f"error: {exc}")
+            return 1
+    if not built:
+        print("no registered env declares a runtime to build")
     return 0
 
 
@@ -43,7 +38,7 @@ def cmd_prune(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("containers", help="build the sandboxes' images and runtimes (CodeRepair)")
+    p = sub.add_parser("containers", help="build the sandboxes' images and runtimes of the envs that declare one")
     inner = p.add_subparsers(dest="containers_cmd", required=True)
     b = inner.add_parser("build", help="fetch the sdists, build the bwrap venvs and the Docker images")
     b.add_argument("--offline-base", action="store_true",

@@ -80,7 +80,7 @@ def preflight(cfgs: list[RunConfig], probe: bool = False) -> None:
             env = cached_env(cfg.env_id, cfg.env_kwargs)  # cached: the run reuses this env
         except TypeError as exc:  # an --env-arg the env does not take
             raise ValueError(f"--env-arg for {cfg.env_id}: {exc}") from None
-        if probe and not hasattr(env.unwrapped, "instance_facts"):
+        if probe and not env.unwrapped.knows_facts():
             raise ValueError(f"{cfg.env_id} cannot be used by the probe ladder: it does not expose "
                              "instance_facts() (use e.g. clbench/MemoryProbe or clbench/DBExplore)")
         try:

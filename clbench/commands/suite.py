@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from clbench.commands.rollout import add_run_arguments, config_from_args, run_and_report
 
-#: the six benchmark tasks in suite order (diagnostic envs such as MemoryProbe join with --tasks)
-SUITE = ["SpectrumMonitor", "DBExplore", "Poker", "SalesForecast", "CodeRepair", "CohortStudies"]
-
 
 def resolve_tasks(names: list[str] | None) -> list[str]:
-    from clbench.registry import clbench_env_ids
+    """Env ids for `names` (ids or task names, any case); by default every registered env whose
+    class says `suite = True` (diagnostic envs such as MemoryProbe join with --tasks)."""
+    from clbench.env import task_name
+    from clbench.registry import clbench_env_ids, env_class
 
     known = clbench_env_ids()
-    by_short = {k.split("/")[1].rsplit("-v", 1)[0].lower(): k for k in known}
-    wanted = names or [n for n in SUITE if n.lower() in by_short]
+    if not names:
+        return [env_id for env_id in known if env_class(env_id).suite]
+    by_task = {task_name(k): k for k in known}
     ids = []
-    for name in wanted:
-        key = name.split("/")[-1].rsplit("-v", 1)[0].lower()
+    for name in names:
         if name in known:
             ids.append(name)
-        elif key in by_short:
-            ids.append(by_short[key])
+        elif task_name(name) in by_task:
+            ids.append(by_task[task_name(name)])
         else:
-            raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(by_short))}")
+            raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(by_task))}")
     return ids
 
 
@@ -38,7 +38,7 @@ def cmd_suite(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("suite", help="run an agent on every task (or --tasks ...) and print the suite summary")
-    p.add_argument("--tasks", nargs="+", help="env ids or short names (default: the six benchmark tasks)")
+    p.add_argument("--tasks", nargs="+", help="env ids or task names (default: every env in the suite)")
     p.add_argument("--out", default="", help="run directory (default runs/suite-<agent>)")
     add_run_arguments(p)
     p.set_defaults(func=cmd_suite)

@@ -39,9 +39,9 @@ the engine answers and the image exists, else bwrap) and "unsafe-local" (no isol
 name, warns). `Runtime` carries both the Docker image and the read-only binds (e.g. a venv via
 `venv_runtime`) so one description serves every backend.
 """
-from clbench.sandbox.base import CommandResult, FileChange, Limits, Runtime, Sandbox, SandboxError, SandboxUnavailable
+from clbench.sandbox.base import BuildError, CommandResult, FileChange, Limits, Runtime, Sandbox, SandboxError, SandboxUnavailable
 from clbench.sandbox.python import venv_runtime
 from clbench.sandbox.select import BACKENDS, choose_backend, open_sandbox
 
-__all__ = ["BACKENDS", "CommandResult", "FileChange", "Limits", "Runtime", "Sandbox", "SandboxError",
+__all__ = ["BACKENDS", "BuildError", "CommandResult", "FileChange", "Limits", "Runtime", "Sandbox", "SandboxError",
            "SandboxUnavailable", "choose_backend", "open_sandbox", "venv_runtime"]

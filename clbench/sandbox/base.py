@@ -31,6 +31,11 @@ class SandboxError(RuntimeError):
     """A sandbox could not be created or used."""
 
 
+class BuildError(RuntimeError):
+    """An image or sandbox runtime could not be built (`clbench containers build`); the message says
+    what to do."""
+
+
 class SandboxUnavailable(SandboxError):
     """The requested backend (or image) is not available on this machine; the message says how to get it."""
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from clbench.actions import ActionError, ToolCall, tool_schema
-from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
 from clbench.envs.coderepair.checkout import agent_checkout, normalize_tree
 from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
@@ -102,28 +102,45 @@ class CodeRepairEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/CodeRepair-v1"
+    reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from the same two "
              "repositories, so knowledge of their layout, tests and conventions transfers. (The scripted "
              "reference sees only what an agent sees and fixes 3 of the 19 issues on its own.)")
-    reward_text = ("1 - (steps_to_submit - 1)/40 when every FAIL_TO_PASS and PASS_TO_PASS test passes "
+    reward_text = ("1 - (steps_to_submit - 1)/{max_steps} when every FAIL_TO_PASS and PASS_TO_PASS test passes "
                    "after submission, else 0; 0 when the code under test tampers with the test run. Only changes "
                    "inside the package's source folder are graded (tests, conftest.py, site files and the like are "
                    "ignored). Every command costs a step, an empty or invalid reply too; 3 invalid replies in a row "
-                   "or 40 steps without submitting end the issue with 0")
+                   "or {max_steps} steps without submitting end the issue with 0")
     feedback_text = ("After submission: the score and its parts (steps to submit, issue and other tests passing, "
                      "source files graded, changed files ignored) and the ids and outcomes of the tests that did not "
                      "pass (first 20). The hidden tests' code and the true fix are not shown.")
     action_grammar = ("One bash command per message (or a ```bash fenced block), or JSON "
                       '{"tool": "bash", "arguments": {"command": "..."}} / {"tool": "submit", "arguments": {}}. '
                       "Submit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (alone) or the submit tool.")
-    max_steps = 40
     invalid_action_costs_step = True
     max_invalid_repeats = 3
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
     degenerate_answers = {"submit-marker": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}
     agents = {"reference": "clbench.agents.coderepair:CodeRepairReference",
               "oracle": "clbench.agents.coderepair:CodeRepairOracle"}
+    runtime = "the verified sdists, the bubblewrap test venvs and the per-repository Docker images"
+
+    @classmethod
+    def build_runtime(cls, *, offline_base: bool = False, force: bool = False, bwrap: bool = True,
+                      docker: bool = True) -> None:
+        from clbench.envs.coderepair.images import build_images, prepare_sources, prepare_venvs
+        from clbench.sandbox.bwrap import bwrap_works
+
+        prepare_sources()
+        if bwrap:
+            ok, why = bwrap_works()
+            if ok:
+                prepare_venvs(load_task_spec(cls.task)["workdir"])
+            else:
+                print(f"bwrap runtime skipped: {why}")
+        if docker:
+            build_images(offline_base=offline_base, force=force)
 
     def __init__(self, schedule: str = "default", backend: str = "auto", command_timeout: float | None = None,
                  cycle: bool = False, render_mode: str | None = None):
@@ -131,7 +148,6 @@ class CodeRepairEnv(InstanceSequenceEnv):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         spec = self.spec_data
-        self.max_steps = int(spec["max_steps"])
         self.workdir = spec["workdir"]
         self.marker = spec["submit_marker"]
         self.command_timeout = float(command_timeout or spec["command_timeout"])

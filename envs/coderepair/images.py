@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from clbench.sandbox.base import BuildError
 from clbench.env import load_task_spec
 from clbench.envs.coderepair.runtime import ensure_venv, requirements_hash
 from clbench.envs.coderepair.sources import cache_lock, cache_root, pristine_tree
@@ -24,10 +25,6 @@ from clbench.envs.coderepair.sources import cache_lock, cache_root, pristine_tre
 #: Python of both base images (Debian bookworm's python3 and python:3.11-slim)
 IMAGE_PYTHON = "3.11"
 OFFLINE_BASE = "clbench/offline-base:bookworm"
-
-
-class BuildError(RuntimeError):
-    """An image or runtime could not be built; the message says what to do."""
 
 
 def containers_dir() -> Path:

@@ -133,6 +133,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/CohortStudies-v1"
+    reward_unit = "bits"
     brief = (
         "You are an epidemiologist studying a fictional chronic disease. Each instance gives you one study's "
         "patients table (DuckDB, read-only). Report, for each of 36 predefined cohorts defined on standard "
@@ -163,7 +164,6 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         "`estimate_survival_by_group: CASE WHEN age_yrs >= 75 THEN 'old' ELSE 'young' END`). Finish with "
         'submit_cohort_report {"survival": {"C01": [S12, S24, S36], ..., "C36": [S12, S24, S36]}}.'
     )
-    max_steps = 20
     invalid_action_costs_step = True
     max_invalid_repeats = 3
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
@@ -181,7 +181,6 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         spec = load_task_spec(self.task)
         self.points = [int(p) for p in spec["time_points_months"]]
         self.eps = float(spec["smoothing_eps"])
-        self.max_steps = int(spec["max_tool_calls"])
         self.max_expressions = int(spec["max_expressions_per_call"])
         self.max_groups = int(spec["max_groups_per_expression"])
         self.population = Population(spec["population"])

@@ -15,6 +15,8 @@ from clbench.envs.dbexplore.questions import Question, load_questions
 _COMMANDS = {"QUERY": ("query_sql", "sql"), "ANSWER": ("answer", "value")}
 _COMMAND_LINE = re.compile(r"^[ \t]*(?:QUERY|ANSWER)\b", re.IGNORECASE | re.MULTILINE)
 _FENCED = re.compile(r"^```[a-zA-Z]*\s*(.*?)\s*```$", re.DOTALL)
+#: the tables and columns a fact's text names (items_g2, items_g2.prc): how a memory would state it
+_SCHEMA_WORDS = re.compile(r"\b(([a-z]+_g\d)(?:\.[a-z_]+)?)\b")
 
 
 class DBExploreEnv(InstanceSequenceEnv):
@@ -93,6 +95,7 @@ class DBExploreEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/DBExplore-v1"
+    reward_unit = "query-efficiency score 0-1"
     brief = (
         "You are a data analyst. Answer questions about an unfamiliar product-review database (DuckDB SQL, "
         "read-only) by querying it. Nothing about the schema is documented except what the database itself "
@@ -112,7 +115,6 @@ class DBExploreEnv(InstanceSequenceEnv):
                      "nothing about another question)")
     action_grammar = ("Reply with exactly one of: 'QUERY: <one SQL SELECT statement>' or 'ANSWER: <value>' "
                       "(or the JSON tool calls query_sql {\"sql\": ...} / answer {\"value\": ...}).")
-    max_steps = 16  # 15 queries plus the answer (set from the task spec in __init__)
     max_invalid_repeats = 3
     invalid_action_costs_step = False
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
@@ -132,8 +134,7 @@ class DBExploreEnv(InstanceSequenceEnv):
             raise ValueError(f"scale must be in (0, 10], got {scale}")
         self.cache_dir = cache_dir
         spec = self.spec_data
-        self.budget = int(spec["query_budget"])
-        self.max_steps = self.budget + 1  # the queries plus the answer
+        self.budget = self.max_steps - 1  # the queries; the last step is the answer
         self.query_timeout = float(query_timeout if query_timeout is not None else spec["query_timeout_s"])
         if not 0 < self.query_timeout < float("inf"):  # 0, negative, inf or NaN would break every query
             raise ValueError(f"query_timeout must be a finite number of seconds > 0, got {query_timeout!r}")
@@ -169,11 +170,14 @@ class DBExploreEnv(InstanceSequenceEnv):
         first = schema_map(self.spec_data)
         return {"releases": {"1": first, "2": migrated_map(self.spec_data, first)}}
 
-    def instance_facts(self, instance_id: str) -> list[str]:
-        """Latent facts (ids of questions.yaml `facts`) the question depends on; for the runner only."""
+    def instance_facts(self, instance_id: str) -> list[dict]:
+        """Latent facts (questions.yaml `facts`) the question depends on; for the runner only. A
+        memory names a fact by the tables and columns it is about (items_g2, items_g2.prc)."""
         if instance_id not in self.questions:
             raise KeyError(f"unknown instance id {instance_id!r}")
-        return list(self.questions[instance_id].facts)
+        return [{"key": fid, "text": self.facts[fid],
+                 "mentions": [{"text": w} for w in sorted({w for m in _SCHEMA_WORDS.findall(self.facts[fid]) for w in m})]}
+                for fid in self.questions[instance_id].facts]
 
     @property
     def tools(self) -> list[dict]:

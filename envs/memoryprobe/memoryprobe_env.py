@@ -108,6 +108,8 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/MemoryProbe-v1"
+    reward_unit = "recall accuracy 0-1"
+    suite = False  # a diagnostic of memory systems, not one of the six benchmark tasks
     reward_text = "Fraction of the session's recall questions answered correctly; 1.0 is perfect."
     feedback_text = (
         "After the answer: the score, your answer to each question and whether it was right, and for wrong or "
@@ -116,7 +118,6 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     action_grammar = ("Answer every question in one reply, one line each: ANSWER <qid>: <value> "
                       '(or the tool call {"tool": "answer", "arguments": {"answers": {"<qid>": "<value>"}}}). '
                       "Leave out questions you cannot answer.")
-    max_steps = 2
     max_invalid_repeats = 2
     #: fixed replies that ignore the session (clbench.agents.degenerate, tests/test_honest_scores.py);
     #: only `Q1` exists in every session
@@ -173,7 +174,7 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     def instance_facts(self, instance_id: str) -> list[dict]:
         """The latent facts the questions of `instance_id` need (current rollout order), with their
         values and the mentions that state them. For the runner's probes; never shown to agents."""
-        return [q.fact() for q in self.questions(instance_id)]
+        return [{**f, "text": f"{f['key']}: {f['value']}"} for f in (q.fact() for q in self.questions(instance_id))]
 
     def latent(self) -> AnswerKey:
         return AnswerKey(self)

@@ -102,12 +102,13 @@ class PokerEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/Poker-v1"
+    reward_unit = "BB per hand"
     brief = (
         "You play heads-up no-limit Texas hold'em, one hand per episode, against opponents who each play a "
         "fixed style. Every hand starts with 1000 chips each and blinds 5/10, so hands are independent; the "
         "opponent's name is shown, and the same opponent may come back later. Win as many chips as you can. "
         "An illegal or unreadable move changes nothing and is not counted; after three in a row the table checks "
-        "for you (or folds if checking is not free). A hand allows 30 moves; after that you check or fold to its "
+        "for you (or folds if checking is not free). A hand allows {max_steps} moves; after that you check or fold to its "
         "end."
     )
     reward_text = "Chip profit of the hand in big blinds (10 chips), given when the hand ends."
@@ -119,7 +120,6 @@ class PokerEnv(InstanceSequenceEnv):
         "Reply FOLD, CHECK, CALL or RAISE <total> (raise to that total bet this round; BET <total> and ALL-IN "
         'also work), or {"tool": "act", "arguments": {"action": "RAISE", "total": 120}}.'
     )
-    max_steps = 30
     invalid_action_costs_step = False
     max_invalid_repeats = 3
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)

@@ -104,6 +104,7 @@ class SalesForecastEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/SalesForecast-v1"
+    reward_unit = "WAPE skill 0-1"
     brief = (
         "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
         "Chicago (CHI). Each forecast year you get, in the inbox/ folder of your sandboxed workspace, last year's "
@@ -129,7 +130,6 @@ class SalesForecastEnv(InstanceSequenceEnv):
         f"predictions.json), or SUBMIT followed by the JSON inline. Predictions JSON: {EXAMPLE} with exactly the "
         "requested cells and units >= 0."
     )
-    max_steps = 21
     max_commands = 20
     invalid_action_costs_step = True
     max_invalid_repeats = 3

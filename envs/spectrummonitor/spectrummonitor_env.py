@@ -100,6 +100,7 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/SpectrumMonitor-v1"
+    reward_unit = "IoU"
     brief = (
         "You monitor a radio band (340-508 MHz) from a sequence of noisy scans. After each scan, report every "
         "transmitter that is transmitting in it: its centre frequency and bandwidth in MHz. Peaks "
@@ -124,7 +125,6 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
         '(currently_active defaults to true; estimated_power_dbm is optional and not scored; '
         'or the tool call {"tool": "submit_report", "arguments": {"transmitters": [...]}}).'
     )
-    max_steps = 2
     max_invalid_repeats = 2
     #: fixed replies that ignore the scan (clbench.agents.degenerate): the whole band, the nominal
     #: 13-channel plan of the published grid, and nothing

@@ -1,0 +1,4 @@
+"""`python -m clbench ...` is the `clbench` command."""
+from clbench.cli import main
+
+raise SystemExit(main())
