@@ -147,6 +147,94 @@ def test_upstream_conventions_use_upstream_reward_and_headline_only_tasks(tmp_pa
     assert result["aggregate"]["s"]["normalized_gain"] == pytest.approx((0.5 + 1 / 6) / 2)
 
 
+# ----------------------------------------------------------------------------- task mappings
+
+def test_task_mappings_are_found_through_the_registry():
+    import importlib
+
+    from clbench import registry
+
+    found = upstream.tasks()
+    assert sorted(found) == sorted(upstream.R_MAX) and len(found) == 6
+    modules = registry.env_modules()
+    for name, t in found.items():
+        package = t.module.rsplit(".", 1)[0]
+        assert package in modules and t.module == f"{package}.upstream"
+        # the counterpart is the package's own registration, not a second copy of it
+        assert [r["id"] for r in importlib.import_module(package).REGISTRATIONS] == [t.env_id]
+        assert upstream.COUNTERPARTS[name] == t.env_id and upstream.unit_of(name) == t.unit
+    assert "clbench.envs.memoryprobe" in modules
+    assert all(t.module != "clbench.envs.memoryprobe.upstream" for t in found.values())  # no counterpart
+    assert upstream.unit_of("exploitable_poker") == "BB per hand" and upstream.unit_of("cohort_studies") == "bits"
+    assert upstream.unit_of("poker") is None and upstream.unit_of("no_such_task") is None
+
+
+MAPPING = """from clbench.upstream.task import UpstreamTask
+
+UPSTREAM = UpstreamTask(name="fake_task", r_max=2.0, unit="points", published={"s": (1.0, 0.1, 0.5)})
+"""
+
+
+@pytest.fixture
+def fake_envs(tmp_path, monkeypatch, request):
+    """A temporary package of env packages: good (a mapping), plain (none), and the `upstream.py`
+    of each further one as given; the registry lists them instead of the real ones."""
+    from clbench import registry
+    from clbench.upstream import mappings
+
+    root = f"fakeenvs_{request.node.name.replace('[', '_').replace(']', '_').replace('-', '_')}"
+
+    def make(**broken: str) -> str:
+        files = {"good": MAPPING, "plain": None, **broken}
+        (tmp_path / root).mkdir()
+        (tmp_path / root / "__init__.py").write_text("")
+        for name, text in files.items():
+            pkg = tmp_path / root / name
+            pkg.mkdir()
+            (pkg / "__init__.py").write_text(f"REGISTRATIONS = [{{'id': 'clbench/{name.title()}-v0', 'entry_point': 'x:Y'}}]\n")
+            if text is not None:
+                (pkg / "upstream.py").write_text(text)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.setattr(registry, "env_modules", lambda: [f"{root}.{n}" for n in sorted(files)])
+        mappings.tasks.cache_clear()
+        return root
+
+    yield make
+    mappings.tasks.cache_clear()
+
+
+def test_a_temporary_env_package_maps_its_task_and_one_without_upstream_py_has_none(fake_envs):
+    root = fake_envs()
+    found = upstream.tasks()
+    assert list(found) == ["fake_task"]
+    t = found["fake_task"]
+    assert (t.env_id, t.module, t.r_max) == ("clbench/Good-v0", f"{root}.good.upstream", 2.0)
+    assert upstream.unit_of("fake_task") == "points" and upstream.R_MAX == {"fake_task": 2.0}
+    assert upstream.PUBLISHED_TASKS == {("fake_task", "s"): (1.0, 0.1, 0.5)}
+
+
+@pytest.mark.parametrize("text, says", [
+    ("raise RuntimeError('half-written mapping')", "RuntimeError: half-written mapping"),
+    ("import no_such_dependency_of_clbench", "No module named 'no_such_dependency_of_clbench'"),
+    ("UPSTREAM = 'x' +", "SyntaxError"),
+    ("UPSTREAM = {'name': 'x'}", "must define UPSTREAM = UpstreamTask(...)"),
+    (MAPPING, "'fake_task' is already mapped by"),
+])
+def test_a_broken_upstream_mapping_is_reported_with_its_module(fake_envs, capsys, tmp_path, text, says):
+    root = fake_envs(broken=text)
+    with pytest.raises(upstream.MappingError) as err:
+        upstream.tasks()
+    assert f"{root}.broken.upstream" in str(err.value) and says in str(err.value)
+    # the CLI names it too, instead of importing with the task's rules silently missing
+    system = tmp_path / "runs" / "sys"
+    system.mkdir(parents=True)
+    with gzip.open(system / "cohort_studies.json.gz", "wt") as fh:
+        json.dump(cohort_doc()[0], fh)
+    assert main(["import-upstream", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 1
+    assert f"{root}.broken.upstream" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "sys").exists()
+
+
 # ----------------------------------------------------------------------------- the real files
 
 def published_from_readme() -> tuple[dict, dict, dict]:
