@@ -1,6 +1,6 @@
 """Maps the top-level envs/, agents/, tasks/ and containers/ folders into the clbench namespace.
 
-The folders sit at the repository root (see DESIGN.md) but install as clbench.envs,
+The folders sit at the repository root (see docs/contract.md) but install as clbench.envs,
 clbench.agents and clbench.tasks, so no top-level `envs`/`agents`/`tasks` lands in
 site-packages. Subpackages are found automatically: adding a domain needs no edit here.
 """
@@ -30,7 +30,7 @@ setup(
     packages=_packages(),
     package_dir=_package_dir(),
     package_data={
-        "clbench": ["schemas/*.json", "data/*.yaml"],
+        "clbench": ["schemas/*.json", "data/*.yaml", "templates/new_env/*.tmpl"],
         "clbench.containers": ["*.sh", "*/Dockerfile"],
         "clbench.tasks": ["*/*.yaml", "*/*.json", "*/*/*.yaml", "*/*/*.json", "*/*/*.diff", "*/*/*.md"],
     },

@@ -1,6 +1,6 @@
 """Degenerate agents: policies that ignore what they observe.
 
-DESIGN.md ("Honest scores") requires that none of them beats the task's stateless reference
+docs/contract.md ("Honest scores") requires that none of them beats the task's stateless reference
 (`r_reference`); tests/test_honest_scores.py plays them on every env and `clbench calibrate`
 prints their means. Available for every env by name:
 

@@ -3,7 +3,7 @@
 One Gymnasium episode is one instance. `reset(seed=s)` starts rollout `s` (instances permuted
 within variants by `s`); `reset()` moves on to the next instance; `reset(options={"instance": x,
 "stateless": True})` jumps to instance `x` with the environment as a stateful run would have it
-there and agent-written state wiped. See DESIGN.md for the whole contract.
+there and agent-written state wiped. See docs/contract.md for the whole contract.
 
 A domain subclasses `InstanceSequenceEnv` and implements four hooks:
   `_build_schedule(name)`, `_enter(slot, fresh)`, `_act(call)` and optionally `_parse_text(text)`.
@@ -11,6 +11,7 @@ A domain subclasses `InstanceSequenceEnv` and implements four hooks:
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.resources
 import pickle
 import re
@@ -28,13 +29,15 @@ from gymnasium.vector.utils import create_shared_memory
 
 from clbench.feedback import score_report
 from clbench.actions import ActionError, ToolCall, as_tool_call, extract_json, validate_call
-from clbench.schedule import Schedule, Slot
+from clbench.schedule import Instance, Schedule, Slot, Variant
 
 # Everything an env emits is printable ASCII; anything else is escaped by `sanitize`.
 CHARSET = string.printable
 _OUTSIDE = re.compile("[^" + re.escape(CHARSET) + "]")
 _CHARSET_BYTES = CHARSET.encode("ascii")
 MAX_OBS_CHARS = 200_000
+#: `split` values of every env: the benchmark's instances, and training instances from other seeds
+SPLITS = ("test", "train")
 MAX_ACTION_CHARS = 100_000
 #: lone surrogates (from JSON escapes such as "\ud800") have no UTF-8 encoding
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")
@@ -212,9 +215,22 @@ class InstanceSequenceEnv(gym.Env):
         if cls.env_id:
             cls.task = task_name(cls.env_id)
 
-    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):
+    #: why this env has no `split="train"` (None: it has one); `__init__` raises ValueError with it
+    no_train_split: str | None = None
+
+    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
+                 split: str = "test"):
+        """`split="test"` (the default) is the benchmark: today's instances, unchanged. `split="train"`
+        builds the same schedule (variants, latent structure kinds, drift kinds) from other seeds
+        (`split_seed`), for training; its instance ids start with "train-" and no instance, id or
+        generated problem is shared with the test split (tests/test_split.py)."""
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if split == "train" and self.no_train_split:
+            raise ValueError(f"{self.env_id} has no train split: {self.no_train_split}")
+        self.split = split
         self.render_mode = render_mode
         self.schedule_name = schedule
         self.cycle = cycle
@@ -223,7 +239,7 @@ class InstanceSequenceEnv(gym.Env):
         self.max_steps = int(self.spec_data["max_steps"]) if "max_steps" in self.spec_data else 0
         if self.max_steps < 1:
             raise ValueError(f"tasks/{self.task}/default.yaml must set max_steps (steps per instance) >= 1")
-        self.schedule: Schedule = self._build_schedule(schedule)
+        self.schedule: Schedule = self._split_ids(self._build_schedule(schedule))
         self.observation_space = TextSpace(max_length=MAX_OBS_CHARS, min_length=1, charset=CHARSET)
         self.action_space = TextSpace(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self.rollout_seed: int | None = None
@@ -234,6 +250,26 @@ class InstanceSequenceEnv(gym.Env):
         self._invalid_streak = 0
         self._done = True
         self._last_obs = ""
+
+    # ------------------------------------------------------------------ train/test split
+    def split_seed(self, seed: int) -> int:
+        """The generator seed to use for `seed` (a seed from tasks/<task>/default.yaml): `seed` itself
+        in the test split; in the train split a deterministic seed derived from the task, the split and
+        `seed` (never equal to `seed`), so train instances are other draws of the same generator."""
+        seed = int(seed)
+        if self.split == "test":
+            return seed
+        digest = hashlib.sha256(f"clbench/{self.task}/{self.split}/{seed}".encode()).digest()
+        derived = int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+        return derived if derived != seed else derived ^ 1
+
+    def _split_ids(self, schedule: Schedule) -> Schedule:
+        """Test: the schedule as built. Train: every instance id prefixed with "train-"."""
+        if self.split == "test":
+            return schedule
+        variants = [Variant(v.name, tuple(Instance(f"{self.split}-{i.instance_id}", i.variant, i.payload)
+                                          for i in v.instances), v.description) for v in schedule.variants]
+        return type(schedule)(schedule.name, variants)
 
     # ------------------------------------------------------------------ hooks for subclasses
     def _build_schedule(self, name: str) -> Schedule:

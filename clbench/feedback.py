@@ -1,6 +1,6 @@
 """The shared shape of a terminal observation: the instance score, its parts, then the feedback.
 
-Every env ends an instance with text an LLM can learn from (DESIGN.md, "Honest scores"): the
+Every env ends an instance with text an LLM can learn from (docs/contract.md, "Honest scores"): the
 score as the reward field holds it, the parts it is computed from, and what a practitioner would
 be told afterwards. What each env reveals, and why no more, is its docstring's "Feedback" section
 and its spec card's `feedback` field.

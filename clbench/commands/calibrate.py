@@ -1,9 +1,23 @@
-"""`clbench calibrate --env ID`: r_max (oracle) and r_reference (stateless reference) on the
-default schedule, computed by playing them, for the task's default.yaml; then the mean of every
-degenerate agent (clbench.agents.degenerate), which must not beat r_reference."""
+"""`clbench calibrate --env ID [--write]`: r_max (oracle) and r_reference (stateless reference) on
+the default schedule, computed by playing them; then the mean of every degenerate agent
+(clbench.agents.degenerate), which must not beat r_reference.
+
+`--write` puts the two numbers into the task's tasks/<task>/default.yaml, the file
+`clbench.env.load_task_spec` reads (the installed package data or a $CLBENCH_PATH root): only the
+`r_max:` and `r_reference:` lines change (or are appended), comments and everything else stay as
+they are; the diff is printed, and load_task_spec's cache is cleared so this process sees them.
+"""
 from __future__ import annotations
 
+import difflib
+import os
+import re
+from pathlib import Path
+
 import numpy as np
+
+#: the keys `--write` sets, in the order they are appended
+KEYS = ("r_max", "r_reference")
 
 
 def stateless_means(env_id: str, agents: list[str], env_kwargs: dict | None = None, seed: int = 0,
@@ -37,6 +51,99 @@ def stateless_mean(env_id: str, agent: str, env_kwargs: dict | None = None, seed
     return stateless_means(env_id, [agent], env_kwargs, seed)[agent]
 
 
+def task_spec_path(task: str, name: str = "default") -> Path:
+    """The file `clbench.env.load_task_spec(task, name)` reads (same lookup order)."""
+    import importlib.resources
+
+    import clbench
+    import clbench.tasks
+
+    clbench.register_all()  # puts $CLBENCH_PATH's tasks/ folders on clbench.tasks.__path__
+    folders = [Path(str(importlib.resources.files("clbench.tasks"))), *map(Path, clbench.tasks.__path__[1:])]
+    for folder in folders:
+        if (folder / task / f"{name}.yaml").is_file():
+            return folder / task / f"{name}.yaml"
+    raise FileNotFoundError(f"no task spec {task}/{name}.yaml in clbench.tasks")
+
+
+def set_keys(text: str, values: dict[str, float], env_id: str = "") -> str:
+    """`text` (a task YAML) with the top-level `key: value` line of each key set to its new value,
+    keeping a trailing comment; keys not there yet are appended at the end. Nothing else changes."""
+    missing = []
+    for key, value in values.items():
+        line = re.compile(rf"^{re.escape(key)}[ \t]*:[ \t]*(?P<value>[^#\n]*?)(?P<comment>[ \t]+#[^\n]*)?[ \t]*$",
+                          re.MULTILINE)
+        found = list(line.finditer(text))
+        if len(found) > 1:
+            raise ValueError(f"{key} is set {len(found)} times in the task spec; keep one line")
+        if found:
+            m = found[0]
+            text = text[:m.start()] + f"{key}: {value!r}{m.group('comment') or ''}" + text[m.end():]
+        else:
+            missing.append(f"{key}: {value!r}")
+    if missing:
+        if text and not text.endswith("\n"):
+            text += "\n"
+        last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+        if "calibrate" not in last:
+            text += f"# computed by `clbench calibrate --env {env_id} --write` (checked by tests)\n"
+        text += "\n".join(missing) + "\n"
+    return text
+
+
+def write_calibration(env_id: str, values: dict[str, float]) -> tuple[Path, str]:
+    """Write r_max and r_reference into the env's default.yaml; returns (path, unified diff)."""
+    import yaml
+
+    from clbench.env import load_task_spec
+    from clbench.registry import env_class
+
+    path = task_spec_path(env_class(env_id).task)
+    old = path.read_text()
+    new = set_keys(old, values, env_id)
+    before, after = yaml.safe_load(old) or {}, yaml.safe_load(new)
+    if {k: v for k, v in after.items() if k not in values} != {k: v for k, v in before.items() if k not in values} \
+            or any(after.get(k) != v for k, v in values.items()):
+        raise RuntimeError(f"editing {path} would change more than {', '.join(values)}; set them by hand")
+    if new != old:
+        tmp = path.with_name(f".{path.name}.calibrate-tmp")
+        tmp.write_text(new)
+        os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+    load_task_spec.cache_clear()
+    _forget_cached_envs(env_id)
+    diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"{path} (before)", tofile=f"{path} (after)"))
+    return path, diff
+
+
+def _forget_cached_envs(env_id: str) -> None:
+    """Envs this process cached for runs (clbench.runner.cached_env) hold the old numbers: drop them."""
+    from clbench import runner
+
+    cache = getattr(runner, "_ENVS", {})
+    for key in [k for k in cache if k[0] == env_id]:
+        try:
+            cache.pop(key).close()
+        except Exception:  # noqa: BLE001 - closing a stale env must not fail the calibration
+            pass
+
+
+def warn_uncalibrated(env_id: str) -> None:
+    """`clbench rollout`'s one line on stderr when the env has no r_max/r_reference yet (builds no env)."""
+    import sys
+
+    from clbench.env import load_task_spec
+    from clbench.registry import env_class
+
+    try:
+        spec = load_task_spec(env_class(env_id).task)
+    except Exception:  # noqa: BLE001 - an unknown env is reported by the run's own checks
+        return
+    if spec.get("r_max") is None or spec.get("r_reference") is None:
+        print(f"warning: {env_id} is uncalibrated (no r_max/r_reference): normalized metrics are undefined "
+              f"until `clbench calibrate --env {env_id} --write`", file=sys.stderr)
+
+
 def cmd_calibrate(args) -> int:
     from clbench.agents.degenerate import degenerate_agents
 
@@ -48,11 +155,25 @@ def cmd_calibrate(args) -> int:
         print("degenerate agents (must not beat r_reference):")
     for name in degenerate:
         print(f"  {name}: {means[name]:.6g}{'  BEATS r_reference' if means[name] > r_ref else ''}")
+    if r_max <= r_ref:
+        print(f"warning: the oracle ({r_max:.6g}) does not beat the stateless reference ({r_ref:.6g}): "
+              "normalized reward is undefined and the task shows no headroom")
+    if args.write:
+        path, diff = write_calibration(args.env, {"r_max": r_max, "r_reference": r_ref})
+        if diff:
+            print(f"{diff.rstrip()}\nwrote r_max and r_reference to {path}")
+        else:
+            print(f"{path} already holds these r_max and r_reference: nothing written")
+    else:
+        print(f"(not written: `clbench calibrate --env {args.env} --write` puts them into the task's default.yaml)")
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("calibrate", help="compute r_max and r_reference of an env on its default schedule")
+    p = sub.add_parser("calibrate", help="compute r_max and r_reference of an env on its default schedule "
+                                         "(--write: into its tasks/<task>/default.yaml)")
     p.add_argument("--env", required=True)
     p.add_argument("--no-degenerate", action="store_true", help="skip the degenerate agents' means")
+    p.add_argument("--write", action="store_true",
+                   help="write r_max and r_reference into the task's default.yaml (only those two lines change)")
     p.set_defaults(func=cmd_calibrate)

@@ -1,4 +1,7 @@
-"""`clbench list`: every env with its instances, variants, r_max and r_reference, and the agents."""
+"""`clbench list`: every env with its instances, variants, r_max and r_reference, and the agents.
+
+An env whose default.yaml has no r_max/r_reference yet shows "uncalibrated" in those columns
+(`clbench calibrate --env ID --write` sets them)."""
 from __future__ import annotations
 
 
@@ -21,7 +24,7 @@ def cmd_list(args) -> int:
             rows.append([env_id, "", "", "", "", str(cls)])
             continue
         variants = ", ".join(f"{v['name']}({v['instances']})" for v in env.schedule.describe())
-        rows.append([env_id, str(len(env.schedule)), variants, f"{env.r_max:.4g}", f"{env.r_reference:.4g}",
+        rows.append([env_id, str(len(env.schedule)), variants, _number(env.r_max), _number(env.r_reference),
                      ", ".join(agent_names(env))])
         env.close()
     from clbench.registry import BROKEN
@@ -30,6 +33,14 @@ def cmd_list(args) -> int:
         rows.append([module.rsplit(".", 1)[-1], "?", "?", "?", "?", f"not registered: {reason}"])
     print(markdown_table(["env", "instances", "variants", "r_max", "r_reference", "agents"], rows))
     return 0
+
+
+def _number(value: float | None) -> str:
+    return UNCALIBRATED if value is None else f"{value:.4g}"
+
+
+#: what `clbench list` shows for r_max / r_reference before `clbench calibrate --env ID --write`
+UNCALIBRATED = "uncalibrated"
 
 
 def register(sub) -> None:

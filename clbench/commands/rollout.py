@@ -118,6 +118,9 @@ def cmd_rollout(args) -> int:
         return run_and_report(args, [])
     if not args.env or not args.agent:
         raise ValueError("--env and --agent are required (or --resume DIR)")
+    from clbench.commands.calibrate import warn_uncalibrated
+
+    warn_uncalibrated(args.env)  # normalized metrics need r_max/r_reference
     out = args.out or f"runs/{args.env.split('/')[-1]}-{args.agent}"
     return run_and_report(args, [config_from_args(args, args.env, out)])
 
