@@ -21,6 +21,9 @@ rollout seed for a stochastic agent, one for a deterministic agent):
 
 Suite aggregate: the unweighted mean over tasks of each task's estimate; its interval comes from
 the mean of the tasks' bootstrap replicates (tasks are independent samples).
+
+`compute(records, meta)` is the one entry point (no I/O): run cards (clbench.runcard.compute reads a
+run directory once and calls it), `clbench report` and `clbench compare` all use it.
 """
 from __future__ import annotations
 
@@ -66,6 +69,15 @@ class TaskRecords:
     stateless: dict[int, dict[str, dict]] = field(default_factory=dict)  # pass -> instance_id -> record
 
 
+#: why normalized metrics of a task without r_max / r_reference are undefined
+UNCALIBRATED = "the task is uncalibrated (no r_max / r_reference): run `clbench calibrate --env ID --write`"
+
+
+def _calibration(value) -> float:
+    """r_max or r_reference as a float; NaN for an uncalibrated task (its normalized metrics are undefined)."""
+    return math.nan if value is None else float(value)
+
+
 def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[str, str], TaskRecords]:
     """Split records by (task, system); `params[task]` gives r_max, r_reference (and r_max_se)."""
     groups: dict[tuple[str, str], TaskRecords] = {}
@@ -77,8 +89,8 @@ def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[st
         if tr is None:
             p = params[task]
             se = p.get("r_max_se")
-            tr = groups[(task, system)] = TaskRecords(task, system, float(p["r_max"]), float(p["r_reference"]),
-                                                      float(se) if se else None)
+            tr = groups[(task, system)] = TaskRecords(task, system, _calibration(p["r_max"]),
+                                                      _calibration(p["r_reference"]), float(se) if se else None)
         if rec["mode"] == "stateless":
             tr.stateless.setdefault(int(rec.get("rollout") or 0), {})[rec["instance_id"]] = rec
         else:
@@ -163,17 +175,28 @@ def matrices(tr: TaskRecords, window: float) -> Matrices:
             raise ValueError(f"{tr.task}/{tr.system}: stateless results missing for {len(missing)} instances "
                              f"(pass {p}), e.g. {missing[:3]}; finish or resume the run")
     rollouts, passes = sorted(tr.stateful), sorted(tr.stateless)
-    sf = np.zeros((len(rollouts), len(ids)))
-    present = np.zeros_like(sf)
+    sf, present = stateful_rewards(tr, rollouts, ids)
     win = np.zeros_like(sf)
     for row, k in enumerate(rollouts):
         inside = _window_positions(tr.stateful[k], window)
         for x in tr.stateful[k]:
-            j = col[x["instance_id"]]
-            sf[row, j], present[row, j] = float(x["reward"]), 1.0
-            win[row, j] = x["position"] in inside
+            win[row, col[x["instance_id"]]] = x["position"] in inside
     sl = np.array([[float(tr.stateless[p][i]["reward"]) for i in ids] for p in passes])
     return Matrices(ids, col, sf, present, win, sl)
+
+
+def stateful_rewards(tr: TaskRecords, rollouts: list[int], ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Stateful rewards as rollouts x instances (rows `rollouts`, columns `ids`, paired by instance
+    id) and the mask of the cells played; instances outside `ids` are left out."""
+    col = {iid: j for j, iid in enumerate(ids)}
+    sf = np.zeros((len(rollouts), len(ids)))
+    present = np.zeros_like(sf)
+    for row, k in enumerate(rollouts):
+        for x in tr.stateful[k]:
+            j = col.get(x["instance_id"])
+            if j is not None:
+                sf[row, j], present[row, j] = float(x["reward"]), 1.0
+    return sf, present
 
 
 def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
@@ -230,14 +253,15 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     r_max_draws = tr.r_max + tr.r_max_se * rng.standard_normal(n_boot) if tr.r_max_se else tr.r_max
     draws = headline_stats(m, r_max_draws, tr.r_reference, ck, ci, cp)
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
-    reason = undefined_gain_reason(point["mean_reward_stateless"], tr.r_max) \
+    calibrated = math.isfinite(tr.r_max) and math.isfinite(tr.r_reference)
+    reason = UNCALIBRATED if not calibrated else undefined_gain_reason(point["mean_reward_stateless"], tr.r_max) \
         if no_headroom(point["mean_reward_stateless"], tr.r_max) else None
 
     out = {
         "task": tr.task,
         "system": tr.system,
-        "r_max": tr.r_max,
-        "r_reference": tr.r_reference,
+        "r_max": tr.r_max if calibrated else None,
+        "r_reference": tr.r_reference if calibrated else None,
         "rollouts": K,
         "stateless_passes": P,
         "instances": n,
@@ -252,7 +276,8 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
                                  "ci": [tr.r_max - 1.96 * tr.r_max_se, tr.r_max + 1.96 * tr.r_max_se], "n": n}
     for name in ("mean_reward", "cumulative_reward", "cumulative_gain", "normalized_gain", "normalized_reward",
                  "plasticity", "stability"):
-        undefined = reason if name in ("normalized_gain", *SPLIT) else None
+        undefined = reason if name in ("normalized_gain", *SPLIT) or (name == "normalized_reward" and not calibrated) \
+            else None
         out[name] = summarize(None if undefined else point[name], draws[name], n, undefined)
     if reason is None and math.isfinite(point["normalized_gain"]):
         # the split is exact in every replicate too; keep it exact in the reported means
@@ -314,7 +339,7 @@ def _per_variant(tr: TaskRecords, sl: dict[str, float], m: Matrices) -> list[dic
     result = []
     for row in sorted(rows.values(), key=lambda r: r["start"]):
         mean_sf = float(np.mean(row["sf"]))
-        mean_sl = float(np.mean([sl[i] for i in row["ids"]]))
+        mean_sl = float(np.mean([sl[i] for i in sorted(row["ids"])]))  # a fixed order: the same digits every run
         result.append({"variant": row["variant"], "start": row["start"], "instances": len(row["ids"]),
                        "mean_reward_stateful": mean_sf, "mean_reward_stateless": mean_sl,
                        "mean_gain": mean_sf - mean_sl, "window_gain": float(np.mean(row["early"]))})
@@ -420,3 +445,17 @@ def suite_aggregates(task_results: list[dict], draws: dict[tuple[str, str], dict
         d = [draws[(task, system)] for task in shared] if draws is not None else None
         out[system] = {**aggregate(chosen, d), "left_out": sorted(set(mine) - set(shared))}
     return out
+
+
+def compute(records: list[dict], meta: dict, window: float | None = None, n_boot: int | None = None) -> dict:
+    """Metrics of every (task, system) in a run's records plus the per-system suite aggregates.
+
+    Pure: no file is read. `meta` is the run's metadata (`meta["tasks"][task]` gives r_max,
+    r_reference and r_max_se); the result holds `tasks` (task_metrics per (task, system), sorted),
+    `aggregate` (suite_aggregates), `metadata` (meta itself) and `draws` (the bootstrap
+    replicates behind suite and comparison intervals: kept in memory, never in a run card)."""
+    kwargs = {k: v for k, v in (("window", window), ("n_boot", n_boot)) if v is not None}
+    groups = group_records(records, meta["tasks"])
+    per_task = [task_metrics(tr, keep_draws=True, **kwargs) for _, tr in sorted(groups.items())]
+    draws = {(t["task"], t["system"]): t.pop("draws") for t in per_task}
+    return {"tasks": per_task, "aggregate": suite_aggregates(per_task, draws), "metadata": meta, "draws": draws}

@@ -11,8 +11,8 @@ from functools import cache
 from pathlib import Path
 
 import clbench
+from clbench import metrics
 from clbench.actions import checked_validator
-from clbench.metrics import group_records, suite_aggregates, task_metrics
 from clbench.results import RESULTS_FILE, load_metadata, load_records, write_json_atomic
 
 RUN_CARD_FORMAT = "clbench.run_card/1"
@@ -93,28 +93,17 @@ def _files_key(run_dir: Path, window, n_boot) -> tuple:
 
 
 def compute(run_dir: str | Path, window: float | None = None, n_boot: int | None = None) -> dict:
-    """Metrics for every (task, system) in a run directory plus per-system aggregates.
+    """clbench.metrics.compute on a run directory: its metadata and records, read once.
 
     The result is read-only for callers: an unchanged run directory returns the same object."""
     key = _files_key(Path(run_dir), window, n_boot)
     if _LAST.get("key") == key:
         return _LAST["result"]
-    result = _compute(run_dir, window, n_boot)
+    meta = load_metadata(run_dir)
+    result = metrics.compute(load_records(run_dir), meta, window=window, n_boot=n_boot)
     _LAST.clear()
     _LAST.update(key=key, result=result)
     return result
-
-
-def _compute(run_dir: str | Path, window: float | None, n_boot: int | None) -> dict:
-    meta = load_metadata(run_dir)
-    records = load_records(run_dir)
-    kwargs = {k: v for k, v in (("window", window), ("n_boot", n_boot)) if v is not None}
-    groups = group_records(records, meta["tasks"])
-    per_task = [task_metrics(tr, keep_draws=True, **kwargs) for _, tr in sorted(groups.items())]
-    # bootstrap replicates stay in memory (suite and comparison intervals), never in the run card
-    draws = {(t["task"], t["system"]): t.pop("draws") for t in per_task}
-    agg = suite_aggregates(per_task, draws)
-    return {"tasks": per_task, "aggregate": agg, "metadata": meta, "draws": draws}
 
 
 def _stateless_plan(config: dict | None, params: dict, t: dict) -> dict:

@@ -215,3 +215,42 @@ def test_aggregate_interval_combines_the_tasks_replicates():
     # independent tasks: the mean's SE is sqrt(se_a^2 + se_b^2) / 2
     se = math.hypot(a["normalized_gain"]["se"], b["normalized_gain"]["se"]) / 2
     assert ng["se"] == pytest.approx(se, rel=0.1)
+
+
+def _same(a, b) -> bool:
+    """Equal results, bootstrap replicates (numpy arrays) included."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def test_compute_on_records_in_memory_equals_the_run_directorys(tmp_path):
+    from clbench import metrics, runcard
+    from clbench.results import append_lines, write_json_atomic
+
+    records = []
+    for task, shift in (("t", 0.1), ("u", 0.3)):
+        for system, bonus in (("s", 0.0), ("s2", 0.2)):
+            for p in range(2):
+                records += [dict(rec("stateless", p, iid, i, v, r + 0.05 * p), task=task, system=system)
+                            for i, (iid, v, r) in enumerate(SL)]
+            for k in range(3):
+                order = SL if k % 2 == 0 else [SL[1], SL[0], SL[3], SL[2]]
+                records += [dict(rec("stateful", k, iid, i, v, min(1.0, r + shift + bonus + 0.01 * k)),
+                                 task=task, system=system) for i, (iid, v, r) in enumerate(order)]
+    meta = {"format": 1, "tasks": {"t": {"r_max": 1.0, "r_reference": 0.2}, "u": {"r_max": 0.9, "r_reference": 0.1,
+                                                                                    "r_max_se": 0.05}},
+            "systems": {"s": {"name": "s"}, "s2": {"name": "s2"}}}
+    write_json_atomic(tmp_path / "metadata.json", meta)
+    append_lines(tmp_path / "results.jsonl", records)
+
+    pure = metrics.compute(records, meta, n_boot=300)
+    from_dir = runcard.compute(tmp_path, n_boot=300)
+    assert [(t["task"], t["system"]) for t in pure["tasks"]] == [("t", "s"), ("t", "s2"), ("u", "s"), ("u", "s2")]
+    assert set(pure) == {"tasks", "aggregate", "metadata", "draws"}
+    assert _same(pure, from_dir)
+    assert runcard.compute(tmp_path, n_boot=300) is from_dir  # an unchanged directory is not recomputed

@@ -13,6 +13,7 @@ step by step, in a fresh folder on $CLBENCH_PATH and through the command line on
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -110,10 +111,15 @@ def test_a_first_task_env_works_on_the_first_try(tmp_path):
     # 2. it runs as is, uncalibrated
     row = list_row(root)
     assert row.count("uncalibrated") == 2 and "season-1(10)" in row
-    warned = clbench(root, "rollout", "--env", ENV, "--agent", "reference", "--rollouts", "1", "--mode", "stateful",
+    warned = clbench(root, "rollout", "--env", ENV, "--agent", "reference", "--rollouts", "1",
                      "--workers", "1", "--out", str(tmp_path / "uncalibrated"), "--quiet")
     warning = [line for line in warned.stderr.splitlines() if "uncalibrated" in line]
     assert len(warning) == 1 and "normalized metrics are undefined" in warning[0] and "--write" in warning[0]
+    # stateful and stateless both played: raw metrics are there, normalized ones undefined with the reason
+    [task] = json.loads((tmp_path / "uncalibrated/run_card.json").read_text())["tasks"].values()
+    assert task["r_max"] is None and task["mean_reward"]["mean"] is not None
+    assert task["normalized_gain"]["mean"] is None and "uncalibrated" in task["normalized_gain"]["undefined"]
+    assert task["normalized_reward"]["mean"] is None and "uncalibrated" in task["normalized_reward"]["undefined"]
     own = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests/test_coinbandit.py")],
               root)
     assert re.search(r"4 passed, 1 skipped", own.stdout), own.stdout  # the calibration check waits for step 4

@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import re
+from html.parser import HTMLParser
 
 import matplotlib.image as mpimg
 import pytest
@@ -17,7 +18,7 @@ from clbench.cli import main
 from clbench.reporting import figures, leaderboard, model, plots
 from clbench.results import append_lines, write_json_atomic
 from clbench.runcard import compute
-from clbench.summary import metrics_markdown
+from clbench.reporting.tables import metrics_markdown
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -190,3 +191,77 @@ def test_conventions_auto_depends_on_where_the_results_came_from():
     assert model.resolve("upstream", [{}]) == ("upstream",)
     with pytest.raises(ValueError):
         model.resolve("paper", [{}])
+
+
+class _HtmlTables(HTMLParser):
+    """(title, headers, rows) of every table of an HTML page; a table's title is the h3 before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self._h3, self._title, self._cell, self._row = [], None, None, None, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "h3":
+            self._h3 = ""
+        elif tag == "table":
+            self.tables.append((self._title, [], []))
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("th", "td"):
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "h3":
+            self._title, self._h3 = self._h3, None
+        elif tag in ("th", "td"):
+            (self.tables[-1][1] if tag == "th" else self._row).append(self._cell)
+            self._cell = None
+        elif tag == "tr" and self._row:
+            self.tables[-1][2].append(self._row)
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+        elif self._h3 is not None:
+            self._h3 += data
+
+
+def _markdown_tables(text: str) -> list[tuple]:
+    """(title, headers, rows) of every `### title` table of a markdown report."""
+    out = []
+    for section in text.split("### ")[1:]:
+        title, _, body = section.partition("\n")
+        lines = [ln for ln in body.strip("\n").split("\n\n")[0].split("\n") if ln.startswith("|")]
+        cells = [ln[2:-2].split(" | ") for ln in lines]
+        out.append((title, cells[0], cells[2:]))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["costed, both conventions", "shocks"])
+def test_html_and_markdown_reports_show_the_same_tables(kind, tmp_path, capsys):
+    if kind == "shocks":
+        run = tmp_path / "run"
+        assert main(["rollout", "--env", "clbench/SpectrumMonitor-v1", "--agent", "reference", "--rollouts", "2",
+                     "--shock", "flush@10", "--out", str(run), "--quiet"]) == 0
+        args = []
+    else:
+        run = make_run(tmp_path / "run", {"a": {"sf": 0.8, "sl": 0.4, "cost": 0.01},
+                                          "b": {"sf": 0.6, "sl": 0.5, "cost": 0.002}})
+        args = ["--conventions", "both"]
+    capsys.readouterr()
+    assert main(["report", str(run), "--no-plots", "--n-boot", "300", *args]) == 0
+    md = _markdown_tables(capsys.readouterr().out)
+    page = tmp_path / "report.html"
+    assert main(["report", str(run), "--format", "html", "--out", str(page), "--no-plots", "--n-boot", "300", *args]) == 0
+    parser = _HtmlTables()
+    parser.feed(page.read_text())
+    titles = [t for t, _, _ in md]
+    assert titles[0] == "Headline (clbench conventions)" and len(md) >= 5
+    assert any(t.startswith("Per variant, ") for t in titles)
+    assert any(t.startswith("Lifecycle shocks, " if kind == "shocks" else "Cost and tokens") for t in titles)
+    if kind != "shocks":
+        assert "What changes under clbench's conventions" in titles
+    # the same tables, cell for cell; HTML shows the per-task ones in its per-task section
+    assert sorted(parser.tables) == sorted(md)
+    assert [t for t in parser.tables if not t[0].startswith(("Per variant, ", "Lifecycle shocks, "))] == \
+        [t for t in md if not t[0].startswith(("Per variant, ", "Lifecycle shocks, "))]

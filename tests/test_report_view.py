@@ -19,7 +19,7 @@ from clbench.cli import main
 from clbench.commands.suite import resolve_tasks
 from clbench.reporting import figures, leaderboard, model
 from clbench.runcard import compute
-from clbench.summary import print_metrics, print_tables, summary_tables, task_tables
+from clbench.reporting.tables import print_metrics, print_tables, summary_tables, task_tables
 from tests.test_report import make_run
 
 [POKER] = resolve_tasks(["Poker"])

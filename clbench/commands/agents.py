@@ -22,7 +22,7 @@ def scripted_agents() -> list[tuple[str, str]]:
 def cmd_agents(args) -> int:
     from clbench.agent import GENERIC_AGENTS
     from clbench.agents.llm import describe
-    from clbench.summary import markdown_table
+    from clbench.reporting.tables import markdown_table
 
     print("Agents for every env: " + ", ".join(sorted(GENERIC_AGENTS)) + "\n")
     print("Memory systems of the llm agent (--agent llm --memory NAME):\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 def cmd_compare(args) -> int:
     from clbench.reporting import leaderboard
-    from clbench.summary import print_tables
+    from clbench.reporting.tables import print_tables
 
     board = leaderboard.collect(args.dirs, conventions=args.conventions, sort=args.sort, n_boot=args.n_boot)
     if args.format == "json":

@@ -29,7 +29,7 @@ import tempfile
 
 import numpy as np
 
-from clbench.metrics import _weights, bootstrap_seed, group_records, summarize, task_metrics
+from clbench.metrics import _weights, bootstrap_seed, group_records, stateful_rewards, summarize, task_metrics
 
 REFERENCE = "reference"
 STATELESS = "reference-stateless"
@@ -64,24 +64,14 @@ def _frozen_system(position: int) -> str:
     return f"{REFERENCE}@freeze{position}"
 
 
-def _rewards(tr, rollouts: list[int], ids: list[str]) -> np.ndarray:
-    """Stateful rewards as rollouts x instances, columns by instance id."""
-    by_id = [{x["instance_id"]: float(x["reward"]) for x in tr.stateful[k]} for k in rollouts]
-    return np.array([[row[i] for i in ids] for row in by_id])
-
-
 def drift_report(records: list[dict], task: str, r_max: float, r_reference: float, schedule,
                  drifts: list[dict], window: int = 5) -> dict:
     """Drift costs, recoveries and the unfrozen reference's normalized gain from run records."""
     groups = group_records(records, {task: {"r_max": r_max, "r_reference": r_reference}})
     unfrozen = groups[(task, REFERENCE)]
-    gain = task_metrics(unfrozen, n_boot=2000)["normalized_gain"]
-    n = len(schedule)
-    curve = np.full((len(unfrozen.stateful), n), np.nan)
-    for row, k in enumerate(sorted(unfrozen.stateful)):
-        for x in unfrozen.stateful[k]:
-            curve[row, x["position"]] = float(x["reward"])
-    mean_curve = np.nanmean(curve, axis=0)
+    unfrozen_metrics = task_metrics(unfrozen, n_boot=N_BOOT)
+    gain = unfrozen_metrics["normalized_gain"]
+    mean_curve = np.asarray(unfrozen_metrics["curves"]["stateful"]["mean"])  # per position, mean over rollouts
     goal = GOAL_SHARE * (r_max - r_reference)
     rows = []
     for d in drifts:
@@ -89,7 +79,10 @@ def drift_report(records: list[dict], task: str, r_max: float, r_reference: floa
         frozen = groups[(task, _frozen_system(p))]
         rollouts = sorted(frozen.stateful)
         ids = sorted(x["instance_id"] for x in frozen.stateful[rollouts[0]] if p <= x["position"] < p + size)
-        after_u, after_f = _rewards(unfrozen, rollouts, ids), _rewards(frozen, rollouts, ids)
+        (after_u, played_u), (after_f, played_f) = (stateful_rewards(tr, rollouts, ids) for tr in (unfrozen, frozen))
+        if not (played_u.all() and played_f.all()):
+            raise ValueError(f"drift at {d['variant']!r}: the frozen and unfrozen rollouts did not play the same "
+                             "instances; finish or resume the run")
         diff = after_u - after_f  # rollouts x instances, paired by rollout and instance id
         rng = np.random.default_rng(bootstrap_seed(task, "drift", d["variant"]))
         ck, ci = _weights(rng, N_BOOT, len(rollouts)), _weights(rng, N_BOOT, len(ids))

@@ -10,7 +10,7 @@ def cmd_list(args) -> int:
 
     from clbench.agent import agent_names
     from clbench.registry import clbench_env_ids
-    from clbench.summary import markdown_table
+    from clbench.reporting.tables import markdown_table
 
     rows = []
     for env_id in clbench_env_ids():

@@ -28,7 +28,7 @@ def cmd_probe_ladder(args) -> int:
     from dataclasses import replace
 
     from clbench.rollout import run_many
-    from clbench.summary import fmt, markdown_table
+    from clbench.reporting.tables import fmt, markdown_table
 
     if not args.env or not args.agent:
         raise ValueError("--env and --agent are required")

@@ -25,16 +25,20 @@ def _json_payload(report) -> dict:
 def cmd_report(args) -> int:
     from clbench.reporting import figures as F
     from clbench.reporting import html, model, tables
-    from clbench.results import ResultsError, load_records
+    from clbench.results import ResultsError, load_metadata, load_records
 
     if not Path(args.dir).is_dir():
         raise ResultsError(f"{args.dir} is {'a file' if Path(args.dir).exists() else 'missing'}, not a run directory")
-    with warnings.catch_warnings(record=True) as dropped:  # shown again by the report if any record is valid
+    with warnings.catch_warnings(record=True) as dropped:
         warnings.simplefilter("always")
-        if not load_records(args.dir):
-            raise ResultsError(f"{args.dir}: results.jsonl holds no valid records ({len(dropped)} line(s) "
-                               "dropped); nothing to report")
-    report = model.build(args.dir, conventions=args.conventions, n_boot=args.n_boot)
+        records = load_records(args.dir)  # read once: the report computes from these
+    if not records:
+        raise ResultsError(f"{args.dir}: results.jsonl holds no valid records ({len(dropped)} line(s) "
+                           "dropped); nothing to report")
+    for w in dropped:  # the dropped lines are worth a warning once some records are valid
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    report = model.build(args.dir, conventions=args.conventions, n_boot=args.n_boot,
+                         metadata=load_metadata(args.dir), records=records)
     figures = F.render(report) if (args.format == "html" or not args.no_plots) else None
     written = []
     if figures is not None and not args.no_plots:
@@ -49,13 +53,7 @@ def cmd_report(args) -> int:
         out.write_text(html.render(report, figures), encoding="utf-8")
         print(out)
     else:
-        from clbench.summary import print_tables, terminal
-
-        plots = [str(p) for p in written]
-        if terminal():
-            print_tables(*tables.report_tables(report, plots))
-        else:
-            print(tables.markdown(report, plots), end="")
+        tables.print_tables(*tables.report_tables(report, [str(p) for p in written]))
     return 0
 
 

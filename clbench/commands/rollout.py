@@ -95,7 +95,7 @@ def run_and_report(args, cfgs) -> int:
     """Run (or resume) and print the metrics table."""
     from clbench.rollout import configs_from_dir, resume_run, run_many
     from clbench.runcard import compute
-    from clbench.summary import print_metrics
+    from clbench.reporting.tables import print_metrics
 
     opts = {"executor": args.executor, "ray_address": args.ray_address, "quiet": args.quiet}
     if args.resume:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from clbench.reporting import plots
 from clbench.reporting.model import RunReport
-from clbench.summary import reward_unit
+from clbench.reporting.tables import reward_unit
 
 PLOTS_DIR = "plots"
 METRICS = ("normalized_reward", "normalized_gain")

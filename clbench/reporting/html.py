@@ -5,7 +5,6 @@ import base64
 from html import escape
 from typing import TYPE_CHECKING
 
-from clbench import summary as S
 from clbench.reporting import tables as T
 from clbench.reporting.model import RunReport
 
@@ -68,34 +67,34 @@ def _meta_html(report: RunReport) -> str:
 def how_to_read_html() -> str:
     """The reading guide with its formulas, one paragraph per sentence group."""
     return ('<div class="howto" id="how-to-read"><h2>How to read this</h2>'
-            + f"<p>{escape(S.HOW_TO_READ.removeprefix('How to read this. '))}</p>"
+            + f"<p>{escape(T.HOW_TO_READ.removeprefix('How to read this. '))}</p>"
             + "<ul>" + "".join(f"<li><code>{escape(f)}</code></li>" for f in FORMULAS) + "</ul></div>")
 
 
 def render(report: RunReport, figures: "Figures", title: str | None = None) -> str:
+    """The report's tables (tables.report_tables, as markdown and the terminal show them): the
+    headline, the reading guide, the tables over every task, then per task its figures and tables."""
     title = title or f"clbench report: {report.run_dir.name}"
     parts = [f"<h1>{escape(title)}</h1>", _meta_html(report)]
     tables, _ = T.report_tables(report)
-    per_task = {tb.title for tb in tables if tb.title.startswith(("Per variant, ", "Lifecycle shocks, "))}
-    head, rest = tables[:1], [tb for tb in tables[1:] if tb.title not in per_task]
+    head, rest = tables[:1], [tb for tb in tables[1:] if tb.task is None]
     parts.append('<div class="headline">' + "".join(table_html(tb) for tb in head) + "</div>")
     parts.append(how_to_read_html())
     parts += [table_html(tb) for tb in rest]
+    per_task: dict[str, list[T.Table]] = {}
+    for tb in tables:
+        if tb.task is not None:
+            per_task.setdefault(tb.task, []).append(tb)
     if "clbench" in report.conventions:
         parts.append("<h2>Per task</h2>")
-        by_task: dict[str, list[dict]] = {}
+        systems: dict[str, list[str]] = {}
         for t in report.task_results():
-            by_task.setdefault(t["task"], []).append(t)
-        result = {**report.clbench, "metadata": report.metadata}
-        for task, ts in by_task.items():
-            names = ", ".join(report.display_name(t["system"]) for t in ts)
-            parts.append(f"<h3>{escape(task)} ({escape(S.reward_unit(task, report.metadata))}): {escape(names)}</h3>")
+            systems.setdefault(t["task"], []).append(report.display_name(t["system"]))
+        for task, names in systems.items():
+            parts.append(f"<h3>{escape(task)} ({escape(T.reward_unit(task, report.metadata))}): "
+                         f"{escape(', '.join(names))}</h3>")
             parts += [image_html(name, data) for name, data in figures.per_task.get(task, {}).items()]
-            for t in ts:
-                parts.append(table_html(S.variant_table(result, t)))
-                shock_table = S.shocks_table(result, t)
-                if shock_table is not None:
-                    parts.append(table_html(shock_table))
+            parts += [table_html(tb) for tb in per_task.get(task, [])]
     if figures.pareto:
         parts.append("<h2>Cost</h2>")
         parts += [image_html(n, d) for n, d in figures.pareto.items()]

@@ -15,12 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from clbench import upstream
-from clbench.metrics import HEADLINE, aggregate
+from clbench.metrics import HEADLINE, aggregate, compute
 from clbench.reporting import SORT_KEYS
-from clbench.reporting.model import cost_summary, display_name, resolve
-from clbench.reporting.tables import Table
+from clbench.reporting.model import cost_summary, resolve
+from clbench.reporting.tables import Table, display_name
 from clbench.results import load_metadata, load_records
-from clbench.runcard import compute
 
 HEADLINE_MARK = "†"
 
@@ -31,7 +30,8 @@ def _same_scoring(params: dict) -> bool:
 
 
 def _cells(run_dir: Path, meta: dict, conventions: str, n_boot: int | None) -> list[dict]:
-    """One cell per (task, system): the task's estimates (`result`, aggregable with `draws`)."""
+    """One cell per (task, system): the task's estimates (`result`, aggregable with `draws`); the
+    directory's records are read once (its metadata comes read)."""
     records = load_records(run_dir)
     costs = cost_summary(records)
     up = upstream.compute_from(records, meta) if (conventions == "upstream" or upstream.is_upstream_import(meta)) else None
@@ -40,7 +40,7 @@ def _cells(run_dir: Path, meta: dict, conventions: str, n_boot: int | None) -> l
     if conventions == "upstream":
         rows = [(r, None, r["source"] != "records") for r in up["tasks"]]
     else:
-        computed = compute(run_dir, n_boot=n_boot)
+        computed = compute(records, meta, n_boot=n_boot)
         rows = [(t, computed["draws"][(t["task"], t["system"])], False) for t in computed["tasks"]]
         if up is not None:
             rows += [(r, None, True) for r in up["tasks"]

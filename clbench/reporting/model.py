@@ -17,12 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from clbench import upstream
+from clbench import metrics, upstream
 from clbench.reporting import CHOICES
+from clbench.reporting.tables import display_name  # one name per system in every table and plot
 from clbench.results import load_metadata, load_records
-from clbench.runcard import compute
-from clbench.summary import display_name  # one name per system in every table and plot
-
 
 
 def resolve(choice: str, metas: list[dict]) -> tuple[str, ...]:
@@ -42,7 +40,7 @@ class RunReport:
     conventions: tuple[str, ...]
     metadata: dict
     records: list[dict]
-    clbench: dict  # {"tasks": [...], "aggregate": {...}} from clbench.runcard.compute
+    clbench: dict  # {"tasks": [...], "aggregate": {...}, ...} from clbench.metrics.compute
     upstream: dict | None = None  # clbench.upstream.compute_from, when selected
     costs: dict = field(default_factory=dict)  # (task, system) -> cost summary, when costs exist
     position_paired: dict = field(default_factory=dict)  # (task, system) -> upstream-style cumulative gain
@@ -81,12 +79,15 @@ def cost_summary(records: list[dict]) -> dict[tuple[str, str], dict]:
     return out
 
 
-def build(run_dir: str | Path, conventions: str = "auto", n_boot: int | None = None) -> RunReport:
+def build(run_dir: str | Path, conventions: str = "auto", n_boot: int | None = None,
+          metadata: dict | None = None, records: list[dict] | None = None) -> RunReport:
+    """The report of a run directory. Its metadata and records are read once (or passed in, when
+    the caller has read them already) and every convention computes from them."""
     run_dir = Path(run_dir)
-    meta = load_metadata(run_dir)
-    records = load_records(run_dir)
+    meta = load_metadata(run_dir) if metadata is None else metadata
+    records = load_records(run_dir) if records is None else records
     chosen = resolve(conventions, [meta])
-    report = RunReport(run_dir, chosen, meta, records, compute(run_dir, n_boot=n_boot),
+    report = RunReport(run_dir, chosen, meta, records, metrics.compute(records, meta, n_boot=n_boot),
                        costs=cost_summary(records))
     if "upstream" in chosen:
         report.upstream = upstream.compute_from(records, meta)
