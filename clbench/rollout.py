@@ -49,7 +49,7 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
         base = env.unwrapped
         merge_metadata(out, base.task, task_params(env),
                        {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs})
-        planned = plan_jobs(cfg, base.task, base.schedule, resumable=getattr(base, "resumable", True), resume=resume)
+        planned = plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable, resume=resume)
         jobs += planned
         for job in planned:
             key = (base.task, cfg.system, job.mode, job.rollout)

@@ -52,7 +52,7 @@ def task_params(env) -> dict:
         "variants": base.schedule.describe(),
         # a noisy oracle score (Poker) comes with its standard error; units label every report
         **{k: base.spec_data[k] for k in ("r_max_se",) if base.spec_data.get(k) is not None},
-        **({"reward_unit": base.reward_unit} if getattr(base, "reward_unit", None) else {}),
+        "reward_unit": base.reward_unit,
     }
 
 
