@@ -92,13 +92,16 @@ class CodeRepairEnv(InstanceSequenceEnv):
     `schedule` ("default"), `backend` ("auto" | "docker" | "bwrap" | "unsafe-local"; auto takes
     Docker when the engine answers and both repository images exist, else bubblewrap;
     unsafe-local has no isolation and warns), `command_timeout` (seconds per command, default
-    from the task spec), `cycle`, `render_mode` ("ansi").
+    from the task spec), `cycle`, `render_mode` ("ansi"), `split` ("test" only; "train" raises
+    ValueError: the 19 issues are real bug reports in real tablib and tenacity releases, not drawn
+    from a generator, so there are no other seeds to draw training issues from).
 
     ## Version History
     - v0: 19 issues (tablib 3.5.0, tenacity 8.2.3), 40 steps, efficiency reward.
     - v1: tamper-proof grading (tampering scores 0), checkouts whose files all look alike, an
       honest scripted reference (r_reference recalibrated); the terminal observation states the
       score, its parts and the failing tests (see Feedback; released with v1, rewards unchanged).
+    - v1 (split kwarg, no change to the test split): `split`; "train" is refused (see Arguments).
     """
 
     env_id = "clbench/CodeRepair-v1"
@@ -142,9 +145,13 @@ class CodeRepairEnv(InstanceSequenceEnv):
         if docker:
             build_images(offline_base=offline_base, force=force)
 
+    no_train_split = ("its 19 issues are real bug reports injected into real tablib and tenacity releases, "
+                      "not drawn from a generator: there are no other seeds to draw training issues from, and "
+                      "any of the 19 used for training would be a benchmark problem")
+
     def __init__(self, schedule: str = "default", backend: str = "auto", command_timeout: float | None = None,
-                 cycle: bool = False, render_mode: str | None = None):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+                 cycle: bool = False, render_mode: str | None = None, split: str = "test"):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         spec = self.spec_data

@@ -121,9 +121,12 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     `schedule` ("default": 5 studies x 4 regions; "short": 1 instance per study), `cycle`,
     `render_mode` ("ansi"), `cache_dir` (where study databases are cached; default
     `platformdirs.user_cache_dir("clbench")/cohortstudies`, keyed by generator version, seed and a hash
-    of the spec; files are written to a temp name and renamed, so parallel workers can share it).
+    of the spec; files are written to a temp name and renamed, so parallel workers can share it),
+    `split` ("test", the benchmark's study tables; "train": the same studies, codings and population,
+    every table drawn from another seed; ids "train-<STUDY>-<k>", cached under their own keys).
 
     ## Version History
+    * v1 (split kwarg, no change to the test split): `split="train"` for training.
     * v1: `cog_score` shared by MERIDIAN, FORGE (re-coded as errors, tagged) and CADENCE
       (untagged): real concept drift; r_max and r_reference recalibrated.
       The terminal observation carries the score, its parts and per-cohort feedback (see
@@ -177,7 +180,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     }
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 cache_dir: str | None = None):
+                 cache_dir: str | None = None, split: str = "test"):
         spec = load_task_spec(self.task)
         self.points = [int(p) for p in spec["time_points_months"]]
         self.eps = float(spec["smoothing_eps"])
@@ -195,7 +198,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         self.cache_dir = Path(cache_dir) if cache_dir else Path(platformdirs.user_cache_dir("clbench")) / self.task
         self._built: dict[str, Built] = {}
         self._con: duckdb.DuckDBPyConnection | None = None
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
 
     # ------------------------------------------------------------------ schedule and instances
     def _build_schedule(self, name: str) -> Schedule:
@@ -205,7 +208,9 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         per_study = int(schedules[name]["instances_per_study"])
         variants = []
         for s in self.spec_data["studies"]:
-            insts = tuple(Instance(f"{s['name']}-{i + 1}", s["name"], {"study": s["name"], **inst})
+            # train: each table from another seed (the payload's seed also keys the database cache)
+            insts = tuple(Instance(f"{s['name']}-{i + 1}", s["name"],
+                                   {"study": s["name"], **inst, "seed": self.split_seed(inst["seed"])})
                           for i, inst in enumerate(s["instances"][:per_study]))
             variants.append(Variant(s["name"], insts, s["title"]))
         return Schedule(name, variants)

@@ -83,7 +83,9 @@ class DBExploreEnv(InstanceSequenceEnv):
     `schedule` ("default": 20 questions on release 1, then 20 on release 2), `scale` (database
     size, 1.0 = ~50k products per group; tests use ~0.02), `cache_dir` (where built database files
     are cached; default the user cache dir), `query_timeout` (seconds per query, default 10),
-    `cycle`, `render_mode` ("ansi").
+    `cycle`, `render_mode` ("ansi"), `split` ("test" only; "train" raises ValueError: the 40
+    questions are a fixed hand-written set, so a reseeded database would ask the same questions,
+    whose SQL transfers to the benchmark as is).
 
     ## Version History
     * v0: initial release.
@@ -92,6 +94,7 @@ class DBExploreEnv(InstanceSequenceEnv):
       terminal observation states the expected answer and the formula, the brief states every
       scoring rule, floats graded within max(tolerance, 0.1%) instead of 1%, q19 asks about 2013
       (not 2017), and an `explorer` agent (careful, memoryless: 0.64 per question).
+    * v1 (split kwarg, no change to the test split): `split`; "train" is refused (see Arguments).
     """
 
     env_id = "clbench/DBExplore-v1"
@@ -125,10 +128,15 @@ class DBExploreEnv(InstanceSequenceEnv):
         "explorer": "clbench.agents.dbexplore:DBExploreExplorer",  # careful and memoryless (issue 22)
     }
 
+    no_train_split = ("its 40 questions are a fixed hand-written set (tasks/dbexplore/questions.yaml) over "
+                      "hand-written schema conventions; a database from another seed would ask the very same "
+                      "questions, so training on it would teach the benchmark's own problems (their SQL)")
+
     def __init__(self, schedule: str = "default", scale: float = 1.0, cache_dir: str | None = None,
-                 query_timeout: float | None = None, cycle: bool = False, render_mode: str | None = None):
+                 query_timeout: float | None = None, cycle: bool = False, render_mode: str | None = None,
+                 split: str = "test"):
         self.questions, self.facts = load_questions()
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
         self.scale = float(scale)
         if not 0 < self.scale <= 10:
             raise ValueError(f"scale must be in (0, 10], got {scale}")

@@ -95,9 +95,11 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     ## Arguments
     `schedule` ("default": light, medium and heavy variants of 8 sessions; "light", "medium",
     "heavy": 12 sessions of one preset; "short": 3 light + 3 heavy sessions for tests), `cycle`,
-    `render_mode` ("ansi").
+    `render_mode` ("ansi"), `split` ("test", the benchmark's conversation; "train": another
+    conversation from other conversation and question seeds, same presets; ids "train-session-NN").
 
     ## Version History
+    * v1 (split kwarg, no change to the test split): `split="train"` for training.
     * v1: one chronology for every rollout (v0 permuted sessions within a variant by the rollout
       seed and replayed questions from the order played, so one session id asked different
       questions in different rollouts and gain paired unlike things); question ids are stable
@@ -131,8 +133,9 @@ class MemoryProbeEnv(InstanceSequenceEnv):
         "oracle": "clbench.agents.memoryprobe:MemoryProbeOracle",
     }
 
-    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
+                 split: str = "test"):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
         self.total_tokens = self.conversation.total_tokens
         self.budget_tokens = int(self.spec_data["budget_fraction"] * self.total_tokens)
         self.brief = (
@@ -150,6 +153,10 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     def _build_schedule(self, name: str) -> Schedule:
         if name not in self.spec_data["schedules"]:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
+        if self.split != "test":  # train: the conversation and its questions from other seeds
+            spec = self.spec_data
+            self.spec_data = {**spec, "seed": self.split_seed(spec["seed"]),
+                              "questions": {**spec["questions"], "seed": self.split_seed(spec["questions"]["seed"])}}
         self.conversation = generate(self.spec_data, name)
         variants = []
         for v in self.spec_data["schedules"][name]:
@@ -162,7 +169,7 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     def _questions_by_position(self) -> list[list[Question]]:
         if not self._order:
             raise RuntimeError("call reset(seed=...) first: questions are asked along the rollout's order")
-        order = tuple(s.instance_id for s in self._order)
+        order = tuple(s.instance.payload.instance_id for s in self._order)  # session ids (no split prefix)
         if order not in self._question_cache:
             self._question_cache[order] = build_questions(self.conversation, list(order), self.spec_data["questions"])
         return self._question_cache[order]

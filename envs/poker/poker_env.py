@@ -91,9 +91,11 @@ class PokerEnv(InstanceSequenceEnv):
     `schedule`: "default" (120 hands), "station", "fit_or_fold", "loose_aggressive" (one
     opponent, 40 hands each), "short" (12 hands, three opponents, for tests), "drift_short"
     (8 hands against Mara, then 6 against the adapted Mara, for tests); `cycle`;
-    `render_mode` ("ansi").
+    `render_mode` ("ansi"); `split` ("test", the benchmark's hands; "train": the same opponents and
+    schedule, every variant dealt from another seed; ids "train-<variant>-hNN").
 
     ## Version History
+    * v1 (split kwarg, no change to the test split): `split="train"` for training.
     * v1: Mara returns adapted (loose-aggressive) in variant 3 of the default schedule: real
       concept drift; r_max and r_reference recalibrated.
       The terminal observation carries the score and its parts and says how the hand ended
@@ -129,8 +131,9 @@ class PokerEnv(InstanceSequenceEnv):
         "oracle": "clbench.agents.poker:PokerOracle",
     }
 
-    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
+                 split: str = "test"):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
         spec = self.spec_data
         self.stack = int(spec["stack"])
         self.small_blind, self.big_blind = int(spec["blinds"]["small"]), int(spec["blinds"]["big"])
@@ -152,7 +155,7 @@ class PokerEnv(InstanceSequenceEnv):
             vname = f"{i + 1}-{opp}"
             insts = tuple(
                 Instance(f"{vname}-h{k + 1:02d}", vname, HandSpec(deal, opp, k % 2 == 0, met.get(opp, 0), key))
-                for k, deal in enumerate(deal_hands(int(v["seed"]), count))
+                for k, deal in enumerate(deal_hands(self.split_seed(v["seed"]), count))
             )
             variants.append(Variant(vname, insts, v.get("description", f"{count} hands against {opp}")))
             met[opp] = met.get(opp, 0) + count

@@ -92,9 +92,11 @@ class SalesForecastEnv(InstanceSequenceEnv):
     "bwrap", "docker", "unsafe-local" = no isolation, for debugging only: the agent could then
     read the task data), `image` (Docker image with python3, numpy, scipy, scikit-learn and
     pandas; none ships), `command_timeout` (seconds per shell command, default 60), `cycle`,
-    `render_mode` ("ansi").
+    `render_mode` ("ansi"), `split` ("test", the benchmark's company; "train": another company drawn
+    from another seed, same regimes and schedule; ids "train-fyYYYY").
 
     ## Version History
+    * v1 (split kwarg, no change to the test split): `split="train"` for training.
     * v1: regime change from 2031 (Chicago level, Nordic trend): real concept drift; the
       reference weighs recent years more; r_max and r_reference recalibrated.
       The terminal observation carries the score's parts, per-year and per-store WAPE and the
@@ -143,21 +145,22 @@ class SalesForecastEnv(InstanceSequenceEnv):
     }
 
     def __init__(self, schedule: str = "default", backend: str = "auto", image: str | None = None,
-                 command_timeout: float = 60.0, cycle: bool = False, render_mode: str | None = None):
+                 command_timeout: float = 60.0, cycle: bool = False, render_mode: str | None = None,
+                 split: str = "test"):
         if not command_timeout > 0:
             raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout!r}")
         self.backend, self.image = backend, image
         self.command_timeout = float(command_timeout)
         self._sb: Sandbox | None = None
         self._commands = 0
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
 
     # ------------------------------------------------------------------ schedule and world
     def _build_schedule(self, name: str) -> Schedule:
         schedules = self.spec_data["schedules"]
         if name not in schedules:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(schedules)}")
-        self.world = generate_world(self.spec_data)
+        self.world = generate_world({**self.spec_data, "seed": self.split_seed(self.spec_data["seed"])})
         variants = []
         for v in schedules[name]:
             insts = tuple(Instance(f"fy{y}", v["name"], make_instance(self.world, y, v)) for y in v["years"])

@@ -87,9 +87,12 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     ## Arguments
     `schedule` ("default": 90 scans in 3 variants; "short": 8 scans in 2 variants, the second
     one re-planned, for quick tests), `cycle` (wrap around after the last scan instead of
-    raising), `render_mode` ("ansi").
+    raising), `render_mode` ("ansi"), `split` ("test", the benchmark's scans; "train": the same
+    schedule drawn from another generator seed: another jittered band plan, re-planned the same way,
+    other scans; ids "train-scan-NNN").
 
     ## Version History
+    * v1 (split kwarg, no change to the test split): `split="train"` for training.
     * v1: the truth is the spectrum transmitting in each scan (v0 scored against all channels,
       active or dormant, so reporting the whole band earned ~0.8 without looking); false alarms
       look like channels; the band plan changes at the third variant (drift).
@@ -139,15 +142,17 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
         "oracle": "clbench.agents.spectrummonitor:SpectrumOracle",
     }
 
-    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode)
+    def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
+                 split: str = "test"):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
         band = self.spec_data["band"]
         self.low, self.high = float(band["low_mhz"]), float(band["high_mhz"])
 
     def _build_schedule(self, name: str) -> Schedule:
         if name not in self.spec_data["schedules"]:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
-        self.channels, scans = generate(self.spec_data, name)
+        spec = {**self.spec_data, "seed": self.split_seed(self.spec_data["seed"])}  # train: another seed
+        self.channels, scans = generate(spec, name)
         variants = []
         for v in self.spec_data["schedules"][name]:
             insts = tuple(Instance(f"scan-{s.index + 1:03d}", v["name"], s) for s in scans if s.variant == v["name"])
