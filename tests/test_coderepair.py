@@ -1,13 +1,14 @@
 """CodeRepair-v1 on the real tablib 3.5.0 / tenacity 8.2.3 sdists, in real sandboxes.
 
-Task data (diffs, hidden tests, issue texts), the sdists' hashes, the env contract (check_env,
-reward semantics, what is evaluated, ground truth out of reach), the scripted agents and the
-injected-bug check (FAIL_TO_PASS fail with the bug and pass with the reference fix,
-PASS_TO_PASS pass in both), attacks on the grading (each must score 0, named as tampering
-where the grader detects it) and the checkout's file metadata. The default run uses bubblewrap and checks one bug per repository;
-the full 19-bug checks and the r_max / r_reference recomputation are `slow` (opt-in: `-m slow`
-or CLBENCH_SLOW=1); the Docker variants are marked `docker` and skip with the reason when no
-engine answers or the images are not built (`clbench containers build --offline-base`).
+Task data (diffs, hidden tests, issue texts), the sdists' hashes, reward semantics, what is
+evaluated, ground truth out of reach, the scripted agents and the injected-bug check
+(FAIL_TO_PASS fail with the bug and pass with the reference fix, PASS_TO_PASS pass in both),
+attacks on the grading (each must score 0, named as tampering where the grader detects it) and
+the checkout's file metadata. The default run uses bubblewrap and checks one bug per repository;
+the full 19-bug checks are `slow` (tests/conftest.py: opt in with `-m slow` or CLBENCH_SLOW=1);
+the Docker variants are marked `docker` and skip with the reason when no engine answers or the
+images are not built (`clbench containers build --offline-base`). The env contract (check_env, reset modes, determinism, info keys, spec card, r_max on a sample and, slow,
+on every issue, r_reference, slow) is checked for every env in tests/test_contract.py.
 
 The sdists and test venvs live in the user's clbench cache (built once, e.g. by
 `clbench containers build`), not in the per-session cache of conftest.py.
@@ -22,7 +23,6 @@ from pathlib import Path
 import gymnasium as gym
 import platformdirs
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import clbench  # noqa: F401
 from clbench.agent import make_agent
@@ -48,14 +48,6 @@ SAMPLE = ["tablib-05", "tenacity-03"]
 @pytest.fixture(autouse=True)
 def _shared_cache(monkeypatch):
     monkeypatch.setenv("CLBENCH_CACHE_DIR", REAL_CACHE)
-
-
-@pytest.fixture(autouse=True)
-def _slow_gate(request):
-    """`slow` tests take minutes: opt in with `-m slow` or CLBENCH_SLOW=1."""
-    if request.node.get_closest_marker("slow") and os.environ.get("CLBENCH_SLOW") != "1" \
-            and "slow" not in (request.config.option.markexpr or ""):
-        pytest.skip("slow: run with -m slow or CLBENCH_SLOW=1")
 
 
 def backend_or_skip(backend: str) -> str:
@@ -197,11 +189,7 @@ def test_injected_bug_check_docker_all(issue_id):
     check_bug(issue_id, backend_or_skip("docker"))
 
 
-# ---------------------------------------------------------------------------------- env contract
-def test_check_env(env):
-    check_env(env, skip_render_check=True)
-
-
+# ---------------------------------------------------------------------------------- the env
 def test_first_observation_and_workspace(env):
     obs, info = env.reset(seed=0)
     assert info["instance_id"] == "tablib-01" and info["steps_left"] == 40
@@ -499,7 +487,9 @@ def test_invalid_actions_and_budget(env):
     assert (k, reward, term, trunc) == (39, 0.0, False, True) and "Step budget of 40" in obs
 
 
-def test_same_actions_same_observations(env):
+def test_listings_dates_and_history_are_the_same_after_every_reset(env):
+    """Beyond test_contract's determinism (the reference's actions): file listings, commit dates
+    and the committer are fixed, not taken from the clock or the host."""
     commands = ["ls -la src/tablib | awk '{print $1, $NF}'", "git log --format='%an %ad %s'", "id -un"]
     seen = []
     for _ in range(2):
@@ -542,16 +532,6 @@ def test_reference_stateful_needs_fewer_steps_and_freeze_at_stops_learning(env):
     assert memory["layout"] and "pytest" in memory["test_command"] and memory["kinds"] == {"off_by_one": 1}
     play(env, frozen, "tenacity-09", stateless=False)
     assert frozen.state_dict() == {"memory": {}}
-
-
-@pytest.mark.slow
-def test_r_max_and_r_reference_recomputed():
-    from clbench.commands.calibrate import stateless_mean
-
-    backend_or_skip("bwrap")
-    kwargs = {"backend": "bwrap"}
-    assert stateless_mean(ENV, "oracle", kwargs) == pytest.approx(SPEC["r_max"], abs=1e-6)
-    assert stateless_mean(ENV, "reference", kwargs) == pytest.approx(SPEC["r_reference"], abs=1e-6)
 
 
 @pytest.mark.docker

@@ -69,11 +69,22 @@ def test_text_grammar_and_json_extraction():
     assert extract_json("[" * 5000) is None  # deeply nested garbage does not blow up
 
 
-def test_every_registered_env_passes_the_contract_basics():
+def test_every_task_goes_by_one_name():
+    """Env id, task, env package, data folder and agent modules agree: clbench/DBExplore-v1 is the
+    task dbexplore in envs/dbexplore/, tasks/dbexplore/ and agents/dbexplore.py."""
+    from clbench.env import load_task_spec
+    from clbench.registry import env_class
+
     ids = clbench.clbench_env_ids()
     assert "clbench/SpectrumMonitor-v1" in ids
     for env_id in ids:
-        assert env_id.rsplit("-v", 1)[1].isdigit()
+        name, version = env_id.split("/", 1)[1].rsplit("-v", 1)
+        cls = env_class(env_id)
+        assert version.isdigit() and cls.env_id == env_id and cls.task == name.lower()
+        assert cls.__module__ == f"clbench.envs.{cls.task}.{cls.task}_env"
+        assert load_task_spec(cls.task)["max_steps"] >= 1
+        for path in cls.agents.values():
+            assert path.split(":")[0].split(".")[:3] == ["clbench", "agents", cls.task]
 
 
 def test_step_before_reset_and_after_end_are_clear_errors():

@@ -1,8 +1,10 @@
 """DBExplore-v1: real DuckDB files at a small scale (0.02, ~1000 products per group).
 
-Env contract, the generated data's per-group conventions and the documented migration, the
-cache, reward semantics, hostile SQL, the scripted agents and the issue's must-show numbers.
-The default-scale build time is a benchmark (benchmarks/bench_dbexplore.py), not a test.
+The generated data's per-group conventions and the documented migration, the cache, reward
+semantics, hostile SQL, the scripted agents and the issue's must-show numbers. The env contract
+(check_env, reset modes, determinism, info keys, spec card, r_max and r_reference at this scale)
+is checked for every env in tests/test_contract.py. The default-scale build time is a benchmark
+(benchmarks/bench_dbexplore.py), not a test.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import duckdb
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import clbench  # noqa: F401
 from clbench.agent import make_agent
@@ -74,12 +75,6 @@ def _types(con, table):
     return {r[0]: r[1] for r in con.execute(f"DESCRIBE {table}").fetchall()}
 
 
-def test_check_env_and_three_ways_in(kwargs):
-    check_env(gym.make(ENV, **kwargs).unwrapped)
-    assert gym.make("clbench:clbench/DBExplore-v1", **kwargs).unwrapped.env_id == ENV
-    gym.register_envs(clbench)
-
-
 def test_schedule_variants_and_facts_stay_private(env):
     card = env.spec_card
     assert card.instances == 40 and card.r_max == 1.0
@@ -90,7 +85,7 @@ def test_schedule_variants_and_facts_stay_private(env):
     facts = set(env.facts)
     quirky = 0
     for s in order:
-        deps = env.instance_facts(s.instance_id)
+        deps = [f["key"] for f in env.instance_facts(s.instance_id)]
         assert deps and set(deps) <= facts
         quirky += any(f != "schema.group_suffix" for f in deps)
         obs, info = env.reset(options={"instance": s.instance_id, "stateless": True})
@@ -427,11 +422,9 @@ def test_runaway_query_is_interrupted_and_env_keeps_working(kwargs):
     env.close()
 
 
-def test_oracle_and_stateless_reference_reproduce_r_max_and_r_reference(env, kwargs):
-    # The reference's query counts do not depend on the scale (every answer is correct at every
-    # scale), so the small database reproduces the default-scale calibration exactly.
-    assert stateless_mean(ENV, "oracle", kwargs) == pytest.approx(env.r_max, abs=1e-6)
-    assert stateless_mean(ENV, "reference", kwargs) == pytest.approx(env.r_reference, abs=1e-6)
+def test_the_stateless_reference_has_headroom(env):
+    # test_contract: the oracle and the stateless reference reproduce r_max and r_reference at this
+    # scale (their query counts do not depend on it); test_calibration_at_default_scale at full size
     assert env.r_reference < 0.8 * env.r_max
 
 
@@ -512,24 +505,6 @@ def test_reference_state_round_trip_keeps_what_it_learned(env):
     fresh = make_agent("reference", env)
     obs, info = env.reset(options={"instance": "q03", "stateless": True})
     assert play_instance(env, fresh, obs, info, [])["reward"] < 1.0
-
-
-def test_same_seed_same_actions_same_results(kwargs):
-    def trajectory():
-        env = gym.make(ENV, **kwargs)
-        agent = make_agent("reference", env, seed=3)
-        obs, info = env.reset(seed=3)
-        steps = []
-        for pos in range(24):
-            if pos:
-                obs, info = env.reset()
-            traj = []
-            play_instance(env, agent, obs, info, traj)
-            steps += [(t.get("action"), t["observation"], t.get("reward")) for t in traj]
-        env.close()
-        return steps
-
-    assert trajectory() == trajectory()
 
 
 def test_random_agent_is_a_floor(env):

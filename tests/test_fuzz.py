@@ -12,7 +12,6 @@ import json
 import os
 
 import gymnasium as gym
-import platformdirs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,14 +20,11 @@ import clbench  # noqa: F401
 from clbench.env import CHARSET
 from clbench.registry import clbench_env_ids
 from clbench.sandbox.bwrap import bwrap_works
+from tests.test_contract import INFO_KEYS, REAL_CACHE, env_kwargs
 
-#: env kwargs for a quick build (small DBExplore databases)
-FAST_KWARGS = {"DBExplore": {"scale": 0.02}, "SalesForecast": {"backend": "bwrap", "command_timeout": 5},
-               "CodeRepair": {"backend": "bwrap"}}
-#: the user's real cache, read before conftest.py redirects XDG_CACHE_HOME
-REAL_CACHE = os.environ.get("CLBENCH_CACHE_DIR") or platformdirs.user_cache_dir("clbench")
+#: fuzzed shell commands may wait on nothing for long: a short limit keeps the fuzzing quick
+FUZZ_KWARGS = {"SalesForecast": {"command_timeout": 5}}
 SANDBOXED = {"SalesForecast", "CodeRepair"}
-INFO_KEYS = {"instance_id", "position", "variant", "variant_position", "step", "steps_left"}
 
 
 def short(env_id: str) -> str:
@@ -40,7 +36,7 @@ def env(request, tmp_path_factory):
     name = short(request.param)
     if name in SANDBOXED and not bwrap_works()[0]:
         pytest.skip(f"{name} runs shell commands in bubblewrap: {bwrap_works()[1]}")
-    kwargs = dict(FAST_KWARGS.get(name, {}))
+    kwargs = {**env_kwargs(request.param), **FUZZ_KWARGS.get(name, {})}  # the contract test's table
     if name == "DBExplore":
         kwargs["cache_dir"] = str(tmp_path_factory.mktemp("fuzz-db"))
     saved = os.environ.get("CLBENCH_CACHE_DIR")

@@ -1,5 +1,6 @@
-"""SpectrumMonitor-v1: env contract, reward semantics, agents, the band re-plan (drift) and the issues'
-must-show numbers."""
+"""SpectrumMonitor-v1: reward semantics, agents, the band re-plan (drift) and the issues' must-show
+numbers. The env contract (check_env, reset modes, determinism, info keys, spec card, r_max and
+r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
 
 import json
@@ -7,12 +8,9 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import clbench  # noqa: F401
 from clbench.agent import make_agent
-from clbench.commands.calibrate import stateless_mean
-from clbench.env import ScheduleExhausted
 from clbench.envs.spectrummonitor.generator import iou
 from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
@@ -21,17 +19,12 @@ from clbench.runner import RunConfig, play_instance
 ENV = "clbench/SpectrumMonitor-v1"
 
 
-def test_check_env_and_three_ways_in():
-    check_env(gym.make(ENV).unwrapped)
-    assert gym.make("clbench:clbench/SpectrumMonitor-v1").unwrapped.env_id == ENV
-    gym.register_envs(clbench)
-
-
 def test_schedule_shape_and_latent_plan():
     env = gym.make(ENV).unwrapped
     card = env.spec_card
     assert card.instances == 90
     assert [v["instances"] for v in card.variants] == [30, 30, 30]
+    assert [s.instance_id for s in env.schedule.order(3)] != [s.instance_id for s in env.schedule.order(0)]
     assert "re-tuned" in card.variants[2]["description"] and "licensee" in card.variants[2]["description"]
     channels = {c["name"]: c for c in env.latent()["channels"]}
     assert sorted(n for n, c in channels.items() if c["kind"] == "wideband" and not n.endswith("r")) == \
@@ -58,8 +51,7 @@ def test_observation_hides_ground_truth_and_shows_peaks():
     env = gym.make(ENV)
     obs, info = env.reset(seed=0)
     assert "Detected peaks" in obs and "W1" not in obs and "N1" not in obs
-    assert set(info) == {"instance_id", "position", "variant", "variant_position", "step", "steps_left"}
-    assert env.observation_space.contains(obs)
+    assert set(info) == {"instance_id", "position", "variant", "variant_position", "step", "steps_left"}  # no more
 
 
 def test_invalid_json_gets_one_more_try_then_scores_zero():
@@ -105,29 +97,9 @@ def test_iou_geometry():
     assert iou([], [(0, 10)], 0, 100) == 0.0
 
 
-def test_reset_semantics_and_exhaustion():
-    env = gym.make(ENV, schedule="short")
-    _, info = env.reset(seed=3)
-    order = [info["instance_id"]]
-    for _ in range(7):
-        order.append(env.reset()[1]["instance_id"])
-    assert sorted(order) == sorted(s.instance_id for s in env.unwrapped.schedule.order(0))
-    assert order[:4] != [f"scan-{i:03d}" for i in range(1, 5)] or order[4:] != [f"scan-{i:03d}" for i in range(5, 9)]
-    assert all(int(o[-3:]) <= 4 for o in order[:4])  # permuted within variants only
-    with pytest.raises(ScheduleExhausted, match="cycle=True"):
-        env.reset()
-    cyc = gym.make(ENV, schedule="short", cycle=True)
-    cyc.reset(seed=0)
-    ids = [cyc.reset()[1]["instance_id"] for _ in range(8)]
-    assert ids[-1] == "scan-001"
-    _, info = env.reset(options={"instance": "scan-006", "stateless": True})
-    assert info["instance_id"] == "scan-006" and info["variant"] == "narrowband-onset"
-
-
-def test_oracle_scores_r_max_and_reference_r_reference():
+def test_the_oracle_is_exact_and_the_stateless_reference_has_headroom():
+    """IoU 1 is reachable (test_contract: the oracle attains r_max); the stateless reference stays far below."""
     env = gym.make(ENV).unwrapped
-    assert stateless_mean(ENV, "oracle") == pytest.approx(env.r_max, abs=1e-9)
-    assert stateless_mean(ENV, "reference") == pytest.approx(env.r_reference, abs=1e-9)
     assert env.r_max == 1.0 and env.r_reference < 0.7 * env.r_max
 
 
@@ -210,7 +182,6 @@ def test_must_show_reference_rollout(tmp_path):
     assert t["normalized_gain"]["mean"] >= 0.2
     assert t["normalized_gain"]["ci"][0] > 0
     assert t["mean_reward_stateless"] < 0.7 * t["r_max"]
-    assert t["plasticity"]["mean"] + t["stability"]["mean"] == pytest.approx(t["normalized_gain"]["mean"])
     # the learned plan pays in every variant, least right after the re-plan
     gains = [v["mean_reward_stateful"] - v["mean_reward_stateless"] for v in t["per_variant"]]
     assert min(gains) > 0 and gains[2] == min(gains)
