@@ -1,4 +1,4 @@
-"""The environment contract (DESIGN.md: "Environment contract", "Reward scale", "Honest scores"),
+"""The environment contract (docs/contract.md: "Environment contract", "Reward scale", "Honest scores"),
 checked on EVERY registered env: each test is parametrized over `clbench_env_ids()`, so a new env,
 in envs/ or through $CLBENCH_PATH, is covered with no edit here.
 

@@ -1,4 +1,4 @@
-"""Honest scores (DESIGN.md): the degenerate agents themselves and `clbench calibrate`'s report of
+"""Honest scores (docs/contract.md): the degenerate agents themselves and `clbench calibrate`'s report of
 them. The checks that hold for every env (degenerate agents never beat the stateless reference; an
 instance id names the same problem in every rollout and in the stateless jump) are in
 tests/test_contract.py; each env's own attacks on its grading are in its test module.

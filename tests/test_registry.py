@@ -51,3 +51,21 @@ def test_a_broken_env_package_is_reported_and_the_others_still_register(broken_e
     for name in BROKEN_PACKAGES:
         line = next(line for line in out.splitlines() if line.startswith(f"| {name} "))
         assert "not registered:" in line
+
+
+def test_python_m_clbench_from_the_folder_holding_a_checkout_named_clbench_says_what_is_wrong(tmp_path):
+    """`git clone .../clbench` then `python -m clbench` one folder up: Python imports the checkout
+    folder as an empty namespace package. The checkout's own __main__.py says so and what to do."""
+    import subprocess
+
+    from tests.conftest import REPO
+
+    (tmp_path / "clbench").symlink_to(REPO, target_is_directory=True)
+    ran = subprocess.run([sys.executable, "-m", "clbench", "list", "--ids-only"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1 and "the folder that holds the clbench checkout" in ran.stderr
+    assert f"cd {REPO}" in ran.stderr and "Traceback" not in ran.stderr
+    # from anywhere else the same command is the CLI
+    ok = subprocess.run([sys.executable, "-m", "clbench", "list", "--ids-only"], cwd=REPO.parent / "..",
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "clbench/Poker-v1" in ok.stdout

@@ -82,6 +82,11 @@ def test_spec_card():
     assert "WAPE" in card.reward and card.max_steps == 21
     assert {t["function"]["name"] for t in card.tools} == {"bash", "submit"}
     assert type(base).resumable is False  # the workspace cannot be rebuilt from a slot
+    # the 2031 regime change is not announced: what agents read of the variants must not name it
+    drift = base.spec_data["drifts"]["default"][0]
+    assert "not announced" in drift["change"]
+    said = " ".join(f"{v['name']} {v.get('description', '')}" for v in card.variants).lower()
+    assert not any(word in said for word in ("demand", "dynamics", "level", "trend", "chicago", "nordic")), said
 
 
 def test_instances_ask_75_cells_beyond_the_visible_export():

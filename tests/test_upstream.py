@@ -163,6 +163,7 @@ def test_task_mappings_are_found_through_the_registry():
         # the counterpart is the package's own registration, not a second copy of it
         assert [r["id"] for r in importlib.import_module(package).REGISTRATIONS] == [t.env_id]
         assert upstream.COUNTERPARTS[name] == t.env_id and upstream.unit_of(name) == t.unit
+        assert t.unit == registry.env_class(t.env_id).reward_unit  # the same unit as its clbench counterpart
     assert "clbench.envs.memoryprobe" in modules
     assert all(t.module != "clbench.envs.memoryprobe.upstream" for t in found.values())  # no counterpart
     assert upstream.unit_of("exploitable_poker") == "BB per hand" and upstream.unit_of("cohort_studies") == "bits"

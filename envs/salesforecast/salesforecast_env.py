@@ -97,6 +97,8 @@ class SalesForecastEnv(InstanceSequenceEnv):
 
     ## Version History
     * v1 (split kwarg, no change to the test split): `split="train"` for training.
+    * v1 (no change to dynamics or scoring): the repricing variant's description, which agents see
+      in the spec card, no longer announces the unannounced demand regime change.
     * v1: regime change from 2031 (Chicago level, Nordic trend): real concept drift; the
       reference weighs recent years more; r_max and r_reference recalibrated.
       The terminal observation carries the score's parts, per-year and per-store WAPE and the
