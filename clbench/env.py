@@ -61,17 +61,26 @@ def task_name(env_id: str) -> str:
     return env_id.split("/")[-1].rsplit("-v", 1)[0].lower()
 
 
+def task_spec_path(task: str, name: str = "default") -> Path:
+    """tasks/<task>/<name>.yaml: in the installed package data, else in a $CLBENCH_PATH root."""
+    import clbench.tasks  # importing clbench puts $CLBENCH_PATH's tasks/ folders on its __path__
+
+    for folder in [Path(str(importlib.resources.files("clbench.tasks"))), *map(Path, clbench.tasks.__path__[1:])]:
+        if (folder / task / f"{name}.yaml").is_file():
+            return folder / task / f"{name}.yaml"
+    raise FileNotFoundError(f"no task spec {task}/{name}.yaml in clbench.tasks")
+
+
 @cache
 def load_task_spec(task: str, name: str = "default") -> dict:
-    """Read tasks/<task>/<name>.yaml from the installed package data (or a $CLBENCH_PATH root)."""
-    import clbench.tasks
-
-    folders = [importlib.resources.files("clbench.tasks"), *map(Path, clbench.tasks.__path__[1:])]
-    path = next((f / task / f"{name}.yaml" for f in folders if (f / task / f"{name}.yaml").is_file()), None)
-    if path is None:
-        raise FileNotFoundError(f"no task spec {task}/{name}.yaml in clbench.tasks")
+    """Read tasks/<task>/<name>.yaml (`task_spec_path`)."""
     # libyaml's parser when present (10x faster); the same safe constructor, so the same data
-    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return yaml.load(task_spec_path(task, name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def is_calibrated(spec: dict) -> bool:
+    """Whether a task spec holds r_max and r_reference (`clbench calibrate --env ID --write`)."""
+    return spec.get("r_max") is not None and spec.get("r_reference") is not None
 
 
 def _check_text(value) -> None:
@@ -209,14 +218,13 @@ class InstanceSequenceEnv(gym.Env):
     #: what `clbench containers build` prepares for this env (images, sandbox runtimes); "" = nothing,
     #: otherwise `build_runtime` does it
     runtime: str = ""
+    #: why this env has no `split="train"` (None: it has one); `__init__` raises ValueError with it
+    no_train_split: str | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.env_id:
             cls.task = task_name(cls.env_id)
-
-    #: why this env has no `split="train"` (None: it has one); `__init__` raises ValueError with it
-    no_train_split: str | None = None
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
                  split: str = "test"):
@@ -336,7 +344,7 @@ class InstanceSequenceEnv(gym.Env):
     @property
     def calibrated(self) -> bool:
         """Whether default.yaml holds r_max and r_reference (`clbench calibrate --env ID --write`)."""
-        return self.spec_data.get("r_max") is not None and self.spec_data.get("r_reference") is not None
+        return is_calibrated(self.spec_data)
 
     @property
     def r_max(self) -> float | None:

@@ -254,8 +254,12 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     draws = headline_stats(m, r_max_draws, tr.r_reference, ck, ci, cp)
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
     calibrated = math.isfinite(tr.r_max) and math.isfinite(tr.r_reference)
-    reason = UNCALIBRATED if not calibrated else undefined_gain_reason(point["mean_reward_stateless"], tr.r_max) \
-        if no_headroom(point["mean_reward_stateless"], tr.r_max) else None
+    if not calibrated:  # normalized gain and reward both need r_max
+        reason = reward_reason = UNCALIBRATED
+    else:
+        reward_reason = None
+        reason = undefined_gain_reason(point["mean_reward_stateless"], tr.r_max) \
+            if no_headroom(point["mean_reward_stateless"], tr.r_max) else None
 
     out = {
         "task": tr.task,
@@ -276,7 +280,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
                                  "ci": [tr.r_max - 1.96 * tr.r_max_se, tr.r_max + 1.96 * tr.r_max_se], "n": n}
     for name in ("mean_reward", "cumulative_reward", "cumulative_gain", "normalized_gain", "normalized_reward",
                  "plasticity", "stability"):
-        undefined = reason if name in ("normalized_gain", *SPLIT) or (name == "normalized_reward" and not calibrated) \
+        undefined = reason if name in ("normalized_gain", *SPLIT) else reward_reason if name == "normalized_reward" \
             else None
         out[name] = summarize(None if undefined else point[name], draws[name], n, undefined)
     if reason is None and math.isfinite(point["normalized_gain"]):

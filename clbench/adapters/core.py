@@ -18,7 +18,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
 
 UNITS = ("instance", "schedule")
 #: what separates an instance's terminal feedback from the next instance in a schedule rollout
@@ -61,9 +60,9 @@ class RolloutSpec:
 
 def make_env(spec: RolloutSpec):
     """A fresh clbench env (unwrapped) for `spec`."""
-    import clbench  # noqa: F401  registers the envs
+    from clbench.runner import make_env as make
 
-    return gym.make(spec.env_id, schedule=spec.schedule, split=spec.split, **spec.env_kwargs).unwrapped
+    return make(spec.env_id, schedule=spec.schedule, split=spec.split, **spec.env_kwargs).unwrapped
 
 
 class EnvPool:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 def scripted_agents() -> list[tuple[str, str]]:
     """(env id, comma-separated scripted agents) for every registered env, without building its data."""
-    import gymnasium as gym
-
-    from clbench.agent import load_object
-    from clbench.registry import clbench_env_ids
+    from clbench.registry import clbench_env_ids, env_class
 
     rows = []
     for env_id in clbench_env_ids():
         try:
-            cls = load_object(gym.registry[env_id].entry_point)
+            cls = env_class(env_id)
             rows.append((env_id, ", ".join(sorted(cls.agents)) or "-"))
         except Exception as exc:  # an env whose module cannot load is still listed
             rows.append((env_id, f"unavailable: {type(exc).__name__}: {exc}"))

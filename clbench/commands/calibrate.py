@@ -51,21 +51,6 @@ def stateless_mean(env_id: str, agent: str, env_kwargs: dict | None = None, seed
     return stateless_means(env_id, [agent], env_kwargs, seed)[agent]
 
 
-def task_spec_path(task: str, name: str = "default") -> Path:
-    """The file `clbench.env.load_task_spec(task, name)` reads (same lookup order)."""
-    import importlib.resources
-
-    import clbench
-    import clbench.tasks
-
-    clbench.register_all()  # puts $CLBENCH_PATH's tasks/ folders on clbench.tasks.__path__
-    folders = [Path(str(importlib.resources.files("clbench.tasks"))), *map(Path, clbench.tasks.__path__[1:])]
-    for folder in folders:
-        if (folder / task / f"{name}.yaml").is_file():
-            return folder / task / f"{name}.yaml"
-    raise FileNotFoundError(f"no task spec {task}/{name}.yaml in clbench.tasks")
-
-
 def set_keys(text: str, values: dict[str, float], env_id: str = "") -> str:
     """`text` (a task YAML) with the top-level `key: value` line of each key set to its new value,
     keeping a trailing comment; keys not there yet are appended at the end. Nothing else changes."""
@@ -95,7 +80,7 @@ def write_calibration(env_id: str, values: dict[str, float]) -> tuple[Path, str]
     """Write r_max and r_reference into the env's default.yaml; returns (path, unified diff)."""
     import yaml
 
-    from clbench.env import load_task_spec
+    from clbench.env import load_task_spec, task_spec_path
     from clbench.registry import env_class
 
     path = task_spec_path(env_class(env_id).task)
@@ -120,10 +105,9 @@ def _forget_cached_envs(env_id: str) -> None:
     """Envs this process cached for runs (clbench.runner.cached_env) hold the old numbers: drop them."""
     from clbench import runner
 
-    cache = getattr(runner, "_ENVS", {})
-    for key in [k for k in cache if k[0] == env_id]:
+    for key in [k for k in runner._ENVS if k[0] == env_id]:
         try:
-            cache.pop(key).close()
+            runner._ENVS.pop(key).close()
         except Exception:  # noqa: BLE001 - closing a stale env must not fail the calibration
             pass
 
@@ -132,14 +116,14 @@ def warn_uncalibrated(env_id: str) -> None:
     """`clbench rollout`'s one line on stderr when the env has no r_max/r_reference yet (builds no env)."""
     import sys
 
-    from clbench.env import load_task_spec
+    from clbench.env import is_calibrated, load_task_spec
     from clbench.registry import env_class
 
     try:
         spec = load_task_spec(env_class(env_id).task)
     except Exception:  # noqa: BLE001 - an unknown env is reported by the run's own checks
         return
-    if spec.get("r_max") is None or spec.get("r_reference") is None:
+    if not is_calibrated(spec):
         print(f"warning: {env_id} is uncalibrated (no r_max/r_reference): normalized metrics are undefined "
               f"until `clbench calibrate --env {env_id} --write`", file=sys.stderr)
 
