@@ -30,6 +30,7 @@ import json
 import os
 import random
 import re
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -154,6 +155,20 @@ def calibrated_or_skip(base) -> None:
     if base.r_max is None or base.r_reference is None:
         pytest.skip(f"{base.env_id} is not calibrated (r_max {base.r_max}, r_reference {base.r_reference} in "
                     f"tasks/{base.task}/default.yaml): run `clbench calibrate --env {base.env_id} --write`")
+
+
+def test_every_shipped_env_is_calibrated():
+    """The skip above is for a contributor's env in the making: an env that ships with clbench (in
+    the installed envs/ folder, not a $CLBENCH_PATH root) must be calibrated, or dropping r_max from
+    its YAML would silently skip the oracle and degenerate-agent checks."""
+    import clbench.envs
+    from clbench.env import is_calibrated, task_spec_path
+
+    shipped = Path(clbench.envs.__path__[0])
+    for env_id in ENV_IDS:
+        task = task_name(env_id)
+        if (shipped / task).is_dir():
+            assert is_calibrated(load_task_spec(task)), f"{env_id}: {task_spec_path(task)} lacks r_max/r_reference"
 
 
 def stateless_rewards(env, agent: str, ids: list[str]) -> list[float]:
