@@ -329,6 +329,14 @@ class InstanceSequenceEnv(gym.Env):
         return cls.instance_facts is not InstanceSequenceEnv.instance_facts
 
     @classmethod
+    def score_parts(cls, details: dict | None) -> dict[str, tuple[float, float]]:
+        """Named parts of one instance's score as (points, out of), read from its record's
+        `details` (the final info's). `clbench drift-check` reports a drift's cost per part, so a
+        score that mixes knowledge a drift makes wrong with knowledge it leaves alone shows both
+        (MemoryProbe: questions about superseded facts apart from the rest). {}: no parts."""
+        return {}
+
+    @classmethod
     def build_runtime(cls, *, offline_base: bool = False, force: bool = False, bwrap: bool = True,
                       docker: bool = True) -> None:
         """Prepare what `runtime` names (called by `clbench containers build`); raise

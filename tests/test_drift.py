@@ -17,7 +17,8 @@ from clbench.runner import play_instance
 from clbench.schedule import Instance, Schedule, Variant
 
 POKER = "clbench/Poker-v1"
-DRIFTING = ["clbench/DBExplore-v1", POKER, "clbench/SalesForecast-v1", "clbench/CohortStudies-v1"]
+DRIFTING = ["clbench/DBExplore-v1", POKER, "clbench/SalesForecast-v1", "clbench/CohortStudies-v1",
+            "clbench/SpectrumMonitor-v1", "clbench/MemoryProbe-v1"]
 
 
 def play_states(env, agent, count: int, seed: int = 0) -> tuple[list[float], list[dict]]:
@@ -60,6 +61,35 @@ def test_drift_report_pairs_by_instance_and_counts_recovery():
     assert d["reward_before"] == 1.0 and d["recovery_instances"] == 2
     assert rep["normalized_gain"]["mean"] == pytest.approx((np.mean(unfrozen[0] + unfrozen[1]) - 0.5) / 0.5)
     assert "| b | 4 |" in format_report(dict(rep, env_id="toy", rollouts=2))
+
+
+def test_drift_report_splits_the_cost_by_score_parts():
+    """Each part's cost is its share of points after the drift, unfrozen minus frozen, with the
+    drift's bootstrap replicates; parts absent after the drift are undefined, with the reason."""
+    schedule = Schedule("toy", [Variant(v, tuple(Instance(f"{v}-{i}", v) for i in range(2))) for v in ("a", "b")])
+
+    def with_details(records, tallies):  # tallies per position: {part: (points, out of)}
+        return [dict(r, details={"tallies": tallies[r["position"]]}) for r in records]
+
+    def parts(details):
+        return {name: tuple(t) for name, t in (details or {}).get("tallies", {}).items()}
+
+    live = [{}, {}, {"old": (2, 2), "new": (1, 1)}, {"old": (1, 2), "new": (1, 1)}]
+    stuck = [{}, {}, {"old": (0, 2), "new": (1, 1)}, {"old": (0, 2), "new": (0, 1)}]
+    records = (with_details(_records("reference", {0: [1, 1, 1, 0.6]}, schedule), live)
+               + with_details(_records("reference@freeze2", {0: [1, 1, 0.3, 0]}, schedule), stuck)
+               + [dict(r, mode="stateless", rollout=0) for r in _records("reference", {0: [0.5] * 4}, schedule)])
+    rep = drift_report(records, "toy", 1.0, 0.5, schedule, [{"variant": "b"}], parts=parts)
+    old, new = rep["drifts"][0]["parts"]["old"], rep["drifts"][0]["parts"]["new"]
+    assert old["cost"]["mean"] == pytest.approx(3 / 4 - 0) and old["out_of"] == 4
+    assert new["cost"]["mean"] == pytest.approx(1 - 1 / 2) and new["after_frozen"] == pytest.approx(0.5)
+    assert old["cost"]["ci"][0] <= old["cost"]["mean"] <= old["cost"]["ci"][1]
+    assert "| old | 4 | 0.750 | 0.000 |" in format_report(dict(rep, env_id="toy", rollouts=1))
+    absent = drift_report(records, "toy", 1.0, 0.5, schedule, [{"variant": "b"}], parts=lambda d: {"gone": (0, 0)})
+    assert absent["drifts"][0]["parts"]["gone"]["cost"]["undefined"]
+    # an env whose score has no parts reports none
+    plain = drift_report(records, "toy", 1.0, 0.5, schedule, [{"variant": "b"}], parts=lambda d: {})
+    assert plain["drifts"][0]["parts"] == {}
 
 
 def test_drift_check_is_a_command():
@@ -182,3 +212,16 @@ def test_salesforecast_freeze_at_leaves_the_panel_as_it_was():
     finally:
         env.close()
     assert "15 panel.csv" in lines  # header + the 14 rows of the first instance only
+
+
+def test_memoryprobe_frozen_reference_answers_superseded_values_wrong():
+    """Frozen before the heavy sessions, the reference still holds the light sessions' values:
+    every question about a value superseded since is wrong, while unfrozen it answers them;
+    drift-check reports that part apart from the facts stated once."""
+    rep = run_drift_check("clbench/MemoryProbe-v1", {"schedule": "short"}, rollouts=1)
+    (d,) = rep["drifts"]
+    chains = d["parts"]["superseded values (version chains)"]
+    assert chains["out_of"] > 0 and chains["after_unfrozen"] == 1.0 and chains["after_frozen"] == 0.0
+    once = d["parts"]["stated once (plain, confusable)"]
+    assert once["cost"]["mean"] < chains["cost"]["mean"]  # missing knowledge costs less than wrong knowledge
+    assert "superseded values (version chains)" in format_report(rep)

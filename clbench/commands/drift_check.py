@@ -64,9 +64,46 @@ def _frozen_system(position: int) -> str:
     return f"{REFERENCE}@freeze{position}"
 
 
+def _part_tallies(tr, rollouts: list[int], ids: list[str], parts) -> dict[str, np.ndarray]:
+    """Per score part: (points, out of) as 2 x rollouts x instances over the cells `ids`."""
+    col = {iid: j for j, iid in enumerate(ids)}
+    out: dict[str, np.ndarray] = {}
+    for row, k in enumerate(rollouts):
+        for x in tr.stateful[k]:
+            j = col.get(x["instance_id"])
+            if j is None:
+                continue
+            for name, tally in parts(x.get("details")).items():
+                out.setdefault(name, np.zeros((2, len(rollouts), len(ids))))[:, row, j] = tally
+    return out
+
+
+def _part_costs(unfrozen, frozen, rollouts: list[int], ids: list[str], parts, ck, ci) -> dict:
+    """A drift's cost per named part of the score (env.score_parts): the share of points after the
+    drift, unfrozen minus frozen, with the drift's own bootstrap weights (same replicates)."""
+    tallies_u, tallies_f = (_part_tallies(tr, rollouts, ids, parts) for tr in (unfrozen, frozen))
+    rows = {}
+    for name in tallies_u:
+        (pts_u, of_u), (pts_f, of_f) = tallies_u[name], tallies_f[name]
+        if of_u.sum() == 0 or of_f.sum() == 0:
+            rows[name] = {"cost": summarize(None, None, 0, "no such points after the drift"), "out_of": 0}
+            continue
+
+        def share(pts, of):  # per replicate; a replicate that drew no such points is undefined (nan)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.einsum("bk,ki,bi->b", ck, pts, ci) / np.einsum("bk,ki,bi->b", ck, of, ci)
+
+        after_u, after_f = pts_u.sum() / of_u.sum(), pts_f.sum() / of_f.sum()
+        rows[name] = {"cost": summarize(float(after_u - after_f), share(pts_u, of_u) - share(pts_f, of_f),
+                                        int(of_u.sum())),
+                      "after_unfrozen": float(after_u), "after_frozen": float(after_f), "out_of": int(of_u.sum())}
+    return rows
+
+
 def drift_report(records: list[dict], task: str, r_max: float, r_reference: float, schedule,
-                 drifts: list[dict], window: int = 5) -> dict:
-    """Drift costs, recoveries and the unfrozen reference's normalized gain from run records."""
+                 drifts: list[dict], window: int = 5, parts=None) -> dict:
+    """Drift costs, recoveries and the unfrozen reference's normalized gain from run records;
+    with `parts` (an env's score_parts), each drift's cost per part of the score as well."""
     groups = group_records(records, {task: {"r_max": r_max, "r_reference": r_reference}})
     unfrozen = groups[(task, REFERENCE)]
     unfrozen_metrics = task_metrics(unfrozen, n_boot=N_BOOT)
@@ -88,6 +125,7 @@ def drift_report(records: list[dict], task: str, r_max: float, r_reference: floa
         ck, ci = _weights(rng, N_BOOT, len(rollouts)), _weights(rng, N_BOOT, len(ids))
         draws = np.einsum("bk,ki,bi->b", ck, diff, ci) / (ck.sum(axis=1) * ci.sum(axis=1))
         cost = summarize(float(diff.mean()), draws, int(diff.size))
+        by_part = _part_costs(unfrozen, frozen, rollouts, ids, parts, ck, ci) if parts else {}
         w = min(window, p, size)
         pre = float(np.mean(mean_curve[p - w:p])) if w else None
         recovery = None
@@ -100,7 +138,7 @@ def drift_report(records: list[dict], task: str, r_max: float, r_reference: floa
                      "instances": size, "change": d.get("change", ""),
                      "cost": cost, "reward_after_unfrozen": float(np.mean(after_u)),
                      "reward_after_frozen": float(np.mean(after_f)), "reward_before": pre,
-                     "recovery_instances": recovery,
+                     "recovery_instances": recovery, "parts": by_part,
                      "goal_met": bool(cost["mean"] is not None and cost["mean"] >= goal and cost["ci"][0] > 0)})
     return {"task": task, "r_max": r_max, "r_reference": r_reference, "goal_cost": goal,
             "normalized_gain": gain, "drifts": rows}
@@ -131,6 +169,7 @@ def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int =
         if not drifts:
             raise ValueError(f"{env_id} declares no drift for schedule {base.schedule.name!r} (name one with --at)")
         task, r_max, r_ref, schedule = base.task, base.r_max, base.r_reference, base.schedule
+        parts = base.score_parts  # {} for envs whose score has no parts
     finally:
         env.close()
     with tempfile.TemporaryDirectory(prefix="clbench-drift-") as tmp:
@@ -145,7 +184,7 @@ def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int =
         run_many(cfgs, quiet=quiet)
         records = [dict(r, system=REFERENCE) if r["system"] == STATELESS else r
                    for r in load_records(run_dir) if r["task"] == task]
-    report = drift_report(records, task, r_max, r_ref, schedule, drifts, window=window)
+    report = drift_report(records, task, r_max, r_ref, schedule, drifts, window=window, parts=parts)
     report.update({"env_id": env_id, "rollouts": rollouts, "seed": seed})
     return report
 
@@ -171,6 +210,13 @@ def format_report(rep: dict) -> str:
         lines.append(f"| {span} | {d['position']} | {before} | {d['reward_after_unfrozen']:.3f} | "
                      f"{d['reward_after_frozen']:.3f} | {_ci(d['cost'])} | {rec} | "
                      f"{'met' if d['goal_met'] else 'not met'} |")
+    for d in rep["drifts"]:
+        if d.get("parts"):
+            lines += [f"drift at {d['variant']}, by part of the score (share of points after it):",
+                      "| part | asked (all rollouts) | after, unfrozen | after, frozen | drift cost [95% CI] |", "|---|---|---|---|---|"]
+            lines += [f"| {name} | {p['out_of']} | "
+                      + (f"{p['after_unfrozen']:.3f} | {p['after_frozen']:.3f} | " if p["out_of"] else "n/a | n/a | ")
+                      + f"{_ci(p['cost'])} |" for name, p in d["parts"].items()]
     for d in rep["drifts"]:
         if d["change"]:
             lines.append(f"{d['variant']}: {d['change']}")

@@ -55,6 +55,10 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     sessions so far (a `set` states a value or a running total, an increment adds to it).
     Agents are measured under a memory budget of 15% of the whole conversation's tokens
     (stated in the brief and in every observation) for what they carry between sessions.
+    Concept drift (medium, session 9, through heavy): updates grow frequent and deeper, so values
+    remembered from the light sessions are superseded and answering from them is wrong; the task
+    YAML declares it under `drifts`, and `clbench drift-check` reports the cost on version chains
+    (superseded values) and running totals apart from facts stated once (`score_parts`).
 
     ## Action Space
     `Text`: one reply answering all questions, one line each, `ANSWER <qid>: <value>` (other
@@ -186,6 +190,17 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     def latent(self) -> AnswerKey:
         return AnswerKey(self)
 
+    @classmethod
+    def score_parts(cls, details: dict | None) -> dict[str, tuple[float, float]]:
+        """Questions right of asked per kind of fact, so drift-check reports version chains (a value
+        superseded later: old knowledge now wrong) and running totals apart from facts stated once."""
+        parts = {part: [0, 0] for part in _PARTS.values()}
+        for o in (details or {}).get("question_outcomes") or []:
+            tally = parts[_PARTS.get(o["structure"], _PARTS["plain"])]
+            tally[0] += bool(o["correct"])
+            tally[1] += 1
+        return {part: (float(right), float(asked)) for part, (right, asked) in parts.items()}
+
     # ------------------------------------------------------------------ hooks
     @property
     def tools(self) -> list[dict]:
@@ -256,3 +271,6 @@ class MemoryProbeEnv(InstanceSequenceEnv):
 #: why a wrong answer's fact was hard, by its structure
 _HARD = {"plain": "", "chain": "its value changed after it was first stated; the current value is asked",
          "confusable": "a nearly identical key exists", "accumulator": "it is a running total (a total plus later increments)"}
+#: score parts for drift-check, by a question's structure
+_PARTS = {"chain": "superseded values (version chains)", "accumulator": "running totals",
+          "plain": "stated once (plain, confusable)", "confusable": "stated once (plain, confusable)"}
