@@ -17,7 +17,7 @@ import pytest
 
 from clbench.sandbox import Limits, Runtime, SandboxError, SandboxUnavailable, choose_backend, open_sandbox
 from clbench.sandbox.base import MiB, OutputCapture
-from clbench.sandbox.bwrap import bwrap_works
+from clbench.sandbox.bwrap import BwrapSandbox, bwrap_works
 from clbench.sandbox.docker_backend import engine_status, image_exists
 
 #: images made by `clbench containers build --offline-base`; any one serves these tests
@@ -356,6 +356,28 @@ def test_a_lone_surrogate_is_not_run(sandbox):
     still_works(sandbox)
 
 
+def test_a_runtime_folder_the_sandbox_user_cannot_enter_is_a_clear_error(tmp_path):
+    """Run as root, the sandbox drops to an unprivileged uid: a venv in a 0700 folder (what `mktemp
+    -d` makes) would be invisible and python3 would silently be another interpreter; it is refused
+    with the folder and the fix named."""
+    if os.geteuid() != 0:
+        pytest.skip("only root-run sandboxes drop to another uid")
+    if not bwrap_works()[0]:
+        pytest.skip(f"bwrap: {bwrap_works()[1]}")
+    closed = tmp_path / "venv"
+    closed.mkdir(mode=0o700)
+    closed.chmod(0o700)
+    runtime = Runtime(binds=((str(closed), "/opt/venv"),))
+    with pytest.raises(SandboxUnavailable, match=rf"cannot enter {closed} \(mode 0o700\).*chmod o\+rx"):
+        BwrapSandbox(runtime=runtime)
+    closed.chmod(0o755)
+    sb = BwrapSandbox(runtime=runtime)
+    try:
+        assert sb.run("test -d /opt/venv && echo visible").stdout.strip() == "visible"
+    finally:
+        sb.close()
+
+
 def test_a_python_environment_under_tmp_stays_visible_inside(tmp_path):
     """clbench running from a venv under /tmp: the sandbox's own /tmp must not cover that venv."""
     import subprocess
@@ -375,7 +397,10 @@ def test_a_python_environment_under_tmp_stays_visible_inside(tmp_path):
     if sys.prefix != sys.base_prefix:  # running in a venv: the new one borrows its packages too
         site_dirs = subprocess.run([sys.executable, "-c", "import site; print(*site.getsitepackages())"],
                                    check=True, capture_output=True, text=True).stdout.split()
-        (Path(purelib) / "_outer.pth").write_text("".join(p + "\n" for p in site_dirs))
+        # addsitedir, not bare paths: an editable clbench is found through a .pth file in those
+        # folders, and only site dirs get their .pth files read
+        (Path(purelib) / "_outer.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n"
+                                                          for p in site_dirs))
     code = ("from clbench.envs.salesforecast.workspace import open_workspace\n"
             "sb = open_workspace('bwrap', 60)\n"
             "print(sb.run(\"python3 -c 'import sys, only_in_this_venv as m; print(sys.prefix, m.WHERE)'\").output())\n"

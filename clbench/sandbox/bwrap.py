@@ -67,6 +67,15 @@ def _user_process_count() -> int:
     return count
 
 
+def closed_binds(runtime: Runtime | None) -> list[str]:
+    """Runtime folders that a root-run sandbox's unprivileged uid could not enter (no o+rx, e.g. a
+    venv in a `mktemp -d` folder): bound as they are, python3 would silently resolve to another
+    interpreter on PATH."""
+    if runtime is None or os.geteuid() != 0:
+        return []
+    return [host for host, _ in runtime.binds if os.path.isdir(host) and os.stat(host).st_mode & 0o005 != 0o005]
+
+
 class BwrapSandbox(Sandbox):
     backend = "bwrap"
 
@@ -75,6 +84,11 @@ class BwrapSandbox(Sandbox):
         ok, why = bwrap_works()
         if not ok:
             raise SandboxUnavailable(why)
+        closed = closed_binds(runtime)
+        if closed:
+            raise SandboxUnavailable(
+                f"the sandbox runs as an unprivileged user, who cannot enter {', '.join(closed)} (mode "
+                f"{oct(os.stat(closed[0]).st_mode & 0o777)}): make it readable, e.g. chmod o+rx {closed[0]}")
         super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
         self._as_root = os.geteuid() == 0
         if self._as_root:
