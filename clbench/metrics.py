@@ -199,12 +199,27 @@ def stateful_rewards(tr: TaskRecords, rollouts: list[int], ids: list[str]) -> tu
     return sf, present
 
 
+#: replicates drawn, and computed, at a time: (replicates x instances) arrays then stay in cache
+#: (whole, their allocation and traffic were most of the metrics' time)
+BLOCK = 1000
+
+
+def _counts(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
+    """Bootstrap multiplicities as the smallest integers that hold them, drawn BLOCK replicates at
+    a time: the same draws as one call (the generator's stream does not depend on how it is cut)."""
+    out = np.empty((n_boot, size), dtype=np.min_scalar_type(size))
+    for s in range(0, n_boot, BLOCK):
+        cells = rng.integers(0, size, size=(min(BLOCK, n_boot - s), size))
+        rows = len(cells)
+        # one bincount over (replicate, unit) cells: the same counts as np.add.at, many times faster
+        cells += (np.arange(rows) * size)[:, None]
+        out[s:s + rows] = np.bincount(cells.ravel(), minlength=rows * size).reshape(rows, size)
+    return out
+
+
 def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     """Bootstrap multiplicities: how often each of `size` units is drawn in each replicate."""
-    draws = rng.integers(0, size, size=(n_boot, size))
-    # one bincount over (replicate, unit) cells: the same counts as np.add.at, many times faster
-    cells = (draws + (np.arange(n_boot) * size)[:, None]).ravel()
-    return np.bincount(cells, minlength=n_boot * size).reshape(n_boot, size).astype(float)
+    return _counts(rng, n_boot, size).astype(float)
 
 
 def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
@@ -214,10 +229,11 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     per replicate). Instances carry one weight for both modes: the pairing by instance id."""
     ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
     slbar = (cp @ m.sl) / cp.sum(axis=1, keepdims=True)  # per replicate and instance: mean over passes
-    mass = np.einsum("bi,bi->b", ck @ m.present, ci)  # (rollout, instance) cells played
+    played = ck @ m.present  # per replicate and instance: (rollout, instance) cells played
+    mass = np.einsum("bi,bi->b", played, ci)
     rollout_n = ck.sum(axis=1)
     sf_sum = np.einsum("bi,bi->b", ck @ (m.sf * m.present), ci)
-    sl_paired = np.einsum("bi,bi->b", (ck @ m.present) * slbar, ci)  # stateless on the cells played
+    sl_paired = np.einsum("bi,bi->b", played * slbar, ci)  # stateless on the cells played
     gain_sum = sf_sum - sl_paired
     in_w = m.present * m.window
     gain_in = np.einsum("bi,bi->b", ck @ (m.sf * in_w), ci) - np.einsum("bi,bi->b", (ck @ in_w) * slbar, ci)
@@ -240,6 +256,17 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     }
 
 
+def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
+    """headline_stats of every bootstrap replicate from the counts ck, ci, cp (_counts), BLOCK
+    replicates at a time (each replicate is computed on its own: the same numbers as all at once)."""
+    parts = []
+    for s in range(0, max(len(ck), 1), BLOCK):
+        rows = slice(s, s + BLOCK)
+        parts.append(headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference,
+                                    *(c[rows].astype(float) for c in (ck, ci, cp))))
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
 def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = N_BOOT,
                  keep_draws: bool = False) -> dict:
     """Headline metrics with paired-bootstrap CIs, per-variant means and per-position curves."""
@@ -249,9 +276,9 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     point = {k: float(v[0]) for k, v in headline_stats(m, tr.r_max, tr.r_reference, np.ones(K), np.ones(n),
                                                       np.ones(P)).items()}
     rng = np.random.default_rng(bootstrap_seed(tr.task, tr.system))
-    ck, ci, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, n), _weights(rng, n_boot, P)
+    ck, ci, cp = _counts(rng, n_boot, K), _counts(rng, n_boot, n), _counts(rng, n_boot, P)
     r_max_draws = tr.r_max + tr.r_max_se * rng.standard_normal(n_boot) if tr.r_max_se else tr.r_max
-    draws = headline_stats(m, r_max_draws, tr.r_reference, ck, ci, cp)
+    draws = _replicates(m, r_max_draws, tr.r_reference, ck, ci, cp)
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
     calibrated = math.isfinite(tr.r_max) and math.isfinite(tr.r_reference)
     if not calibrated:  # normalized gain and reward both need r_max
@@ -377,25 +404,42 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int)
     gain = sf - slp
     cum_gain = np.where(has, np.nancumsum(gain, axis=1), np.nan)
     ck, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, P)
+    # a replicate's curves depend only on its (rollout, pass) weights, and few rollouts give few
+    # distinct weights (5 rollouts, 1 pass: 126 for 1000 replicates): each is computed once
+    weights, replicate = np.unique(np.hstack([ck, cp]), axis=0, return_inverse=True)
+    ck, cp, replicate = weights[:, :K], weights[:, K:], replicate.reshape(-1)
 
     def rows_mean(a: np.ndarray) -> np.ndarray:
         """Weighted mean over rollouts per replicate: a is (K, n) or (B, K, n)."""
-        a = np.broadcast_to(a, (n_boot, K, n))
+        a = np.broadcast_to(a, (len(ck), K, n))
         ok = ~np.isnan(a)
         num, den = np.einsum("bk,bkn->bn", ck, np.where(ok, a, 0.0)), np.einsum("bk,bkn->bn", ck, ok)
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)[replicate]
 
     def stat(a: np.ndarray, boots: np.ndarray) -> dict:
-        lo, hi = np.nanpercentile(boots, [2.5, 97.5], axis=0)
+        lo, hi = _nanpercentile_columns(boots, [2.5, 97.5])
         return {"mean": np.nanmean(a, axis=0).tolist(), "min": np.nanmin(a, axis=0).tolist(),
                 "max": np.nanmax(a, axis=0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
 
-    g_b = sf[None] - paired_sl(cp)
+    sl_b = paired_sl(cp)
+    g_b = sf[None] - sl_b
     cum_b = np.where(has[None], np.nancumsum(g_b, axis=2), np.nan)
     boundaries = [p for p in range(n) if variants[p] is not None and (p == 0 or variants[p] != variants[p - 1])]
     return {"positions": list(range(n)), "variants": variants, "boundaries": boundaries,
-            "stateful": stat(sf, rows_mean(sf)), "stateless": stat(slp, rows_mean(paired_sl(cp))),
+            "stateful": stat(sf, rows_mean(sf)), "stateless": stat(slp, rows_mean(sl_b)),
             "gain": stat(gain, rows_mean(g_b)), "cumulative_gain": stat(cum_gain, rows_mean(cum_b))}
+
+
+def _nanpercentile_columns(a: np.ndarray, q: list[float]) -> np.ndarray:
+    """np.nanpercentile(a, q, axis=0), the same numbers: columns without NaN go through one
+    vectorized np.percentile (nanpercentile loops over columns in Python; that loop was most of
+    the curves' cost), the others through nanpercentile."""
+    out = np.empty((len(q), a.shape[1]))
+    clean = ~np.isnan(a).any(axis=0)
+    out[:, clean] = np.percentile(a[:, clean], q, axis=0)
+    if not clean.all():
+        out[:, ~clean] = np.nanpercentile(a[:, ~clean], q, axis=0)
+    return out
 
 
 def _usage(tr: TaskRecords) -> dict:

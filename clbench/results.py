@@ -5,8 +5,17 @@ Layout of a run directory::
     config.json            resolved configuration of the run
     metadata.json          clbench version, git sha, env ids and versions, tasks' r_max/r_reference
     results.jsonl          one record per instance per rollout (append-only, flushed as written)
-    trajectories/<task>/<system>/<mode>-r<k>.jsonl   every step of a rollout
+    trajectories/<task>/<system>/stateful-r<k>.jsonl          every step of stateful rollout k
+    trajectories/<task>/<system>/stateless-r<p>-<first>.jsonl every step of one stateless job of
+                           pass p (a chunk of instances, named after its first instance id)
+    state/<task>/<system>/stateful-r<k>.jsonl                 the agent state journal (resume)
     run_card.json          headline metrics, curves, cost and tokens, provenance
+
+A trajectory file holds whole instances one after another: an instance's events start at its
+"reset" event (carrying instance_id and position), preceded by the lifecycle shocks applied
+before it. Record format 1 kept one trajectory file per stateless instance
+(`stateless/<id>.jsonl`, `stateless-pass<p>/<id>.jsonl`): creating a file per instance cost more
+than playing it. Format 2 keeps one file per stateless job; `instance_trajectory` reads both.
 
 A record is keyed by (task, system, mode, rollout, instance_id) and carries `format`. Writers in
 several processes append whole lines under an exclusive `flock`, so lines never interleave; a
@@ -23,9 +32,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
-RECORD_FORMAT = 1
+#: 2: stateless trajectories in one file per job instead of one per instance (see above)
+RECORD_FORMAT = 2
 RESULTS_FILE = "results.jsonl"
 REQUIRED_FIELDS = ("task", "system", "mode", "rollout", "instance_id", "position", "variant", "reward")
+_REQUIRED = frozenset(REQUIRED_FIELDS)
 
 
 class ResultsError(ValueError):
@@ -82,9 +93,9 @@ class AppendFiles:
 
     def __init__(self, keep: int = 8):
         self.keep = keep
-        self._fds: dict[Path, int] = {}  # insertion order = least recently used first
+        self._fds: dict[str | Path, int] = {}  # insertion order = least recently used first
 
-    def append(self, path: Path, objs: Iterable[dict]) -> None:
+    def append(self, path: str | Path, objs: Iterable[dict]) -> None:
         data = "".join(dumps(o) + "\n" for o in objs).encode()
         if not data:
             return
@@ -101,8 +112,8 @@ class AppendFiles:
             os.close(self._fds.popitem()[1])
 
 
-def _open_append(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _open_append(path: str | Path) -> int:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
 
 
@@ -128,6 +139,10 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) of a JSONL file; torn or corrupt lines are dropped with a warning."""
     with open(path, "rb") as fh:
         lines = fh.read().split(b"\n")
+    whole = _parse_whole(lines)
+    if whole is not None:
+        yield from whole
+        return
     for no, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
@@ -142,6 +157,20 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
         yield no, obj
 
 
+def _parse_whole(lines: list[bytes]) -> list[tuple[int, dict]] | None:
+    """Every line parsed in one json.loads (a C call, not one per line), or None when a line is
+    not one whole JSON object (torn or corrupt: the caller then goes line by line). A torn line
+    never joins the next into a valid array: it opens an object that complete lines cannot close."""
+    numbers = [no for no, raw in enumerate(lines, 1) if raw.strip()]
+    try:
+        objs = json.loads(b"[" + b",".join(lines[no - 1] for no in numbers) + b"]")
+    except ValueError:
+        return None
+    if len(objs) != len(numbers) or not all(type(o) is dict for o in objs):
+        return None
+    return list(zip(numbers, objs))
+
+
 def load_records(run_dir: str | Path) -> list[dict]:
     """All valid records of a run directory; later duplicates of a key replace earlier ones."""
     path = Path(run_dir) / RESULTS_FILE
@@ -149,8 +178,8 @@ def load_records(run_dir: str | Path) -> list[dict]:
         raise ResultsError(f"{run_dir}: no {RESULTS_FILE} (is this a clbench run directory?)")
     by_key: dict[tuple, dict] = {}
     for no, rec in iter_jsonl(path):
-        missing = [f for f in REQUIRED_FIELDS if f not in rec]
-        if missing:
+        if not _REQUIRED.issubset(rec):
+            missing = [f for f in REQUIRED_FIELDS if f not in rec]
             warnings.warn(f"{path}:{no}: record without {missing} dropped", stacklevel=2)
             continue
         if rec.get("format", RECORD_FORMAT) > RECORD_FORMAT:
@@ -202,12 +231,63 @@ def load_metadata(run_dir: str | Path) -> dict:
     return read_json(Path(run_dir) / "metadata.json")
 
 
-def trajectory_path(run_dir: str | Path, task: str, system: str, mode: str, rollout: int,
-                    instance_id: str | None = None) -> Path:
-    base = Path(run_dir) / "trajectories" / task / safe_name(system)
-    if instance_id is not None:
-        return base / mode / f"{safe_name(instance_id)}.jsonl"
-    return base / f"{mode}-r{rollout}.jsonl"
+def trajectory_dir(run_dir: str | Path, task: str, system: str) -> Path:
+    return Path(run_dir) / "trajectories" / task / safe_name(system)
+
+
+def trajectory_path(run_dir: str | Path, task: str, system: str, mode: str, rollout: int) -> Path:
+    """The trajectory file of stateful rollout `rollout` (`mode` "stateful")."""
+    return trajectory_dir(run_dir, task, system) / f"{mode}-r{rollout}.jsonl"
+
+
+def stateless_trajectory(run_dir: str | Path, task: str, system: str, p: int, first_id: str) -> Path:
+    """The trajectory file of the stateless job of pass `p` whose first instance is `first_id`."""
+    return trajectory_dir(run_dir, task, system) / f"stateless-r{p}-{safe_name(first_id)}.jsonl"
+
+
+def stateless_trajectories(run_dir: str | Path, task: str, system: str, p: int) -> list[Path]:
+    """Every job's trajectory file of stateless pass `p`."""
+    return sorted(trajectory_dir(run_dir, task, system).glob(f"stateless-r{p}-*.jsonl"))
+
+
+def legacy_stateless_trajectory(run_dir: str | Path, task: str, system: str, p: int, instance_id: str) -> Path:
+    """Record format 1: one file per stateless instance (pass 0 in `stateless/`)."""
+    folder = "stateless" if p == 0 else f"stateless-pass{p}"
+    return trajectory_dir(run_dir, task, system) / folder / f"{safe_name(instance_id)}.jsonl"
+
+
+def split_instances(events: Iterable[dict]) -> list[list[dict]]:
+    """A trajectory file's events cut into instances: each starts at its shocks or its reset.
+    Shocks not followed by a reset (a kill before the instance began) form a group without one."""
+    groups: list[list[dict]] = []
+    for ev in events:
+        after_shock = bool(groups) and groups[-1][-1].get("event") == "shock"
+        if not groups or ev.get("event") in ("shock", "reset") and not after_shock:
+            groups.append([])
+        groups[-1].append(ev)
+    return groups
+
+
+def reset_of(group: list[dict]) -> dict | None:
+    """The reset event of one instance's events (None for shocks without their instance)."""
+    return next((ev for ev in group if ev.get("event") == "reset"), None)
+
+
+def instance_trajectory(run_dir: str | Path, task: str, system: str, mode: str, rollout: int,
+                        instance_id: str) -> list[dict]:
+    """Every event of one instance of one rollout or pass ([] if none was written), either layout."""
+    if mode == "stateful":
+        paths = [trajectory_path(run_dir, task, system, mode, rollout)]
+    else:
+        paths = [*stateless_trajectories(run_dir, task, system, rollout),
+                 legacy_stateless_trajectory(run_dir, task, system, rollout, instance_id)]
+    for path in paths:
+        if path.exists():
+            for group in reversed(split_instances(ev for _, ev in iter_jsonl(path))):
+                reset = reset_of(group)
+                if reset is not None and reset.get("instance_id") == instance_id:
+                    return group
+    return []
 
 
 @lru_cache(maxsize=4096)

@@ -24,8 +24,9 @@ import numpy as np
 
 from clbench.agent import end_instance, make_agent
 from clbench.schedule import Schedule
-from clbench.results import (RECORD_FORMAT, RESULTS_FILE, AppendFiles, append_lines, iter_jsonl, read_json,
-                             record_key, safe_name, trajectory_path)
+from clbench.results import (RECORD_FORMAT, RESULTS_FILE, AppendFiles, append_lines, iter_jsonl,
+                             legacy_stateless_trajectory, read_json, record_key, reset_of, safe_name,
+                             split_instances, stateless_trajectories, stateless_trajectory, trajectory_path)
 from clbench.results import _json_default, _open_append, _write_locked  # the records' own JSON and append
 
 
@@ -82,7 +83,7 @@ class LocalSink:
         self.files = AppendFiles()
 
     def append(self, rel: str, lines: list[dict]) -> None:
-        self.files.append(self.out / rel, lines)
+        self.files.append(os.path.join(self.out, rel), lines)  # str, not Path: a Path per append showed in profiles
 
     def close(self) -> None:
         self.files.close()
@@ -299,14 +300,16 @@ def _run_stateless(job: Job, env, sink) -> list[dict]:
     task = env.unwrapped.task
     records = []
     seed = cfg.seed + job.rollout  # pass k is seeded like stateful rollout k
+    # one file per job, not per instance (creating it cost more than playing the instance); per
+    # job, not per pass: jobs of a pass run in parallel, and a file's bytes must not depend on that
+    tpath = rel(stateless_trajectory(out, task, cfg.system, job.rollout, job.instance_ids[0]), out)
     for iid in job.instance_ids:
         agent = make_agent(cfg.agent, env, seed=stateless_agent_seed(seed, iid), **cfg.agent_kwargs)
         obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
         traj: list[dict] = []
         outcome = play_instance(env, agent, obs, info, traj)
         rec = _record(job, env, info, outcome)
-        tpath = stateless_trajectory(out, task, cfg.system, job.rollout, iid)
-        sink.append(rel(tpath, out), traj)
+        sink.append(tpath, traj)
         sink.append(RESULTS_FILE, [rec])
         records.append(rec)
     return records
@@ -350,21 +353,14 @@ def done_keys(out: Path, task: str, system: str) -> tuple[set[tuple], set[tuple]
     return ok, bad
 
 
-def _truncate_trajectory(path: Path, keep_through: int) -> None:
-    """Keep the steps of instances at positions <= keep_through (drop a half-written tail)."""
+def _keep_instances(path: Path, keep) -> None:
+    """Rewrite a trajectory file with only the instances whose reset event `keep` accepts (on
+    resume: a half-written or unrecorded instance is dropped, and played again). Shocks go with
+    their instance; shocks written before an instance that never started are dropped."""
     if not path.exists():
         return
-    kept, keep = [], False
-    for _, ev in iter_jsonl(path):
-        if ev.get("event") == "reset":
-            keep = ev.get("position", 1 << 30) <= keep_through
-        elif ev.get("event") == "shock":
-            keep = True  # shocks precede the reset of their instance; decided again at that reset
-        if keep:
-            kept.append(ev)
-    # shocks written just before a dropped instance are dropped with it
-    while kept and kept[-1].get("event") == "shock":
-        kept.pop()
+    kept = [ev for group in split_instances(ev for _, ev in iter_jsonl(path))
+            if (reset := reset_of(group)) is not None and keep(reset) for ev in group]
     tmp = path.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
     append_lines(tmp, kept)
@@ -403,15 +399,15 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
                 spath.with_suffix(".json").unlink(missing_ok=True)
                 tpath.unlink(missing_ok=True)
             else:
-                _truncate_trajectory(tpath, int(resume_state["position"]))
+                last = int(resume_state["position"])
+                _keep_instances(tpath, lambda reset: reset.get("position", 1 << 30) <= last)
             start = int(resume_state["position"]) + 1 if resume_state else 0
             jobs.append(Job(cfg, "stateful", k, resume_state=resume_state, remaining=len(order) - start))
     if cfg.mode in ("both", "stateless"):
         for p in range(stateless_plan(cfg)["passes"]):
             todo = [s.instance_id for s in schedule.order(0) if ("stateless", p, s.instance_id) not in ok]
-            for iid in todo:  # a half-written trajectory of an unfinished instance starts over
-                stateless_trajectory(out, task, cfg.system, p, iid).unlink(missing_ok=True)
-            if todo:
+            if todo:  # a half-written trajectory of an unfinished instance starts over
+                _drop_stateless_trajectories(out, task, cfg.system, p, todo, ok)
                 size = cfg.stateless_chunk or max(1, -(-len(todo) // (cfg.workers * 2)))
                 for s in range(0, len(todo), size):
                     chunk = todo[s:s + size]
@@ -425,10 +421,12 @@ def stateless_agent_seed(rollout_seed: int, instance_id: str) -> int:
     return int(np.random.SeedSequence([rollout_seed, zlib.crc32(instance_id.encode())]).generate_state(1)[0])
 
 
-def stateless_trajectory(out: Path, task: str, system: str, p: int, instance_id: str) -> Path:
-    """Pass 0 keeps the historical layout; further passes get a folder each."""
-    return trajectory_path(out, task, system, "stateless" if p == 0 else f"stateless-pass{p}", p,
-                           instance_id=instance_id)
+def _drop_stateless_trajectories(out: Path, task: str, system: str, p: int, todo: list[str], ok: set) -> None:
+    """Before pass p plays `todo` (again): only recorded instances stay in its trajectory files."""
+    for path in stateless_trajectories(out, task, system, p):
+        _keep_instances(path, lambda reset: ("stateless", p, reset.get("instance_id")) in ok)
+    for iid in todo:  # record format 1: one file per instance
+        legacy_stateless_trajectory(out, task, system, p, iid).unlink(missing_ok=True)
 
 
 def agent_class(env_id: str, name: str):

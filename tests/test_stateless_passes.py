@@ -6,8 +6,8 @@ import json
 
 from clbench.cli import main
 from clbench.commands.suite import resolve_tasks
-from clbench.results import RESULTS_FILE, iter_jsonl, load_records, read_json
-from clbench.runner import RunConfig, cached_env, plan_jobs, stateless_trajectory
+from clbench.results import RESULTS_FILE, instance_trajectory, load_records, read_json
+from clbench.runner import RunConfig, cached_env, plan_jobs
 
 [POKER] = resolve_tasks(["Poker"])
 
@@ -38,7 +38,7 @@ def test_stochastic_agent_plays_one_pass_per_rollout_seed(tmp_path, capsys):
     assert any(passes[0][i]["reward"] != passes[1][i]["reward"] for i in ids)
     first = set()
     for iid in ids:
-        steps = [e for _, e in iter_jsonl(stateless_trajectory(out, "poker", "random", 0, iid)) if e["event"] == "step"]
+        steps = [e for e in instance_trajectory(out, "poker", "random", "stateless", 0, iid) if e["event"] == "step"]
         first.add(steps[0]["action"])
     assert len(first) > 1
     card = read_json(out / "run_card.json")["tasks"]["poker/random"]
@@ -71,3 +71,23 @@ def test_resume_replays_only_the_missing_instances_of_a_pass(tmp_path):
     base = cached_env(POKER, cfg.env_kwargs).unwrapped
     jobs = plan_jobs(cfg, base.task, base.schedule, resumable=True, resume=True)
     assert [(j.mode, j.rollout, j.instance_ids) for j in jobs] == [("stateless", 1, [dropped["instance_id"]])]
+    # its trajectory is dropped with its record (the pass's other instances keep theirs) ...
+    iid, ids = dropped["instance_id"], {r["instance_id"] for r in load_records(out) if r["mode"] == "stateless"}
+    assert instance_trajectory(out, "poker", "random", "stateless", 1, iid) == []
+    assert all(instance_trajectory(out, "poker", "random", "stateless", 1, i) for i in ids - {iid})
+    # ... and the resumed run writes it once more, so every instance's steps are there exactly once
+    assert main(["rollout", "--resume", str(out), "--quiet"]) == 0
+    resets = [e["instance_id"] for path in (out / "trajectories/poker/random").glob("stateless-r1-*.jsonl")
+              for e in map(json.loads, path.read_text().splitlines()) if e["event"] == "reset"]
+    assert sorted(resets) == sorted(ids)
+
+
+def test_format_1_run_directories_keep_their_per_instance_stateless_trajectories(tmp_path):
+    from clbench.results import legacy_stateless_trajectory
+
+    path = legacy_stateless_trajectory(tmp_path, "poker", "random", 1, "h/7")
+    path.parent.mkdir(parents=True)
+    events = [{"event": "reset", "instance_id": "h/7", "position": 7, "observation": "o"},
+              {"event": "step", "step": 1, "action": "call", "reward": 1.0}]
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert instance_trajectory(tmp_path, "poker", "random", "stateless", 1, "h/7") == events
