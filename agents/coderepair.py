@@ -1,4 +1,4 @@
-"""Scripted agents of CodeRepair-v1: the oracle (reads the true fix) and the honest reference engineer."""
+"""Scripted agents of CodeRepair-v2: the oracle (reads the true fix) and the honest reference engineer."""
 from __future__ import annotations
 
 import ast
@@ -79,6 +79,17 @@ def check_script(report: str) -> str | None:
             f"else:\n    _outcome(None, {expected})\n")
 
 
+#: a failing test in the grading feedback: "  path/to/test_x.py::Class::test: FAILED"
+_FAILING = re.compile(r"^\s+(\S+?\.py)::\S+: (?:FAILED|ERROR|MISSING|SKIPPED)$", re.MULTILINE)
+
+
+def stale_tests(test_command: str, feedback: str) -> bool:
+    """Whether the grading feedback names failing tests outside the folder `test_command` runs:
+    evidence that the repository's tests moved and the command no longer covers them."""
+    folder = test_command.split()[-1].strip("/") + "/"
+    return any(not path.startswith(folder) for path in _FAILING.findall(feedback))
+
+
 def fix_command(latent: dict, instance_id: str) -> str:
     return shell_command(latent["issues"][instance_id]["fix_diff"])
 
@@ -97,24 +108,41 @@ class CodeRepairOracle(Agent):
 
 class CodeRepairReference(Agent):
     """An honest scripted engineer: it sees only what any agent sees (the report, command output,
-    the files in the sandbox). Per issue it maps the repository and finds its test command, turns
-    the report's reproduction and stated expectations into a check script and runs it, then runs a
-    search (coderepair_search.py, sent into the sandbox) over a catalog of common regression
-    edits (flipped comparisons, off-by-one, swapped statements, a constant for a local name, a
-    swapped or missing attribute, a dropped keyword argument, a removed negation, swapped
+    the files in the sandbox, the grading feedback). Per issue, on a project it does not know yet, it
+    maps the source folder, finds the test files (`find`: the folder holding most of them) and runs
+    that folder's tests once on the untouched checkout (kept as its test command if they pass);
+    then it turns the report's reproduction and stated expectations into a check script and runs
+    it, and runs a search (coderepair_search.py, sent into the sandbox) over a catalog of common
+    regression edits (flipped comparisons, off-by-one, swapped statements, a constant for a local
+    name, a swapped or missing attribute, a dropped keyword argument, a removed negation, swapped
     arguments) in the functions the traceback and the report point at, keeping an edit only if
-    the check and the visible tests pass, and submits. At most `search_steps` search commands of
-`search_edits` edits each.
+    the check and its test command pass, and submits. At most `search_steps` search commands of
+    `search_edits` edits each.
 
     It cannot fix what its catalog does not hold or what the report states no checkable
     expectation for: it submits without a fix when the check passes on the buggy code, or when
     the search finds nothing. Measured on the default schedule it resolves only a few issues (see
     the spec card); its low stateless score leaves room to learn.
 
-    Stateful (one agent across issues) it remembers, per repository, the layout and test command
-    (two exploration steps fewer) and which edit kinds fixed earlier issues (tried first, so the
-    search needs fewer commands), and which kinds passed its check but failed the grading (tried
-    last). `freeze_at=K`: from position K on it stops updating what it learned.
+    Stateful (one agent across issues) it keeps knowledge per project (the package name, e.g.
+    "tenacity", so it carries from one release to the next): that the layout is mapped, the test
+    command that passed (the three exploration steps are skipped), which edit kinds fixed earlier
+    issues (tried first) and which passed its check but failed the grading (tried last). It
+    trusts that knowledge: a known test command is not re-run on the untouched checkout, and the
+    search only reports whether an edit passed, not why the tests did not. So when a new release
+    moves the tests (tenacity 7.0.0 ships them in tenacity/tests/, 8.x in tests/), the
+    remembered command fails for every edit and the search finds nothing; the issue is lost.
+    It learns that the knowledge is stale only from evidence, at the end of an issue: the grading
+    feedback names failing tests in a folder its test command does not run. It then forgets the
+    test command and finds the tests again on the next issue. This is a choice, stated here
+    because it decides what the drift costs: an agent that re-checked its command on every issue
+    (or re-explored whenever a search found nothing) would lose only a few steps to the move,
+    and would gain correspondingly less from remembering.
+
+    `freeze_at=K` (for `clbench drift-check`): from position K on it revises nothing it knows
+    (test command, layout, edit-kind scores) and ignores the feedback's evidence; every issue
+    starts from the knowledge held at K. Frozen before the tenacity 8.2.3 block it keeps running
+    the 7.0.0 test folder there, so its search never confirms an edit.
     """
 
     name = "reference"
@@ -126,20 +154,22 @@ class CodeRepairReference(Agent):
         self.freeze_at = freeze_at
         self.search_steps = search_steps
         self.search_edits = search_edits
-        #: repo -> {"layout": bool, "test_command": str, "kinds": {kind: score}}
+        #: project -> {"layout": bool, "test_command": str, "kinds": {kind: score}}
         self.memory: dict[str, dict] = {}
         self._queue: list[str] = []
 
     # ------------------------------------------------------------------ per issue
     def begin_instance(self, observation: str, info: dict) -> None:
-        repo = re.search(r"^Repository: .*?\((\S+) ", observation, re.MULTILINE).group(1)
+        project = re.search(r"^Repository: .*?\((\S+) ", observation, re.MULTILINE).group(1)
         root = re.search(r"source code \(([^)]*?)/;", observation).group(1)
         report = observation.split(REPORT_END)[0]
-        self._repo, self._root = repo, root
+        self._repo, self._root = project, root
         self._frozen = self.frozen(info)
-        known = self.memory.get(repo, {})
+        known = self.memory.get(project, {})
         self._learned = {"layout": known.get("layout", False), "test_command": known.get("test_command", ""),
                          "kinds": dict(known.get("kinds", {}))}
+        self._tests = self._learned["test_command"]  # what the search runs in this issue ("" = no tests)
+        self._candidate = ""
         self._names = issue_names(report)
         self._check = check_script(report)
         self._start, self._searches, self._fix_kind, self._frames = 0, 0, None, []
@@ -148,7 +178,7 @@ class CodeRepairReference(Agent):
         if not self._learned["layout"]:
             self._queue.append("layout")
         if not self._learned["test_command"]:
-            self._queue.append("tests")
+            self._queue += ["tests", "baseline"]
         self._queue.append("check" if self._check else "submit")
         self._phase = None
 
@@ -164,14 +194,19 @@ class CodeRepairReference(Agent):
         if phase == "layout":
             return f"ls; find {self._root} -name '*.py' | sort | head -60"
         if phase == "tests":
-            return "ls tests; grep -n -A3 -E '^\\[(tool:)?pytest\\]' pytest.ini setup.cfg tox.ini 2>/dev/null"
+            return ("find . -path ./.git -prune -o -name 'test_*.py' -print | sort | head -60; "
+                    "grep -n -A3 -E '^\\[(tool:)?pytest\\]' pytest.ini setup.cfg tox.ini 2>/dev/null")
+        if phase == "baseline":
+            if not self._candidate:
+                return "echo no test files found"
+            return f"{self._candidate} 2>&1 | tail -3; echo TESTS-EXIT=${{PIPESTATUS[0]}}"
         if phase == "check":
             return (f"cat > /tmp/check.py <<'CLBENCH_CHECK'\n{self._check}CLBENCH_CHECK\n"
                     f"cat > /tmp/search.py <<'CLBENCH_SEARCH'\n{SEARCH_SCRIPT}CLBENCH_SEARCH\n"
                     "cd /tmp && timeout 10 python /tmp/check.py 2>&1 | tail -40")
         if phase == "search":
             self._searches += 1
-            tests = f"cd /testbed && {self._test_command()} > /dev/null 2>&1"
+            tests = f"cd /testbed && {self._tests} > /dev/null 2>&1" if self._tests else ""
             return (f"cd /tmp && python /tmp/search.py /tmp/check.py /testbed/{self._root} {self._start} "
                     f"{self.search_edits} {','.join(self._kind_order())} '{','.join(self._names)}' "
                     f"'{','.join(self._frames)}' '{tests}'")
@@ -181,8 +216,13 @@ class CodeRepairReference(Agent):
         if phase == "layout":
             self._learned["layout"] = bool(re.search(rf"{re.escape(self._root)}/\S+\.py", obs))
         elif phase == "tests":
-            if "test" in obs:  # a tests folder and a pytest section: the suite runs with pytest
-                self._learned["test_command"] = "python -m pytest -q -x -p no:cacheprovider -o addopts= tests"
+            folders = [str(Path(p).parent) for p in re.findall(r"^\./(\S+/test_\w+\.py)$", obs, re.MULTILINE)]
+            if folders:  # the folder holding most test files is the suite
+                folder = max(dict.fromkeys(folders), key=folders.count)
+                self._candidate = f"python -m pytest -q -x -p no:cacheprovider -o addopts= {folder}"
+        elif phase == "baseline":
+            if "TESTS-EXIT=0" in obs:  # the suite runs and passes on the untouched checkout: a usable guard
+                self._tests = self._learned["test_command"] = self._candidate
         elif phase == "check":
             if "CHECK PASSED" not in obs:  # reproduced (or hung): search where the traceback points, innermost first
                 frames = [f"{path}:{func}" for path, func in _FRAME.findall(obs) if f"/{self._root}/" in path]
@@ -198,19 +238,18 @@ class CodeRepairReference(Agent):
                 self._start = int(more.group(1))
                 self._queue.append("search")
 
-    def _test_command(self) -> str:
-        return self._learned["test_command"] or "python -m pytest -q -x tests"
-
     def _kind_order(self) -> list[str]:
         scores = self._learned["kinds"]
         return sorted(EDIT_KINDS, key=lambda k: (-scores.get(k, 0), EDIT_KINDS.index(k)))
 
-    def end_instance(self, reward: float, info: dict) -> None:
+    def end_instance(self, reward: float, info: dict, observation: str | None = None) -> None:
         if self._frozen:
             return
         if self._fix_kind is not None:  # credit the edit kind that fixed it, or blame the one that fooled the check
             kinds = self._learned["kinds"]
             kinds[self._fix_kind] = kinds.get(self._fix_kind, 0) + (1 if reward > 0 else -1)
+        if self._learned["test_command"] and stale_tests(self._learned["test_command"], observation or ""):
+            self._learned["test_command"] = ""  # the tests live elsewhere now: find them again next time
         self.memory[self._repo] = self._learned
 
     # ------------------------------------------------------------------ resumable state

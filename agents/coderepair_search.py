@@ -69,7 +69,8 @@ def functions(tree):
 def targets(root, names, frames):
     """Functions to edit, most suspect first: traceback frames, then named ones, then what they call."""
     sources = {}
-    for dirpath, _, files in os.walk(root):
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("tests", "test")]  # a release may ship its tests in the package
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(dirpath, name)

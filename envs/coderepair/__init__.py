@@ -4,4 +4,4 @@ The sources are the real sdists of tablib 3.5.0 and tenacity 8.2.3 from PyPI (fe
 and checked against pinned sha256 hashes); each issue injects a reviewed regression and hides
 the tests that catch it. Agents work in a sandbox (Docker or bubblewrap, see clbench.sandbox).
 """
-REGISTRATIONS = [{"id": "clbench/CodeRepair-v1", "entry_point": "clbench.envs.coderepair.coderepair_env:CodeRepairEnv"}]
+REGISTRATIONS = [{"id": "clbench/CodeRepair-v2", "entry_point": "clbench.envs.coderepair.coderepair_env:CodeRepairEnv"}]

@@ -29,20 +29,24 @@ def remove_tests(test_file: Path, node_ids: list[str]) -> None:
     spans = []
 
     def visit(body, prefix):
+        cut = 0
         for node in body:
             if isinstance(node, ast.ClassDef):
-                visit(node.body, prefix + (node.name,))
+                if visit(node.body, prefix + (node.name,)) == len(node.body):  # keep the emptied class valid
+                    spans[-1] = (*spans[-1][:2], " " * node.body[0].col_offset + "pass\n")
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and prefix + (node.name,) in wanted:
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                spans.append((start, node.end_lineno))
+                spans.append((start, node.end_lineno, ""))
                 wanted.discard(prefix + (node.name,))
+                cut += 1
+        return cut
 
     visit(tree.body, ())
     if wanted:
         raise ValueError(f"{test_file.name}: tests not found: {sorted(wanted)}")
     lines = source.splitlines(keepends=True)
-    for start, end in sorted(spans, reverse=True):
-        del lines[start - 1:end]
+    for start, end, keep in sorted(spans, reverse=True):
+        lines[start - 1:end] = [keep] if keep else []
     test_file.write_text("".join(lines))
 
 
@@ -96,12 +100,15 @@ def init_git(tree: Path) -> None:
     shutil.rmtree(tree / ".git" / "hooks", ignore_errors=True)  # no sample hooks in the workspace
 
 
-def overlay(tree: Path, changes, source_root: str) -> tuple[list[str], list[str]]:
-    """Apply the agent's changes below `source_root` to `tree`; returns (applied, ignored) paths."""
+def overlay(tree: Path, changes, source_root: str, tests_root: str = "tests") -> tuple[list[str], list[str]]:
+    """Apply the agent's changes below `source_root` to `tree`, except those below `tests_root` (a
+    release may ship its tests inside the package, as tenacity 7 does); returns (applied, ignored) paths."""
     applied, ignored = [], []
     prefix = source_root.strip("/") + "/"
+    tests = tests_root.strip("/") + "/"
     for ch in changes:
-        if not ch.path.startswith(prefix) or ch.is_link or (ch.kind != "deleted" and ch.content is None):
+        if (not ch.path.startswith(prefix) or ch.path.startswith(tests) or ch.is_link
+                or (ch.kind != "deleted" and ch.content is None)):
             ignored.append(ch.path)
             continue
         target = tree / ch.path

@@ -104,7 +104,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
     - v1 (split kwarg, no change to the test split): `split`; "train" is refused (see Arguments).
     """
 
-    env_id = "clbench/CodeRepair-v1"
+    env_id = "clbench/CodeRepair-v2"
     reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from the same two "
@@ -223,7 +223,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
         normalize_tree(self._sandbox.host_workspace, atime=int(time.time()) + 5)  # the copy dated every file
         repo = self._repo(issue.repo)
         return (f"--- Issue {slot.position + 1}/{len(self._order)} ---\n"
-                f"Repository: {repo['display']} ({issue.repo} {repo['version']}), checked out at {self.workdir}\n\n"
+                f"Repository: {repo['display']} ({repo['pypi']} {repo['version']}), checked out at {self.workdir}\n\n"
                 f"{issue.text.strip()}\n\n"
                 f"Fix the issue in the repository's source code ({repo['source_root']}/; changes elsewhere, "
                 f"tests included, are ignored by the evaluation). One bash command per step; each runs in a "

@@ -39,7 +39,7 @@ def grade_tree(tree: Path, fail_to_pass: list[str], pass_to_pass: list[str], mak
     plan = plan_grading(tree, fail_to_pass, pass_to_pass)
     write_job(plan, tree, repo["import_root"], pytest_ini(repo.get("pytest_ini")))
     with make_sandbox(tree) as sandbox:
-        lock_tests(sandbox.host_workspace)
+        lock_tests(sandbox.host_workspace, repo.get("tests_root", "tests"))
         result = sandbox.run(plan.command(workdir), timeout=timeout)
     verdict = read_verdict(plan, result.stdout, killed=result.killed is not None)
     by_run_id = verdict.outcomes
@@ -54,7 +54,7 @@ def evaluate_tree(pristine: Path, bug_diff: str, changes, fail_to_pass: list[str
     """Fresh buggy checkout + the agent's changes below source_root, hidden tests restored, graded."""
     with tempfile.TemporaryDirectory(prefix="clbench-eval-") as tmp:
         tree = buggy_tree(pristine, bug_diff, Path(tmp) / "tree")
-        applied, ignored = overlay(tree, changes, repo["source_root"])
+        applied, ignored = overlay(tree, changes, repo["source_root"], repo.get("tests_root", "tests"))
         outcomes, tampering = grade_tree(tree, fail_to_pass, pass_to_pass, make_sandbox, timeout, workdir, repo)
     f2p = {i: outcomes[i] for i in fail_to_pass}
     p2p = {i: outcomes[i] for i in pass_to_pass}
