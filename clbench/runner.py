@@ -199,11 +199,12 @@ def state_path(out: Path, task: str, system: str, rollout: int) -> Path:
 _JOURNAL_SLACK = 8
 _JOURNAL_MIN_BYTES = 1 << 20
 #: checkpoints may take at most this share of a stateful rollout's time. A growing state saved after
-#: every instance costs the square of the schedule length; within this budget its cost stays linear.
-#: An instance is checkpointed whenever the budget allows (for agents that think for more than a few
-#: milliseconds, after every instance); resuming re-plays, and re-records, the instances after the
-#: newest checkpoint, as it always did for an instance finished just before a kill.
-CHECKPOINT_SHARE = 0.02
+#: every instance costs the square of the schedule length; within this budget its cost is a fixed
+#: share of the agent's own time (1%: a scripted agent's growing state made 2% a visible part of the
+#: runner's time). An instance is checkpointed whenever the budget allows (for agents that think for
+#: more than a few milliseconds, after every instance); resuming re-plays, and re-records, the
+#: instances after the newest checkpoint, as it always did for an instance finished just before a kill.
+CHECKPOINT_SHARE = 0.01
 
 
 def state_line(position: int, state) -> bytes:
