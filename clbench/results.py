@@ -55,10 +55,14 @@ def _json_default(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+#: json.dumps with these options, built once: json.dumps builds an encoder per call
+_STRICT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=False)
+
+
 def dumps(obj) -> str:
     """Compact, key-sorted, NaN-free JSON (NaN/inf become null) for byte-stable files."""
     try:  # the C encoder alone when every float is finite (nearly always): walking first cost 20x
-        return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=False)
+        return _STRICT.encode(obj)
     except ValueError:
         return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"), default=_json_default)
 

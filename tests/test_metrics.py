@@ -254,3 +254,32 @@ def test_compute_on_records_in_memory_equals_the_run_directorys(tmp_path):
     assert set(pure) == {"tasks", "aggregate", "metadata", "draws"}
     assert _same(pure, from_dir)
     assert runcard.compute(tmp_path, n_boot=300) is from_dir  # an unchanged directory is not recomputed
+
+
+def test_run_card_validates_against_the_shipped_schema_and_bad_curves_fail_alike(tmp_path):
+    import copy
+
+    import jsonschema
+
+    from clbench.results import append_lines, write_json_atomic
+    from clbench.runcard import _validator, build_run_card
+
+    schema = run_card_schema()
+    jsonschema.validators.validator_for(schema).check_schema(schema)  # the runner no longer checks it
+    records = [rec("stateless", 0, iid, i, v, r) for i, (iid, v, r) in enumerate(SL)]
+    records += [rec("stateful", 0, iid, i, v, min(1.0, r + 0.2)) for i, (iid, v, r) in enumerate(SL)]
+    params = {"t": {**PARAMS["t"], "env_id": "clbench/T-v1", "instances": len(SL)}}
+    write_json_atomic(tmp_path / "metadata.json", {"format": 1, "tasks": params,
+                                                   "systems": {"s": {"name": "s", "agent": "a"}}})
+    append_lines(tmp_path / "results.jsonl", records)
+    card = build_run_card(tmp_path)  # validated
+    plain = jsonschema.validators.validator_for(schema)(schema)
+    for bad_value in (True, "0.5", [0.5]):
+        bad = copy.deepcopy(card)
+        bad["tasks"]["t/s"]["curves"]["gain"]["lo"][1] = bad_value
+        with pytest.raises(jsonschema.ValidationError) as fast:
+            _validator().validate(bad)
+        with pytest.raises(jsonschema.ValidationError) as general:
+            plain.validate(bad)
+        assert (fast.value.message, list(fast.value.absolute_path)) == \
+            (general.value.message, list(general.value.absolute_path))
