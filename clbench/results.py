@@ -240,7 +240,8 @@ def trajectory_dir(run_dir: str | Path, task: str, system: str) -> Path:
 
 
 def trajectory_path(run_dir: str | Path, task: str, system: str, mode: str, rollout: int) -> Path:
-    """The trajectory file of stateful rollout `rollout` (`mode` "stateful")."""
+    """The trajectory file of one stateful rollout (`mode` "stateful"; a stateless pass writes one
+    file per job: stateless_trajectory)."""
     return trajectory_dir(run_dir, task, system) / f"{mode}-r{rollout}.jsonl"
 
 
