@@ -200,6 +200,11 @@ PLAYBOOKS: dict[str, Policy] = {p.name: p for p in (DefaultPlay(), VsStation(), 
 
 
 # ------------------------------------------------------------------ opponent modelling
+def _add(counts: dict, *keys: str, n: int = 1) -> None:
+    for key in keys:
+        counts[key] = counts.get(key, 0) + n
+
+
 class OpponentModel:
     """Counts of one opponent's observed behaviour, and the style they point to."""
 
@@ -211,28 +216,26 @@ class OpponentModel:
 
     def observe(self, table: dict) -> None:
         """Update from a finished hand's public record (its betting and any showdown)."""
-        c = self.counts
-        c["hands"] += 1
-        b = Betting(0 if table["button"] else 1, table["stack"], *table["blinds"])
+        # counted in a plain dict first: a Counter calls Python code for every key it lacks
+        hand = {"hands": 1}
         shown = table.get("opp_hole")
         opp_hole = parse_cards(shown) if shown else None
         board = parse_cards(table["board"])
-        opened = set()  # streets with a bet or raise so far
-        for street, player, kind, total in table_acts(table):
-            if player == 1:
-                to_call = b.bets[0] - b.bets[1]  # b.legal()[0]: the opponent is the player to act
-                if to_call and (street in opened or street > 0):
-                    c["faced"] += 1
-                    c[_FACED[kind]] += 1
+        before = None  # the move before, as (street, who, kind)
+        for name, who, kind, total in table["history"]:
+            street = _STREET_NO[name]
+            if who != "you":
+                # stacks are equal, so the opponent faces a bet exactly after our bet or raise on this street
+                if before == (street, "you", RAISE):
+                    _add(hand, "faced", _FACED[kind])
                     if opp_hole and kind == CALL and street > 0:
                         held = strength(opp_hole, board[:BOARD_LEN[street]])
-                        c["sd_weak_calls"] += held.tier <= 1 and not held.draw
+                        _add(hand, "sd_weak_calls", n=held.tier <= 1 and not held.draw)
                 else:
-                    c[_OPEN_CHANCES[street]] += 1
-                    c[_OPENED[street]] += kind == RAISE
-            if kind == RAISE:
-                opened.add(street)
-            b.apply(_new(Decision, (kind, total)))
+                    _add(hand, _OPEN_CHANCES[street])
+                    _add(hand, _OPENED[street], n=kind == RAISE)
+            before = (street, who, kind)
+        self.counts.update(hand)
 
     def rate(self, hits: str, chances: str) -> float | None:
         n = self.counts[chances]
@@ -270,10 +273,14 @@ class PokerReference(Agent):
         super().__init__(card, seed=seed)
         self.models: dict[str, OpponentModel] = {}
         self.freeze_at = freeze_at
+        self._books: dict[str, Policy] = {}  # `playbook` per opponent; cleared when `models` change
 
     def playbook(self, opponent: str) -> Policy:
-        model = self.models.get(opponent)
-        return PLAYBOOKS.get(model.style() if model else None, PLAYBOOKS["default"])
+        book = self._books.get(opponent)
+        if book is None:
+            model = self.models.get(opponent)
+            book = self._books[opponent] = PLAYBOOKS.get(model.style() if model else None, PLAYBOOKS["default"])
+        return book
 
     def act(self, observation: str, info: dict) -> str:
         table = info["table"]
@@ -296,12 +303,14 @@ class PokerReference(Agent):
                 model.counts = hand.counts  # the opponent has changed: what we knew about it is wrong
             else:
                 model.counts.update(hand.counts)
+            self._books.clear()
 
     def state_dict(self) -> dict:
         return {"models": {name: dict(m.counts) for name, m in self.models.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.models = {name: OpponentModel(c) for name, c in state["models"].items()}
+        self._books.clear()
 
 
 # ------------------------------------------------------------------ the oracle

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from texasholdem.game.action_type import ActionType
+from texasholdem.game.game import TexasHoldEm
 
 import clbench  # noqa: F401
 from clbench.agent import make_agent
@@ -19,7 +20,7 @@ from clbench.metrics import estimate
 from clbench.runner import play_instance
 from clbench.agents.poker import PokerReference, hand_cards
 from clbench.envs.poker.betting import Betting
-from clbench.envs.poker.cards import deal_hands, names, parse_card
+from clbench.envs.poker.cards import StackedDeck, card_names, deal_hands, names, parse_card
 from clbench.envs.poker.opponents import make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Decision
 from clbench.envs.poker.strength import preflop_pct, strength
@@ -234,6 +235,60 @@ def test_betting_model_agrees_with_the_library():
                 d = Decision(RAISE, int(rng.integers(legal.min_raise, high + 1)))
             t.apply(d)
         assert t.betting.over and t.betting.payoff(0, t.holes, deal.board) == t.profit()
+
+
+def library_replay(hand, moves) -> TexasHoldEm:
+    """A fresh library game with the hand's cards, after `moves` (street, player, kind, total)."""
+    game = TexasHoldEm(buyin=SPEC["stack"], big_blind=SPEC["blinds"]["big"], small_blind=SPEC["blinds"]["small"],
+                       max_players=2)
+    game.btn_loc = 1 if hand.agent_button else 0  # the library moves the button one seat on
+    game.start_hand()
+    game.hands[0], game.hands[1] = list(hand.deal.agent), list(hand.deal.opponent)
+    game._deck = StackedDeck(hand.deal.board)
+    for _, _, kind, total in moves:
+        game.take_action(ActionType[kind], total=total if kind == RAISE else None)
+    return game
+
+
+def assert_table_is_the_library_s(table: dict, game: TexasHoldEm) -> None:
+    """The public state the env reports, read back from the library's own game."""
+    assert table["board"] == card_names(game.board)
+    assert table["pot"] == sum(p.get_total_amount() for p in game.pots)
+    assert (table["my_stack"], table["opp_stack"]) == (game.players[0].chips, game.players[1].chips)
+    assert game.current_player == 0 and table["my_bet"] == game.player_bet_amount(0)
+    assert table["to_call"] == game.chips_to_call(0)
+    moves = game.get_available_moves()
+    rr = moves.raise_range if ActionType.RAISE in moves.action_types else range(0)
+    assert (table["min_raise"], table["max_raise"]) == ((rr.start, rr[-1]) if rr else (0, 0))
+
+
+@pytest.mark.parametrize("agent_name, seeds, schedule", [
+    ("reference", (0, 3), "default"), ("random", (0, 1, 2), "default"), ("oracle", (0, 1), "short")])
+def test_every_step_agrees_with_an_independent_library_replay(agent_name, seeds, schedule):
+    """Whatever the agent plays, every observation's numbers and the reward are what the library
+    itself computes when the hand's moves are replayed on a fresh game (the env's fast paths:
+    betting model, cached text, parsing, never change the dynamics)."""
+    env = make(schedule)
+    base = env.unwrapped
+    for seed in seeds:
+        agent = make_agent(agent_name, env, seed=seed)
+        obs, info = env.reset(seed=seed)
+        for pos in range(len(base.order)):
+            if pos:
+                obs, info = env.reset()
+            hand, done = base.slot.instance.payload, False
+            while not done:
+                table = info["table"]
+                if not table["over"]:
+                    assert_table_is_the_library_s(table, library_replay(hand, base.hand_log))
+                    assert obs.startswith("Invalid action") or f"To call: {table['to_call']}." in obs
+                obs, reward, term, trunc, info = env.step(agent.act(obs, info))
+                done = term or trunc
+            game = library_replay(hand, base.hand_log)
+            assert not game.is_hand_running() and info["table"]["over"]
+            assert reward * SPEC["blinds"]["big"] == game.players[0].chips - SPEC["stack"] == info["table"]["result"]
+            assert [h[2:] for h in info["table"]["history"]] == [[kind, total] for *_, kind, total in base.hand_log]
+            agent.end_instance(reward, info)
 
 
 def test_strength_features():

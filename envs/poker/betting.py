@@ -34,7 +34,7 @@ class Betting:
         self.folded: int | None = None
         self.over = False  # no more betting: a fold, or the showdown is due
         self.log: list[tuple[int, int, str, int]] = []  # (street, player, kind, total), like HandTable.log
-        self._views: tuple[tuple[Act, ...], tuple[Act, ...]] = ((), ())  # `views` up to where it was last asked
+        self._views: list[tuple[Act, ...]] = [(), ()]  # each player's `view`, up to where it was last asked
 
     def copy(self) -> "Betting":
         b = Betting.__new__(Betting)
@@ -43,36 +43,30 @@ class Betting:
             setattr(b, name, list(value) if isinstance(value, list) else value)
         return b
 
-    @property
-    def views(self) -> tuple[tuple[Act, ...], tuple[Act, ...]]:
-        """The log as each player sees it; extended only when asked (most moves never need it)."""
-        views, log = self._views, self.log
-        n = len(views[0])
-        if n < len(log):
-            mine, theirs = list(views[0]), list(views[1])
-            for st, p, kind, total in log[n:]:  # tuple.__new__: an Act without NamedTuple's slower __new__
-                mine.append(_new(Act, (st, p == 0, kind, total)))
-                theirs.append(_new(Act, (st, p == 1, kind, total)))
-            views = self._views = (tuple(mine), tuple(theirs))
-        return views
+    def view(self, player: int) -> tuple[Act, ...]:
+        """The log as `player` sees it; extended only when asked (most moves never need it)."""
+        seen, log = self._views[player], self.log
+        if len(seen) < len(log):  # tuple.__new__: an Act without NamedTuple's slower __new__
+            seen += tuple([_new(Act, (st, p == player, kind, total)) for st, p, kind, total in log[len(seen):]])
+            self._views[player] = seen
+        return seen
 
     def legal(self) -> tuple[int, int, int]:
         """(to_call, min_raise, max_raise) for the player to act; raises are 0 when not allowed."""
-        p = self.to_act
-        to_call = self.bets[1 - p] - self.bets[p]
-        low = self.bets[1 - p] + max(self.big_blind, self.last_raise)
-        high = self.bets[p] + self.stacks[p]
+        p, bets = self.to_act, self.bets
+        mine, theirs, stack = bets[p], bets[1 - p], self.stacks[p]
+        low = theirs + max(self.big_blind, self.last_raise)
+        high = mine + stack
         if high < low:
-            low = high if self.stacks[p] > to_call else 0
-            high = low
-        return to_call, low, high
+            low = high = high if stack > theirs - mine else 0
+        return theirs - mine, low, high
 
     def spot(self, hole: tuple, board: tuple) -> Spot:
         """The decision of the player to act, who holds `hole`, on `board`."""
-        p = self.to_act
+        p, bets, stacks = self.to_act, self.bets, self.stacks
         to_call, low, high = self.legal()
-        return Spot(hole, board, self.pot + self.bets[0] + self.bets[1], to_call, self.bets[p], self.stacks[p],
-                    self.stacks[1 - p], low, high, p == self.button, self.big_blind, self.views[p])
+        return Spot(hole, board, self.pot + bets[0] + bets[1], to_call, bets[p], stacks[p], stacks[1 - p], low, high,
+                    p == self.button, self.big_blind, self.view(p))
 
     def apply(self, d: Decision) -> None:
         p, o = self.to_act, 1 - self.to_act

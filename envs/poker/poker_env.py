@@ -28,8 +28,9 @@ class HandSpec:
 
 _ACTION = re.compile(r"(?:action\s*[:=]\s*)?(fold|check|call|raise|bet|all[-_ ]?in)(?:\s+(?:to\s+)?(\d+))?\s*[.!]?",
                      re.IGNORECASE)
-#: the usual reply, one bare move: read at once (the general parser would give the same call, slower)
-_PLAIN = re.compile(r"FOLD|CHECK|CALL|RAISE \d{1,6}")
+#: the usual reply, one bare move: read at once, with `_ACTION`'s groups (the general parser would give the
+#: same call, slower)
+_PLAIN = re.compile(r"(FOLD|CHECK|CALL|RAISE(?= ))(?: (\d{1,6}))?")
 
 
 class PokerEnv(InstanceSequenceEnv):
@@ -196,8 +197,9 @@ class PokerEnv(InstanceSequenceEnv):
     def parse_action(self, action: str) -> ToolCall:
         if self._table is not None and self._table.over:  # nothing left to decide: any reply collects
             return ToolCall("act", {"action": CHECK})
-        if _PLAIN.fullmatch(action):
-            return self._call(_ACTION.fullmatch(action))
+        plain = _PLAIN.fullmatch(action)
+        if plain:
+            return self._call(plain)
         return super().parse_action(action)
 
     def _parse_text(self, text: str) -> ToolCall:

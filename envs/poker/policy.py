@@ -20,6 +20,10 @@ class Decision(NamedTuple):
     total: int = 0  # RAISE only: the total this player's bet is raised *to* on this street
 
 
+#: the moves without an amount, built once (policies answer with them at every decision)
+_FOLD, _CHECK, _CALL = Decision(FOLD), Decision(CHECK), Decision(CALL)
+
+
 class Act(NamedTuple):
     """One action of a hand's betting history, seen from one player (`mine`)."""
 
@@ -33,7 +37,7 @@ class Spot:
     """A player's decision point: its own hand features and the public betting state."""
 
     __slots__ = ("hole", "board", "pot", "to_call", "my_bet", "stack", "opp_stack", "min_raise", "max_raise",
-                 "button", "big_blind", "history", "_strength")
+                 "button", "big_blind", "history", "street", "_strength", "_raises")
 
     def __init__(self, hole: tuple, board: tuple, pot: int, to_call: int, my_bet: int, stack: int, opp_stack: int,
                  min_raise: int, max_raise: int, button: bool, big_blind: int, history: tuple):
@@ -50,6 +54,8 @@ class Spot:
         self.button = button
         self.big_blind = big_blind
         self.history = history  # tuple[Act, ...], oldest first
+        self.street = _STREET_OF_BOARD[len(board)]  # 0 preflop .. 3 river
+        self._raises: int | None = None
 
     @property
     def strength(self) -> Strength:
@@ -59,19 +65,22 @@ class Spot:
         return self._strength
 
     @property
-    def street(self) -> int:
-        return _STREET_OF_BOARD[len(self.board)]
-
-    @property
     def raises(self) -> int:
-        """Bets and raises made on this street so far (blinds excluded)."""
-        return sum(1 for a in self.history if a.street == self.street and a.kind == RAISE)
+        """Bets and raises made on this street so far (blinds excluded); policies ask it repeatedly."""
+        if self._raises is None:
+            street, n = self.street, 0
+            for a in self.history:  # a plain loop: a generator costs more than these few moves
+                if a.street == street and a.kind == RAISE:
+                    n += 1
+            self._raises = n
+        return self._raises
 
     @property
     def aggressor(self) -> bool:
         """This player made the last bet or raise of the previous streets (e.g. the preflop raiser)."""
+        street = self.street
         for a in reversed(self.history):
-            if a.street < self.street and a.kind == RAISE:
+            if a.street < street and a.kind == RAISE:
                 return a.mine
         return False
 
@@ -80,10 +89,10 @@ class Spot:
 
     # ---- decisions, always legal for this spot
     def check_or_call(self) -> Decision:
-        return Decision(CALL) if self.to_call else Decision(CHECK)
+        return _CALL if self.to_call else _CHECK
 
     def check_or_fold(self) -> Decision:
-        return Decision(FOLD) if self.to_call else Decision(CHECK)
+        return _FOLD if self.to_call else _CHECK
 
     def raise_to(self, total: float) -> Decision:
         """RAISE to `total`, clipped to the legal range; CHECK/CALL when raising is not allowed."""
@@ -105,7 +114,7 @@ class Spot:
         if d.kind == RAISE:
             return self.raise_to(d.total)
         if d.kind == FOLD and not self.to_call:
-            return Decision(CHECK)
+            return _CHECK
         if d.kind in (CHECK, CALL):
             return self.check_or_call()
         return d

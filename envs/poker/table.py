@@ -114,18 +114,20 @@ class HandTable:
     # ---- moves
     def apply(self, d: Decision) -> None:
         """Play a legal decision for the player to act (the library re-validates it)."""
-        p = self.betting.to_act
-        self.game.take_action(_TYPE[d.kind], total=d.total if d.kind == RAISE else None)
-        self.betting.apply(d)
+        b, kind = self.betting, d.kind
+        p = b.to_act
+        self.game.take_action(_TYPE[kind], total=d.total if kind == RAISE else None)
+        b.apply(d)
         self.over = not self.game.is_hand_running()
-        if d.kind in (CALL, RAISE) and self.betting.stacks[p] == 0:
-            self.all_in.add(len(self.log) - 1)
+        if b.stacks[p] == 0 and (kind == CALL or kind == RAISE):
+            self.all_in.add(len(b.log) - 1)
 
     def play_opponent(self) -> None:
         """Let the opponent act until it is the agent's turn or the hand is over."""
-        while not self.over and self.betting.to_act == OPPONENT:
-            spot = self.spot()
-            self.apply(spot.legalize(self.opponent.decide(spot)))
+        b, decide = self.betting, self.opponent.decide
+        while not self.over and b.to_act == OPPONENT:
+            spot = b.spot(self.holes[OPPONENT], tuple(self.game.board))
+            self.apply(spot.legalize(decide(spot)))
 
     # ---- result
     def profit(self) -> int:

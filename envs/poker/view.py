@@ -7,11 +7,14 @@ whatever is fixed for the hand: rendering is a join of ready lines (it runs at e
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from clbench.envs.poker.cards import card_names
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE
 from clbench.envs.poker.table import AGENT, OPPONENT, STREETS, HandTable
 
 _WHO = {AGENT: "you", OPPONENT: "opponent"}
+_VERB = {FOLD: "fold", CHECK: "check"}
 
 
 class HandView:
@@ -24,9 +27,9 @@ class HandView:
         self.history: list[list] = []  # [street, "you"|"opponent", kind, total]
         small, big = static["blinds"]
         sb, bb = ("you", self.opp) if static["button"] else (self.opp, "you")
-        self._streets = {"preflop": [f"{sb} post{'' if sb == 'you' else 's'} {small}, "
-                                     f"{bb} post{'' if bb == 'you' else 's'} {big}"]}
-        self._lines = {st: f"  {st}: " + "; ".join(acts) for st, acts in self._streets.items()}  # one per street
+        blinds = f"{sb} post{'' if sb == 'you' else 's'} {small}, {bb} post{'' if bb == 'you' else 's'} {big}"
+        self._streets = {"preflop": [blinds]}
+        self._lines = {"preflop": f"  preflop: {blinds}"}  # one per street
         self._opened: set[str] = set()
         self._title = (f"Hand {static['hand']} of {static['hands']} against {self.opp}; you are "
                        f"{'on the button' if static['button'] else 'in the big blind'}.")
@@ -37,10 +40,11 @@ class HandView:
     def refresh(self) -> dict:
         """Catch up with the table's moves and rebuild the snapshot."""
         t, b = self.table, self.table.betting
-        for i in range(len(self.history), len(b.log)):
-            st, p, kind, total = b.log[i]
+        history, log = self.history, b.log
+        for i in range(len(history), len(log)):
+            st, p, kind, total = log[i]
             street = STREETS[st]
-            self.history.append([street, _WHO[p], kind, total])
+            history.append([street, _WHO[p], kind, total])
             acts = self._streets.setdefault(street, [])
             acts.append(self._phrase(street, p, kind, total, i))
             self._lines[street] = f"  {street}: " + "; ".join(acts)
@@ -68,9 +72,11 @@ class HandView:
         if kind == RAISE:
             verb = f"raise{s} to {total}" if (street == "preflop" or street in self._opened) else f"bet{s} {total}"
             self._opened.add(street)
+        elif kind == CALL:
+            verb = f"call{s} {total}"
         else:
-            verb = {FOLD: f"fold{s}", CHECK: f"check{s}", CALL: f"call{s} {total}"}[kind]
-        return ("you " if player == AGENT else f"{self.opp} ") + verb + (" (all-in)" if index in self.table.all_in else "")
+            verb = _VERB[kind] + s
+        return f"{'you' if player == AGENT else self.opp} {verb}{' (all-in)' if index in self.table.all_in else ''}"
 
     # ---- text
     def header(self, met_before: int, first_of_variant: bool) -> str:
@@ -120,8 +126,13 @@ class HandView:
         snap = self.snap
         if snap["over"] or snap["to_call"] is None:
             return "The hand is over; any reply continues."
-        to_call, low, high = snap["to_call"], snap["min_raise"], snap["max_raise"]
-        moves = ["FOLD", "CHECK"] if not to_call else ["FOLD", f"CALL (puts in {to_call} more)"]
-        if high:
-            moves.append(f"RAISE <total> with total {low}..{high} (RAISE {high} = all-in)")
-        return "Legal actions: " + " | ".join(moves) + "."
+        return _legal_text(snap["to_call"], snap["min_raise"], snap["max_raise"])
+
+
+@lru_cache(maxsize=4096)
+def _legal_text(to_call: int, low: int, high: int) -> str:
+    """The legal moves in words (few distinct bet sizes recur: rendered once each)."""
+    moves = ["FOLD", "CHECK"] if not to_call else ["FOLD", f"CALL (puts in {to_call} more)"]
+    if high:
+        moves.append(f"RAISE <total> with total {low}..{high} (RAISE {high} = all-in)")
+    return "Legal actions: " + " | ".join(moves) + "."
