@@ -38,7 +38,7 @@ from clbench.envs.poker.table import STREETS
 BOARD_LEN = (0, 3, 4, 5)
 _STREET_NO = {name: i for i, name in enumerate(STREETS)}
 _new = tuple.__new__
-# count names, built once (observe runs after every hand)
+# count names, built once (hand_counts runs after every hand)
 _FACED = {kind: f"faced_{kind}" for kind in (FOLD, CHECK, CALL, RAISE)}
 _OPEN_CHANCES = tuple(f"open_chances_{street}" for street in range(4))
 _OPENED = tuple(f"opened_{street}" for street in range(4))
@@ -205,6 +205,30 @@ def _add(counts: dict, *keys: str, n: int = 1) -> None:
         counts[key] = counts.get(key, 0) + n
 
 
+def hand_counts(table: dict) -> dict[str, int]:
+    """One finished hand's counts of the opponent's behaviour (a plain dict: a Counter runs Python
+    code for every key it lacks)."""
+    hand = {"hands": 1}
+    shown = table.get("opp_hole")
+    opp_hole = parse_cards(shown) if shown else None
+    board = parse_cards(table["board"])
+    before = None  # the move before, as (street, who, kind)
+    for name, who, kind, total in table["history"]:
+        street = _STREET_NO[name]
+        if who != "you":
+            # stacks are equal, so the opponent faces a bet exactly after our bet or raise on this street
+            if before == (street, "you", RAISE):
+                _add(hand, "faced", _FACED[kind])
+                if opp_hole and kind == CALL and street > 0:
+                    held = strength(opp_hole, board[:BOARD_LEN[street]])
+                    _add(hand, "sd_weak_calls", n=held.tier <= 1 and not held.draw)
+            else:
+                _add(hand, _OPEN_CHANCES[street])
+                _add(hand, _OPENED[street], n=kind == RAISE)
+        before = (street, who, kind)
+    return hand
+
+
 class OpponentModel:
     """Counts of one opponent's observed behaviour, and the style they point to."""
 
@@ -214,36 +238,14 @@ class OpponentModel:
     def __init__(self, counts: dict | None = None):
         self.counts = Counter(counts or {})
 
-    def observe(self, table: dict) -> None:
-        """Update from a finished hand's public record (its betting and any showdown)."""
-        # counted in a plain dict first: a Counter calls Python code for every key it lacks
-        hand = {"hands": 1}
-        shown = table.get("opp_hole")
-        opp_hole = parse_cards(shown) if shown else None
-        board = parse_cards(table["board"])
-        before = None  # the move before, as (street, who, kind)
-        for name, who, kind, total in table["history"]:
-            street = _STREET_NO[name]
-            if who != "you":
-                # stacks are equal, so the opponent faces a bet exactly after our bet or raise on this street
-                if before == (street, "you", RAISE):
-                    _add(hand, "faced", _FACED[kind])
-                    if opp_hole and kind == CALL and street > 0:
-                        held = strength(opp_hole, board[:BOARD_LEN[street]])
-                        _add(hand, "sd_weak_calls", n=held.tier <= 1 and not held.draw)
-                else:
-                    _add(hand, _OPEN_CHANCES[street])
-                    _add(hand, _OPENED[street], n=kind == RAISE)
-            before = (street, who, kind)
-        self.counts.update(hand)
-
     def rate(self, hits: str, chances: str) -> float | None:
         n = self.counts[chances]
         return self.counts[hits] / n if n >= self.MIN_EVIDENCE else None
 
-    def contradicted_by(self, hand: "OpponentModel") -> bool:
-        """One hand's counts show a "calling station" folding, betting or raising: it is not one any more."""
-        return self.style() == STATION and any(hand.counts[k] for k in _CONTRADICTING)
+    def contradicted_by(self, hand: dict) -> bool:
+        """One hand's counts (`hand_counts`) show a "calling station" folding, betting or raising: it
+        is not one any more."""
+        return any(hand.get(k) for k in _CONTRADICTING) and self.style() == STATION
 
     def style(self) -> str | None:
         c = self.counts
@@ -294,15 +296,14 @@ class PokerReference(Agent):
         if self.frozen(info):
             return
         if table and table["over"]:
-            hand = OpponentModel()
-            hand.observe(table)
+            hand = hand_counts(table)
             model = self.models.get(table["opponent"])
             if model is None:
                 model = self.models[table["opponent"]] = OpponentModel()
             if model.contradicted_by(hand):
-                model.counts = hand.counts  # the opponent has changed: what we knew about it is wrong
+                model.counts = Counter(hand)  # the opponent has changed: what we knew about it is wrong
             else:
-                model.counts.update(hand.counts)
+                model.counts.update(hand)
             self._books.clear()
 
     def state_dict(self) -> dict:

@@ -17,7 +17,7 @@ class Betting:
     """The public betting state of one hand; players are 0 and 1."""
 
     __slots__ = ("button", "big_blind", "start", "stacks", "bets", "pot", "street", "to_act", "last_raise",
-                 "acted", "folded", "over", "log", "_views")
+                 "acted", "folded", "over", "log", "_views", "_legal")
 
     def __init__(self, button: int, stack: int, small_blind: int, big_blind: int):
         self.button, self.big_blind, self.start = button, big_blind, stack
@@ -35,6 +35,7 @@ class Betting:
         self.over = False  # no more betting: a fold, or the showdown is due
         self.log: list[tuple[int, int, str, int]] = []  # (street, player, kind, total), like HandTable.log
         self._views: list[tuple[Act, ...]] = [(), ()]  # each player's `view`, up to where it was last asked
+        self._legal: tuple[int, int, int] | None = None  # `legal()` until the next move (asked several times)
 
     def copy(self) -> "Betting":
         b = Betting.__new__(Betting)
@@ -53,13 +54,15 @@ class Betting:
 
     def legal(self) -> tuple[int, int, int]:
         """(to_call, min_raise, max_raise) for the player to act; raises are 0 when not allowed."""
-        p, bets = self.to_act, self.bets
-        mine, theirs, stack = bets[p], bets[1 - p], self.stacks[p]
-        low = theirs + max(self.big_blind, self.last_raise)
-        high = mine + stack
-        if high < low:
-            low = high = high if stack > theirs - mine else 0
-        return theirs - mine, low, high
+        if self._legal is None:
+            p, bets = self.to_act, self.bets
+            mine, theirs, stack = bets[p], bets[1 - p], self.stacks[p]
+            low = theirs + max(self.big_blind, self.last_raise)
+            high = mine + stack
+            if high < low:
+                low = high = high if stack > theirs - mine else 0
+            self._legal = (theirs - mine, low, high)
+        return self._legal
 
     def spot(self, hole: tuple, board: tuple) -> Spot:
         """The decision of the player to act, who holds `hole`, on `board`."""
@@ -69,6 +72,7 @@ class Betting:
                     p == self.button, self.big_blind, self.view(p))
 
     def apply(self, d: Decision) -> None:
+        self._legal = None
         p, o = self.to_act, 1 - self.to_act
         kind, bets, stacks = d.kind, self.bets, self.stacks
         total = 0

@@ -22,6 +22,7 @@ class Decision(NamedTuple):
 
 #: the moves without an amount, built once (policies answer with them at every decision)
 _FOLD, _CHECK, _CALL = Decision(FOLD), Decision(CHECK), Decision(CALL)
+_new = tuple.__new__  # a NamedTuple without its slower __new__
 
 
 class Act(NamedTuple):
@@ -98,7 +99,7 @@ class Spot:
         """RAISE to `total`, clipped to the legal range; CHECK/CALL when raising is not allowed."""
         if not self.max_raise:
             return self.check_or_call()
-        return Decision(RAISE, int(min(max(round(total), self.min_raise), self.max_raise)))
+        return _new(Decision, (RAISE, int(min(max(round(total), self.min_raise), self.max_raise))))
 
     def bet_pot(self, fraction: float) -> Decision:
         """Bet or raise by `fraction` of the pot as it would be after calling."""
