@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
@@ -31,6 +32,23 @@ _ACTION = re.compile(r"(?:action\s*[:=]\s*)?(fold|check|call|raise|bet|all[-_ ]?
 #: the usual reply, one bare move: read at once, with `_ACTION`'s groups (the general parser would give the
 #: same call, slower)
 _PLAIN = re.compile(r"(FOLD|CHECK|CALL|RAISE(?= ))(?: (\d{1,6}))?")
+_PLAIN_MAX = len("RAISE 999999")
+
+
+def _move_args(m: re.Match) -> dict:
+    """The act tool's arguments for a move matched by `_ACTION` or `_PLAIN` (ALL-IN excepted)."""
+    word = m.group(1).upper()
+    args = {"action": RAISE if word in ("RAISE", "BET") else word}
+    if m.group(2) is not None:
+        args["total"] = int(m.group(2))
+    return args
+
+
+@lru_cache(maxsize=4096)
+def _plain_call(action: str) -> ToolCall | None:
+    """The call of a bare move (`_PLAIN`), else None: built once per distinct reply, as calls are only read."""
+    m = _PLAIN.fullmatch(action)
+    return ToolCall("act", _move_args(m)) if m else None
 
 
 class PokerEnv(InstanceSequenceEnv):
@@ -197,10 +215,8 @@ class PokerEnv(InstanceSequenceEnv):
     def parse_action(self, action: str) -> ToolCall:
         if self._table is not None and self._table.over:  # nothing left to decide: any reply collects
             return ToolCall("act", {"action": CHECK})
-        plain = _PLAIN.fullmatch(action)
-        if plain:
-            return self._call(plain)
-        return super().parse_action(action)
+        plain = _plain_call(action) if len(action) <= _PLAIN_MAX else None
+        return plain or super().parse_action(action)
 
     def _parse_text(self, text: str) -> ToolCall:
         lines = [ln.strip().strip("`*") for ln in text.strip().splitlines() if ln.strip()]
@@ -210,14 +226,10 @@ class PokerEnv(InstanceSequenceEnv):
         return self._call(m)
 
     def _call(self, m: re.Match) -> ToolCall:
-        word = m.group(1).upper()
-        args = {"action": RAISE if word in ("RAISE", "BET") else word}
-        if word.startswith("ALL"):
+        if m.group(1).upper().startswith("ALL"):
             legal = self._table.legal()
-            args = {"action": RAISE, "total": legal.max_raise} if legal.max_raise else {"action": CALL}
-        elif m.group(2) is not None:
-            args["total"] = int(m.group(2))
-        return ToolCall("act", args)
+            return ToolCall("act", {"action": RAISE, "total": legal.max_raise} if legal.max_raise else {"action": CALL})
+        return ToolCall("act", _move_args(m))
 
     def _act(self, call: ToolCall) -> Outcome:
         table = self._table
