@@ -124,10 +124,9 @@ class HandTable:
 
     def play_opponent(self) -> None:
         """Let the opponent act until it is the agent's turn or the hand is over."""
-        b, decide = self.betting, self.opponent.decide
-        while not self.over and b.to_act == OPPONENT:
-            spot = b.spot(self.holes[OPPONENT], tuple(self.game.board))
-            self.apply(spot.legalize(decide(spot)))
+        while not self.over and self.betting.to_act == OPPONENT:
+            spot = self.spot()
+            self.apply(spot.legalize(self.opponent.decide(spot)))
 
     # ---- result
     def profit(self) -> int:
