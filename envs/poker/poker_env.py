@@ -51,6 +51,15 @@ def _plain_call(action: str) -> ToolCall | None:
     return ToolCall("act", _move_args(m)) if m else None
 
 
+@lru_cache(maxsize=4096)
+def _score_report(profit: int, big_blind: int, showdown: bool) -> str:
+    """The score part of a hand's last observation (few distinct results recur: rendered once each)."""
+    ended = ("at the showdown: both hands are shown above" if showdown else
+             "by a fold: folded cards stay hidden, as at a real table")
+    return score_report(profit / big_blind, "chip profit in big blinds", [
+        ("chips won or lost", f"{profit:+d}"), ("big blind", f"{big_blind} chips")], [f"The hand ended {ended}."])
+
+
 class PokerEnv(InstanceSequenceEnv):
     """
     ## Description
@@ -276,10 +285,7 @@ class PokerEnv(InstanceSequenceEnv):
     def _finish(self, note: str) -> Outcome:
         snap = self._view.refresh()
         profit, reward = snap["result"], snap["result"] / self.big_blind
-        ended = ("at the showdown: both hands are shown above" if snap["showdown"] else
-                 "by a fold: folded cards stay hidden, as at a real table")
-        report = score_report(reward, "chip profit in big blinds", [
-            ("chips won or lost", f"{profit:+d}"), ("big blind", f"{self.big_blind} chips")], [f"The hand ended {ended}."])
+        report = _score_report(profit, self.big_blind, snap["showdown"])
         return Outcome(note + self._view.text() + "\n" + report, done=True, reward=reward,
                        raw_metric=("chips", float(profit)), solved=profit > 0)
 
