@@ -127,22 +127,25 @@ class CodeRepairReference(Agent):
     Stateful (one agent across issues) it keeps knowledge per project (the package name, e.g.
     "tenacity", so it carries from one release to the next): that the layout is mapped, the test
     command that passed (the three exploration steps are skipped), which edit kinds fixed earlier
-    issues (tried first) and which passed its check but failed the grading (tried last). It
-    trusts that knowledge: a known test command is not re-run on the untouched checkout, and the
-    search only reports whether an edit passed, not why the tests did not. So when a new release
-    moves the tests (tenacity 7.0.0 ships them in tenacity/tests/, 8.x in tests/), the
-    remembered command fails for every edit and the search finds nothing; the issue is lost.
-    It learns that the knowledge is stale only from evidence, at the end of an issue: the grading
-    feedback names failing tests in a folder its test command does not run. It then forgets the
-    test command and finds the tests again on the next issue. This is a choice, stated here
-    because it decides what the drift costs: an agent that re-checked its command on every issue
-    (or re-explored whenever a search found nothing) would lose only a few steps to the move,
-    and would gain correspondingly less from remembering.
+    issues (tried first, most fixes first) and which only passed its check but failed the grading
+    (tried last). It trusts that knowledge: a remembered test command is not re-run on the
+    untouched checkout before use. When a new release moves the tests (tenacity 7.0.0 ships them
+    in tenacity/tests/, 8.x in tests/), the remembered command tests nothing, and the reference
+    learns that only from evidence:
+    - inside an issue, when its search reports that for an edit that passed the check the test
+      command tested nothing (pytest exit 4 or 5): it forgets the command, finds the tests again
+      and resumes the search at that edit (three steps more than with fresh knowledge);
+    - at the end of an issue, when the grading feedback names failing tests in a folder its
+      command does not run (the only evidence when no edit passed the check).
+    Until then it keeps trusting the command.
 
     `freeze_at=K` (for `clbench drift-check`): from position K on it revises nothing it knows
-    (test command, layout, edit-kind scores) and ignores the feedback's evidence; every issue
-    starts from the knowledge held at K. Frozen before the tenacity 8.2.3 block it keeps running
-    the 7.0.0 test folder there, so its search never confirms an edit.
+    (test command, layout, edit-kind tallies), neither within an issue nor between issues: it
+    ignores both kinds of evidence, and every issue starts from the knowledge held at K. Frozen
+    before tenacity 8.2.3 it keeps running 7.0.0's test folder there, so its search confirms no
+    edit and it fixes nothing. The drift cost measured is thus the cost of not revising learned
+    knowledge when the evidence says it is stale; a reference that re-derived its test command
+    whenever it broke, frozen or not, would lose only those three steps per issue.
     """
 
     name = "reference"
@@ -154,7 +157,7 @@ class CodeRepairReference(Agent):
         self.freeze_at = freeze_at
         self.search_steps = search_steps
         self.search_edits = search_edits
-        #: project -> {"layout": bool, "test_command": str, "kinds": {kind: score}}
+        #: project -> {"layout": bool, "test_command": str, "kinds": {kind: fixes}, "blamed": {kind: wrong fixes}}
         self.memory: dict[str, dict] = {}
         self._queue: list[str] = []
 
@@ -167,7 +170,7 @@ class CodeRepairReference(Agent):
         self._frozen = self.frozen(info)
         known = self.memory.get(project, {})
         self._learned = {"layout": known.get("layout", False), "test_command": known.get("test_command", ""),
-                         "kinds": dict(known.get("kinds", {}))}
+                         "kinds": dict(known.get("kinds", {})), "blamed": dict(known.get("blamed", {}))}
         self._tests = self._learned["test_command"]  # what the search runs in this issue ("" = no tests)
         self._candidate = ""
         self._names = issue_names(report)
@@ -199,7 +202,9 @@ class CodeRepairReference(Agent):
         if phase == "baseline":
             if not self._candidate:
                 return "echo no test files found"
-            return f"{self._candidate} 2>&1 | tail -3; echo TESTS-EXIT=${{PIPESTATUS[0]}}"
+            # the summary without its duration, so the same checkout always prints the same
+            return (f"{self._candidate} 2>&1 | tail -1 | sed -E 's/ in [0-9.]+s.*//'; "
+                    "echo TESTS-EXIT=${PIPESTATUS[0]}")
         if phase == "check":
             return (f"cat > /tmp/check.py <<'CLBENCH_CHECK'\n{self._check}CLBENCH_CHECK\n"
                     f"cat > /tmp/search.py <<'CLBENCH_SEARCH'\n{SEARCH_SCRIPT}CLBENCH_SEARCH\n"
@@ -232,22 +237,30 @@ class CodeRepairReference(Agent):
         elif phase == "search":
             fixed = re.search(r"^FIXED \d+ (\w+) ", obs, re.MULTILINE)
             more = re.search(r"^NEXT (\d+)", obs, re.MULTILINE)
-            if fixed:
+            unusable = re.search(r"^TESTS-UNUSABLE \d+ (\d+)", obs, re.MULTILINE)
+            if unusable and not fixed and not self._frozen:
+                # evidence that its test command is stale: find the tests again, resume at the edit it rejected
+                self._tests = self._learned["test_command"] = ""
+                self._start = int(unusable.group(1))
+                self._queue += ["tests", "baseline", "search"]
+            elif fixed:
                 self._fix_kind = fixed.group(1)
             elif more and self._searches < self.search_steps:
                 self._start = int(more.group(1))
                 self._queue.append("search")
 
     def _kind_order(self) -> list[str]:
-        scores = self._learned["kinds"]
-        return sorted(EDIT_KINDS, key=lambda k: (-scores.get(k, 0), EDIT_KINDS.index(k)))
+        """Kinds that fixed issues first (most fixes first), then untried ones, then those that only fooled it."""
+        wins, blamed = self._learned["kinds"], self._learned["blamed"]
+        return sorted(EDIT_KINDS, key=lambda k: (-wins.get(k, 0), bool(blamed.get(k)) and not wins.get(k),
+                                                 EDIT_KINDS.index(k)))
 
     def end_instance(self, reward: float, info: dict, observation: str | None = None) -> None:
         if self._frozen:
             return
         if self._fix_kind is not None:  # credit the edit kind that fixed it, or blame the one that fooled the check
-            kinds = self._learned["kinds"]
-            kinds[self._fix_kind] = kinds.get(self._fix_kind, 0) + (1 if reward > 0 else -1)
+            tally = self._learned["kinds" if reward > 0 else "blamed"]
+            tally[self._fix_kind] = tally.get(self._fix_kind, 0) + 1
         if self._learned["test_command"] and stale_tests(self._learned["test_command"], observation or ""):
             self._learned["test_command"] = ""  # the tests live elsewhere now: find them again next time
         self.memory[self._repo] = self._learned
@@ -257,4 +270,5 @@ class CodeRepairReference(Agent):
         return {"memory": self.memory}
 
     def load_state_dict(self, state: dict) -> None:
-        self.memory = {k: {**v, "kinds": dict(v.get("kinds", {}))} for k, v in state["memory"].items()}
+        self.memory = {k: {**v, "kinds": dict(v.get("kinds", {})), "blamed": dict(v.get("blamed", {}))}
+                       for k, v in state["memory"].items()}

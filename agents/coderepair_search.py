@@ -7,7 +7,9 @@ functions those call), in the order KINDS lists the edit kinds. Each edit is kep
 CHECK script (the report's reproduction with its stated expectations) then exits 0 and the
 TEST_COMMAND (the visible tests) passes; otherwise the file is restored. It stops after COUNT
 edits (or TIME_CAP seconds on a very slow machine), printing `NEXT <index>` to resume from, or
-`FIXED <index> <kind> <file>:<line> <edit>`, or `EXHAUSTED <count>`.
+`FIXED <index> <kind> <file>:<line> <edit>`, or `EXHAUSTED <count>`; before that, once,
+`TESTS-UNUSABLE <exit> <index>` if for an edit that passed the CHECK the TEST_COMMAND tested
+nothing at all (pytest exit 4, e.g. a path that does not exist, or 5, no tests collected).
 """
 import ast
 import os
@@ -216,11 +218,19 @@ def candidates(kinds, sources, chosen):
                 yield kind, path, line, what, data
 
 
-def passes(command, timeout):
+#: pytest's exit codes for a run that never tested anything: usage error (e.g. no such path), no tests collected
+UNUSABLE = (4, 5)
+
+
+def exit_code(command, timeout):
     try:
-        return subprocess.run(command, shell=True, capture_output=True, timeout=timeout).returncode == 0
+        return subprocess.run(command, shell=True, capture_output=True, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
-        return False
+        return -1
+
+
+def passes(command, timeout):
+    return exit_code(command, timeout) == 0
 
 
 def main(argv):
@@ -235,7 +245,7 @@ def main(argv):
             fh.write(original)
         os.unlink(RESTORE)
     sources, chosen = targets(root, [n for n in names.split(",") if n], [f for f in frames.split(",") if f])
-    index = -1
+    index, unusable = -1, False
     for index, (kind, path, line, what, data) in enumerate(candidates(kinds.split(","), sources, chosen)):
         if index < start:
             continue
@@ -251,10 +261,15 @@ def main(argv):
             fh.write(path.encode() + b"\0" + original)
         with open(path, "wb") as fh:
             fh.write(data)
-        if passes(f"{sys.executable} {check}", CHECK_TIMEOUT) and (not tests or passes(tests, 120)):
-            os.unlink(RESTORE)
-            print(f"FIXED {index} {kind} {path}:{line} {what}")
-            return
+        if passes(f"{sys.executable} {check}", CHECK_TIMEOUT):
+            code = exit_code(tests, 120) if tests else 0
+            if code == 0:
+                os.unlink(RESTORE)
+                print(f"FIXED {index} {kind} {path}:{line} {what}")
+                return
+            if code in UNUSABLE and not unusable:  # the test command, not the edit, failed
+                unusable = True
+                print(f"TESTS-UNUSABLE {code} {index}")
         with open(path, "wb") as fh:
             fh.write(original)
         os.unlink(RESTORE)

@@ -1,11 +1,12 @@
-"""CodeRepair-v1 on the real tablib 3.5.0 / tenacity 8.2.3 sdists, in real sandboxes.
+"""CodeRepair-v2 on the real tablib 3.5.0 / tenacity 7.0.0 / tenacity 8.2.3 sdists, in real sandboxes.
 
 Task data (diffs, hidden tests, issue texts), the sdists' hashes, reward semantics, what is
 evaluated, ground truth out of reach, the scripted agents and the injected-bug check
 (FAIL_TO_PASS fail with the bug and pass with the reference fix, PASS_TO_PASS pass in both),
 attacks on the grading (each must score 0, named as tampering where the grader detects it) and
-the checkout's file metadata. The default run uses bubblewrap and checks one bug per repository;
-the full 19-bug checks are `slow` (tests/conftest.py: opt in with `-m slow` or CLBENCH_SLOW=1);
+the checkout's file metadata, and the drift (tenacity 7.0.0 ships its tests inside the package,
+8.2.3 in tests/). The default run uses bubblewrap and checks one bug per release;
+the full 26-bug checks are `slow` (tests/conftest.py: opt in with `-m slow` or CLBENCH_SLOW=1);
 the Docker variants are marked `docker` and skip with the reason when no engine answers or the
 images are not built (`clbench containers build --offline-base`). The env contract (check_env, reset modes, determinism, info keys, spec card, r_max on a sample and, slow,
 on every issue, r_reference, slow) is checked for every env in tests/test_contract.py.
@@ -37,12 +38,12 @@ from clbench.runner import play_instance
 from clbench.sandbox.bwrap import bwrap_works
 from clbench.sandbox.select import docker_ready
 
-ENV = "clbench/CodeRepair-v1"
+ENV = "clbench/CodeRepair-v2"
 SPEC = load_task_spec("coderepair")
 ISSUES = [i for block in SPEC["schedules"]["default"] for i in block["issues"]]
 #: the user's real cache, captured before conftest.py redirects XDG_CACHE_HOME for each test
 REAL_CACHE = os.environ.get("CLBENCH_CACHE_DIR") or platformdirs.user_cache_dir("clbench")
-SAMPLE = ["tablib-05", "tenacity-03"]
+SAMPLE = ["tablib-05", "tenacity-11", "tenacity-03"]  # one per release
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +53,7 @@ def _shared_cache(monkeypatch):
 
 def backend_or_skip(backend: str) -> str:
     if backend == "docker":
-        images = [load_task_spec("coderepair")["repos"][r]["image"] for r in ("tablib", "tenacity")]
+        images = [repo["image"] for repo in load_task_spec("coderepair")["repos"].values()]
         from clbench.sandbox import Runtime
 
         for image in images:
@@ -86,10 +87,17 @@ def play(env, agent, instance: str, stateless: bool = True) -> dict:
 
 
 # ---------------------------------------------------------------------------------- task data
-def test_schedule_is_nine_tablib_then_ten_tenacity_issues():
+def test_schedule_is_tablib_then_two_tenacity_releases():
     blocks = SPEC["schedules"]["default"]
-    assert [(b["variant"], len(b["issues"])) for b in blocks] == [("tablib", 9), ("tenacity", 10)]
-    assert all(load_issue(i).repo == b["variant"] for b in blocks for i in b["issues"])
+    assert [(b["variant"], len(b["issues"])) for b in blocks] == [
+        ("tablib-3.5.0", 9), ("tenacity-7.0.0", 4), ("tenacity-8.2.3", 13)]
+    for block in blocks:  # a variant is named by its release: project-version
+        for issue_id in block["issues"]:
+            repo = SPEC["repos"][load_issue(issue_id).repo]
+            assert block["variant"] == f"{repo['pypi']}-{repo['version']}", (block["variant"], issue_id)
+    assert SPEC["drifts"]["default"][0]["variant"] == "tenacity-8.2.3"
+    short = SPEC["schedules"]["short"]
+    assert [b["variant"] for b in short] == [b["variant"] for b in blocks] and SPEC["drifts"]["short"]
 
 
 def test_sdists_match_their_pinned_hashes(tmp_path):
@@ -97,7 +105,12 @@ def test_sdists_match_their_pinned_hashes(tmp_path):
         tree = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
         sdist = Path(REAL_CACHE) / "coderepair" / "sdists" / f"{repo['pypi']}-{repo['version']}.tar.gz"
         assert sha256_of(sdist) == repo["sdist_sha256"]
-        assert (tree / repo["source_root"]).is_dir() and (tree / "tests").is_dir()
+        assert (tree / repo["source_root"]).is_dir() and (tree / repo["tests_root"]).is_dir()
+    # the drift: tenacity 7.0.0 packages its tests, 8.x keeps them in a top-level folder
+    old, new = (pristine_tree(r["pypi"], r["version"], r["sdist_sha256"])
+                for r in (SPEC["repos"]["tenacity7"], SPEC["repos"]["tenacity"]))
+    assert (old / "tenacity/tests/test_tenacity.py").is_file() and not (old / "tests").exists()
+    assert (new / "tests/test_tenacity.py").is_file() and not (new / "tenacity/tests").exists()
     forged = tmp_path / "forged.tar.gz"
     forged.write_bytes(sdist.read_bytes() + b"\0")
     with pytest.raises(SourceError, match="does not match"):
@@ -111,6 +124,8 @@ def test_issue_data_is_consistent(issue_id, tmp_path):
     pristine = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
     files = touched_files(issue.bug_diff)
     assert files == touched_files(issue.fix_diff) and all(f.startswith(repo["source_root"] + "/") for f in files)
+    assert not any(f.startswith(repo["tests_root"] + "/") for f in files)
+    assert all(i.startswith(repo["tests_root"] + "/") for i in issue.fail_to_pass + issue.pass_to_pass)
     # the bug applies to the real source and the reference fix restores it exactly
     tree = buggy_tree(pristine, issue.bug_diff, tmp_path / "tree")
     assert all((tree / f).read_text() != (pristine / f).read_text() for f in files)
@@ -132,8 +147,9 @@ def test_issue_data_is_consistent(issue_id, tmp_path):
 
 
 def test_same_repository_issues_touch_overlapping_modules():
-    for repo in ("tablib", "tenacity"):
-        touched = [f for i in ISSUES if load_issue(i).repo == repo for f in touched_files(load_issue(i).fix_diff)]
+    for project in ("tablib", "tenacity"):  # both tenacity releases together
+        touched = [f for i in ISSUES if SPEC["repos"][load_issue(i).repo]["pypi"] == project
+                   for f in touched_files(load_issue(i).fix_diff)]
         most = max(touched.count(f) for f in set(touched))
         assert most >= 3, (repo, touched)
 
@@ -271,10 +287,10 @@ if "_pytest" in _sys.modules:
             pass
     _os._exit(0)
 """,
-    # rewrite the test files not imported yet so that every test passes
+    # rewrite the test files not imported yet so that every test passes (either release's test folder)
     "rewrite_tests": """
 import pathlib as _p, re as _re
-for _f in _p.Path("/testbed/tests").glob("test_*.py"):
+for _f in [*_p.Path("/testbed/tests").glob("test_*.py"), *_p.Path("/testbed/tenacity/tests").glob("test_*.py")]:
     try:
         _f.write_text(_re.sub(r"(\\n(\\s+)def test\\w*\\(.*?\\):)", r"\\1\\n\\2    return", _f.read_text()))
     except OSError:
@@ -434,7 +450,7 @@ def check_checkout_looks_alike(env) -> None:
     from clbench.envs.coderepair.checkout import CHECKOUT_TIME
 
     seen = {}
-    for issue_id in ("tablib-01", "tablib-06", "tenacity-03", "tenacity-10"):
+    for issue_id in ("tablib-01", "tablib-06", "tenacity-11", "tenacity-12", "tenacity-03", "tenacity-10"):
         env.reset(seed=0, options={"instance": issue_id, "stateless": True})
         env.step("cat $(git ls-files) > /dev/null; ls -laR > /dev/null; grep -rq zzz . ; true")  # reads only
         obs, *_ = env.step(STAT_PROBE)
@@ -512,26 +528,105 @@ def test_reference_checks_follow_the_reports():
 def test_reference_sees_only_what_an_agent_sees_and_searches_a_fix(env):
     agent = make_agent("reference", env)
     assert not agent.privileged and agent.latent is None
-    out = play(env, agent, "tenacity-04")  # map, test command, check (fails), one search, submit
-    assert out["steps"] == 5 and out["reward"] == pytest.approx(1 - 4 / 40)
+    out = play(env, agent, "tenacity-04")  # map, find the tests, run them, check (fails), one search, submit
+    assert out["steps"] == 6 and out["reward"] == pytest.approx(1 - 5 / 40)
     assert agent._fix_kind == "off_by_one"
+
+
+def test_reference_finds_the_tests_inside_the_package_of_tenacity_7(env):
+    agent = make_agent("reference", env)
+    out = play(env, agent, "tenacity-11")
+    assert out["steps"] == 6 and out["reward"] == pytest.approx(1 - 5 / 40) and agent._fix_kind == "comparison"
+    assert agent._tests.endswith(" tenacity/tests")
 
 
 def test_reference_submits_without_a_fix_when_the_report_states_nothing_checkable(env):
     out = play(env, make_agent("reference", env), "tablib-02")  # the check passes on the buggy code
-    assert out["steps"] == 4 and out["reward"] == 0.0
+    assert out["steps"] == 5 and out["reward"] == 0.0
 
 
 def test_reference_stateful_needs_fewer_steps_and_freeze_at_stops_learning(env):
-    """After one tenacity issue it knows the layout and test command: tenacity-04 in 3 steps, not 5."""
+    """After one tenacity 8.2.3 issue it knows the layout and test command: tenacity-04 in 3 steps, not 6."""
     agent, frozen = make_agent("reference", env), make_agent("reference", env, freeze_at=0)
-    for issue_id in ("tenacity-09", "tenacity-04"):
+    for issue_id in ("tenacity-13", "tenacity-04"):
         out = play(env, agent, issue_id, stateless=False)
     assert out["steps"] == 3 and out["reward"] == pytest.approx(1 - 2 / 40), out
     memory = agent.state_dict()["memory"]["tenacity"]
-    assert memory["layout"] and "pytest" in memory["test_command"] and memory["kinds"] == {"off_by_one": 1}
-    play(env, frozen, "tenacity-09", stateless=False)
+    assert memory["layout"] and memory["test_command"].endswith(" tests")
+    assert memory["kinds"] == {"comparison": 1, "off_by_one": 1} and memory["blamed"] == {}
+    play(env, frozen, "tenacity-13", stateless=False)
     assert frozen.state_dict() == {"memory": {}}
+
+
+def test_stale_test_command_is_recognised_from_the_grading_feedback():
+    """The end-of-issue evidence: failing tests outside the remembered test folder. Unfrozen the
+    reference forgets the command (and finds the tests again next time); frozen it keeps it."""
+    from clbench.agents.coderepair import CodeRepairReference, stale_tests
+
+    old = "python -m pytest -q -x -p no:cacheprovider -o addopts= tenacity/tests"
+    moved = "Tests that did not pass (1; the first 20):\n  tests/test_tenacity.py::TestWaitConditions::test_wait_chain: FAILED"
+    same = "Tests that did not pass (1; the first 20):\n  tenacity/tests/test_tenacity.py::TestX::test_y: ERROR"
+    assert stale_tests(old, moved) and not stale_tests(old, same) and not stale_tests(old, "Reward 1.000")
+    assert not stale_tests(old.replace("tenacity/tests", "tests"), moved)
+    first = ("--- Issue 14/26 ---\nRepository: jd/tenacity (tenacity 8.2.3), checked out at /testbed\n\n# A bug\n\n"
+             "Fix the issue in the repository's source code (tenacity/; changes elsewhere are ignored). "
+             "Submit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or the submit tool.")
+    state = {"memory": {"tenacity": {"layout": True, "test_command": old, "kinds": {"comparison": 1}}}}
+    for freeze_at, kept in ((None, ""), (13, old)):
+        agent = CodeRepairReference({}, freeze_at=freeze_at)
+        agent.load_state_dict(state)
+        info = {"position": 13, "instance_id": "tenacity-02"}
+        agent.begin_instance(first, info)
+        assert agent.act(first, info).startswith("echo COMPLETE")  # no checkable report: submits
+        agent.end_instance(0.0, info, f"Submitted after 1 steps. Reward 0.000.\n{moved}")
+        assert agent.memory["tenacity"]["test_command"] == kept and agent.memory["tenacity"]["kinds"] == {"comparison": 1}
+
+
+def test_the_drift_is_real_knowledge_from_7_goes_stale_on_8(env):
+    """What the reference learned on tenacity 7.0.0 (tests in tenacity/tests) tests nothing on 8.2.3.
+    Unfrozen, its search reports that the command tested nothing for an edit that passed the check:
+    it finds the tests again and fixes the issue (three steps more than stateful with fresh
+    knowledge). Frozen before 8.2.3 it keeps the old folder, its search confirms nothing, and the
+    fix a fresh reference makes is lost."""
+    learner = make_agent("reference", env)
+    assert play(env, learner, "tenacity-11", stateless=False)["reward"] > 0  # 7.0.0: learns tenacity/tests
+    assert learner.memory["tenacity"]["test_command"].endswith(" tenacity/tests")
+    frozen = make_agent("reference", env, freeze_at=env.schedule.variant_starts()["tenacity-8.2.3"])
+    frozen.load_state_dict(learner.state_dict())
+    out = play(env, learner, "tenacity-04", stateless=False)  # check, search, tests, baseline, search, submit
+    assert out["reward"] == pytest.approx(1 - 5 / 40) and learner.memory["tenacity"]["test_command"].endswith(" tests")
+    assert learner.memory["tenacity"]["kinds"] == {"comparison": 1, "off_by_one": 1}
+    out = play(env, frozen, "tenacity-04", stateless=False)
+    assert out["reward"] == 0.0 and frozen.memory["tenacity"]["test_command"].endswith(" tenacity/tests")
+    assert frozen.memory["tenacity"]["kinds"] == {"comparison": 1}
+
+
+def test_tenacity_7_tests_inside_the_package_are_not_graded(env):
+    """In 7.0.0 the tests live below the source folder: edits there (a conftest that skips everything,
+    emptied test bodies, a deleted test module) are ignored, so they earn nothing; a real fix next to
+    them still counts, and a bare submit scores 0."""
+    env.reset(seed=0, options={"instance": "tenacity-11", "stateless": True})
+    obs, reward, term, _, info = env.step(f"echo {SPEC['submit_marker']}")
+    assert term and reward == 0.0 and "issue tests 0/" in obs
+    env.reset(seed=0, options={"instance": "tenacity-11", "stateless": True})
+    env.step("printf 'import pytest\\n\\n@pytest.fixture(autouse=True)\\ndef _s():\\n    pytest.skip()\\n'"
+             " > tenacity/tests/conftest.py && sed -i 's/^\\( *\\)def test\\(.*\\):$/\\1def test\\2:\\n\\1    return/'"
+             " tenacity/tests/test_tenacity.py && rm tenacity/tests/test_asyncio.py")
+    obs, reward, term, _, info = env.step(f"echo {SPEC['submit_marker']}")
+    assert term and reward == 0.0 and not info["solved"], obs
+    assert info["details"]["changed_files"] == [] and set(info["details"]["ignored_files"]) == {
+        "tenacity/tests/conftest.py", "tenacity/tests/test_tenacity.py", "tenacity/tests/test_asyncio.py"}
+    agent = make_agent("oracle", env)
+    obs, info = env.reset(seed=0, options={"instance": "tenacity-11", "stateless": True})
+    env.step("rm tenacity/tests/test_tornado.py")
+    obs, reward, term, _, info = env.step(agent.act(obs, info))
+    assert term and reward == pytest.approx(1 - 1 / 40), obs
+    assert info["details"]["changed_files"] == ["tenacity/stop.py"]
+    assert info["details"]["ignored_files"] == ["tenacity/tests/test_tornado.py"]
+
+
+def test_rewriting_tenacity_7_tests_from_the_package_scores_zero_bwrap(env):
+    check_attack(env, "tenacity-11", "rewrite_tests")
 
 
 @pytest.mark.docker

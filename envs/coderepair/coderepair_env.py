@@ -1,4 +1,4 @@
-"""CodeRepair-v1: an engineer fixes a sequence of reported bugs in two real Python repositories."""
+"""CodeRepair-v2: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
 from __future__ import annotations
 
 import re
@@ -24,17 +24,18 @@ _FENCE = re.compile(r"```(?:bash|sh|shell|console)?[ \t]*\n(.*?)```", re.DOTALL)
 class CodeRepairEnv(InstanceSequenceEnv):
     """
     ## Description
-    The agent is a software engineer who receives bug reports for two real open-source Python
-    repositories, the sdists of tablib 3.5.0 (9 issues) and tenacity 8.2.3 (10 issues) from
-    PyPI, verified by sha256. Each issue is a realistic regression injected into the real source
-    (a reviewed diff), reported like a real bug report (symptoms and a reproduction, never the
-    fix). Every issue starts from a fresh checkout at `/testbed` (a one-commit git repository)
-    from which the tests that catch the bug (FAIL_TO_PASS) are removed; every file in it has the
-    same dates and mode, so none singles out the bug. Latent structure that a
-    learning agent can carry from issue to issue: where the logic of each repository lives,
-    how its tests run and its conventions; issues of one repository touch overlapping modules.
-    Commands run in a sandbox (clbench.sandbox): Docker or bubblewrap, no network, read-only
-    system, resource limits and a per-command time limit.
+    The agent is a software engineer who receives bug reports for real open-source Python
+    projects, the sdists of tablib 3.5.0 (9 issues), then tenacity 7.0.0 (4 issues) and tenacity
+    8.2.3 (13 issues) from PyPI, verified by sha256. Each issue is a realistic regression injected
+    into the real source (a reviewed diff), reported like a real bug report (symptoms and a
+    reproduction, never the fix). Every issue starts from a fresh checkout at `/testbed` (a
+    one-commit git repository) from which the tests that catch the bug (FAIL_TO_PASS) are removed;
+    every file in it has the same dates and mode, so none singles out the bug. Latent structure
+    that a learning agent can carry from issue to issue: where the logic of each project lives,
+    where its tests are and how they run, its conventions and the kinds of regression that recur;
+    issues of one project touch overlapping modules. Commands run in a sandbox (clbench.sandbox):
+    Docker or bubblewrap, no network, read-only system, resource limits and a per-command time
+    limit.
 
     ## Action Space
     `Text`: one bash command per step (a fenced ```bash block in prose is taken as the command),
@@ -46,8 +47,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     An empty command is invalid (it costs a step; three in a row end the issue with reward 0).
 
     ## Observation Space
-    `Text` (printable ASCII): first the issue report with the repository and the rules; then
-    `<returncode>N</returncode>` and `<output>...</output>` of each command (stdout, then
+    `Text` (printable ASCII): first the issue report with the project, its release and the rules;
+    then `<returncode>N</returncode>` and `<output>...</output>` of each command (stdout, then
     stderr, each cut to its head and tail with a note; a note when the sandbox killed it); after
     the submission, the score and feedback.
 
@@ -60,41 +61,61 @@ class CodeRepairEnv(InstanceSequenceEnv):
     answer key, and a test id already says what failed.
 
     ## Rewards
-    On submission the workspace diff below the package's source folder (test and other files
-    are ignored) is applied to a fresh checkout with the hidden tests restored, and the
-    FAIL_TO_PASS and PASS_TO_PASS tests run in the sandbox. Reward
-    `1 - (steps_to_submit - 1) / 40` when all of them pass, else 0 (raw metric `issue_regret`:
-    steps_to_submit - 1, or 40 when unresolved). 0 on every other step.
+    On submission the workspace diff below the package's source folder (test files, including
+    tests shipped inside the package as in tenacity 7.0.0's tenacity/tests, and other files are
+    ignored) is applied to a fresh checkout with the hidden tests restored, and the FAIL_TO_PASS
+    and PASS_TO_PASS tests run in the sandbox. Reward `1 - (steps_to_submit - 1) / 40` when all of
+    them pass, else 0 (raw metric `issue_regret`: steps_to_submit - 1, or 40 when unresolved). 0
+    on every other step.
     Grading the code under test cannot forge (envs/coderepair/grading.py): the grader's own
     runner, ini and plugin settings (no conftest, no plugin autoload, no cached bytecode) in the
     runtime's read-only Python; the hidden tests renamed afresh and canary tests that must fail
     or error planted beside them at every grading; the verdict signed with a per-grading key on
     a channel the test output never reaches; changes to pytest, pluggy or unittest during the
-    run detected. Any tampering (a canary passing, a missing or forged verdict, replaced test
-    machinery) scores 0 and is listed in `info["tampering"]` (and `info["details"]`).
+    run detected; the release's test folder read-only. Any tampering (a canary passing, a missing
+    or forged verdict, replaced test machinery) scores 0 and is listed in `info["tampering"]`
+    (and `info["details"]`).
 
     ## Reference agents
     The oracle applies the true fix (it reads it: privileged) and defines r_max. The reference
-    (clbench.agents.coderepair.CodeRepairReference) sees only what any agent sees: it turns the
-    report's reproduction into a check and searches a catalog of common regression edits,
-    confirmed by the check and the visible tests. It cannot find a fix on its own for most
-    issues: on the default schedule it resolves 3 of the 19 (tablib-03, tablib-05, tenacity-04;
-    elsewhere the report states no checkable expectation, the fix is outside its catalog or
-    beyond its search budget, or a wrong edit passes its check and the visible tests);
-    r_reference is its stateless mean (0.137). Stateful it saves the exploration steps on later
-    issues of a repository and tries the edit kinds that worked first: 0.145 on rollout 0, a
-    small gain (normalized gain 0.009, bootstrap 95% CI over issues [0, 0.022]).
+    (clbench.agents.coderepair.CodeRepairReference) sees only what any agent sees: it finds and
+    runs the project's tests, turns the report's reproduction into a check and searches a catalog
+    of common regression edits, confirmed by the check and the visible tests. It cannot find a fix
+    on its own for most issues: on the default schedule it resolves 8 of the 26 (tablib-03,
+    tablib-05, tenacity-04, -11, -12, -13, -16 and -17; elsewhere the report states no checkable
+    expectation, the fix is outside its catalog or beyond its search budget, or a wrong edit
+    passes its check and the visible tests);
+    r_reference is its stateless mean (0.262). Stateful it skips the exploration steps on later
+    issues of a project and tries the edit kinds that worked first: normalized gain 0.025
+    (bootstrap 95% CI [0.008, 0.052], 3 rollouts).
+
+    ## Drift
+    At the tenacity 7.0.0 -> 8.2.3 boundary (declared in tasks/coderepair/default.yaml): tenacity
+    8.0 stopped packaging its tests (its release note `do_not_package_tests`), so 7.0.0 ships them
+    in `tenacity/tests/` and 8.2.3 in a top-level `tests/` folder. Where the tests live and the
+    command that runs them, learned on 7.0.0, is wrong on 8.2.3; an agent that trusts it confirms
+    nothing with the tests. The observation names each issue's project and release (the variant
+    names are the releases, e.g. `tenacity-8.2.3`): that the release changed is visible, what
+    changed is not said. `clbench drift-check --rollouts 3`: frozen before 8.2.3, the reference
+    scores 0.285 less per 8.2.3 issue than unfrozen (drift cost, 95% CI [0.071, 0.508]; goal
+    0.1 x (r_max - r_reference) = 0.074). Unfrozen it loses no 8.2.3 issue to the drift: the first edit that passes its check there
+    shows it, inside that issue, that its test command tests nothing, and it finds the tests
+    again (three steps). (drift-check's "instances to recover", 6, is when the 5-issue
+    moving average regains its 7.0.0 level, which 8.2.3's smaller share of issues the reference
+    can fix delays.) Frozen, it revises nothing and fixes none of the 13 (see
+    clbench.agents.coderepair.CodeRepairReference for what frozen means and why).
 
     ## Episode End
     Terminated at submission; truncated when the 40-step budget runs out (reward 0).
 
     ## Arguments
-    `schedule` ("default"), `backend` ("auto" | "docker" | "bwrap" | "unsafe-local"; auto takes
-    Docker when the engine answers and both repository images exist, else bubblewrap;
-    unsafe-local has no isolation and warns), `command_timeout` (seconds per command, default
-    from the task spec), `cycle`, `render_mode` ("ansi"), `split` ("test" only; "train" raises
-    ValueError: the 19 issues are real bug reports in real tablib and tenacity releases, not drawn
-    from a generator, so there are no other seeds to draw training issues from).
+    `schedule` ("default"; "short": one to two issues per release, the drift kept), `backend`
+    ("auto" | "docker" | "bwrap" | "unsafe-local"; auto takes Docker when the engine answers and
+    every release's image exists, else bubblewrap; unsafe-local has no isolation and warns),
+    `command_timeout` (seconds per command, default from the task spec), `cycle`, `render_mode`
+    ("ansi"), `split` ("test" only; "train" raises ValueError: the 26 issues are real bug reports
+    in real tablib and tenacity releases, not drawn from a generator, so there are no other seeds
+    to draw training issues from).
 
     ## Version History
     - v0: 19 issues (tablib 3.5.0, tenacity 8.2.3), 40 steps, efficiency reward.
@@ -102,14 +123,20 @@ class CodeRepairEnv(InstanceSequenceEnv):
       honest scripted reference (r_reference recalibrated); the terminal observation states the
       score, its parts and the failing tests (see Feedback; released with v1, rewards unchanged).
     - v1 (split kwarg, no change to the test split): `split`; "train" is refused (see Arguments).
+    - v2: a real concept drift: tenacity 7.0.0 (tests inside the package) joins before 8.2.3;
+      26 issues (tenacity-01 and -09 ported to 7.0.0, 8 new regressions); the observation names
+      the project (not a release key); tests inside the source folder are ignored by the grading
+      and read-only in its run; a `short` schedule; the reference finds and runs the tests before
+      trusting them and learns from the feedback when they moved (r_reference recalibrated).
     """
 
     env_id = "clbench/CodeRepair-v2"
     reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
-             "possible: one bash command per step, then submit. Issues come from the same two "
-             "repositories, so knowledge of their layout, tests and conventions transfers. (The scripted "
-             "reference sees only what an agent sees and fixes 3 of the 19 issues on its own.)")
+             "possible: one bash command per step, then submit. Issues come from two projects, tablib and "
+             "tenacity (in two successive releases), so knowledge of their layout, tests and conventions "
+             "transfers. (The scripted reference sees only what an agent sees and fixes 8 of the 26 "
+             "issues on its own.)")
     reward_text = ("1 - (steps_to_submit - 1)/{max_steps} when every FAIL_TO_PASS and PASS_TO_PASS test passes "
                    "after submission, else 0; 0 when the code under test tampers with the test run. Only changes "
                    "inside the package's source folder are graded (tests, conftest.py, site files and the like are "
@@ -145,9 +172,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
         if docker:
             build_images(offline_base=offline_base, force=force)
 
-    no_train_split = ("its 19 issues are real bug reports injected into real tablib and tenacity releases, "
+    no_train_split = ("its 26 issues are real bug reports injected into real tablib and tenacity releases, "
                       "not drawn from a generator: there are no other seeds to draw training issues from, and "
-                      "any of the 19 used for training would be a benchmark problem")
+                      "any of the 26 used for training would be a benchmark problem")
 
     def __init__(self, schedule: str = "default", backend: str = "auto", command_timeout: float | None = None,
                  cycle: bool = False, render_mode: str | None = None, split: str = "test"):
