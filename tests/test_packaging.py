@@ -20,7 +20,7 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
     assert top <= {"clbench", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     for needed in ("clbench/envs/spectrummonitor/spectrummonitor_env.py", "clbench/agents/spectrummonitor.py",
                    "clbench/tasks/spectrummonitor/default.yaml", "clbench/schemas/run_card.schema.json",
-                   "clbench/containers/tablib/Dockerfile", "clbench/containers/make-offline-base.sh",
+                   "clbench/containers/coderepair/Dockerfile", "clbench/containers/make-offline-base.sh",
                    "clbench/templates/new_env/envs_env.py.tmpl",
                    "clbench/tasks/coderepair/tablib-01/bug.diff", "clbench/data/prices.yaml"):
         assert needed in names

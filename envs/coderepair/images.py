@@ -1,6 +1,7 @@
 """Preparing CodeRepair's runtimes: sdists, host venvs (bwrap) and Docker images (docker).
 
-Docker images are built from containers/<repo>/Dockerfile with a context holding the pinned
+Docker images are built from containers/coderepair/Dockerfile, one per repository release, with
+the release's import path as a build argument and a context holding its pinned
 requirements and their wheels, downloaded on the host with pip (`pip download`, or `pip wheel`
 for the few pure-Python packages published only as sdists), so the build needs no network:
 it runs with `network_mode="none"`. `--offline-base` first makes a base image from Debian
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from clbench.sandbox.base import BuildError
 from clbench.env import load_task_spec
-from clbench.envs.coderepair.runtime import ensure_venv, requirements_hash
+from clbench.envs.coderepair.runtime import ensure_venv, pth_line, requirements_hash
 from clbench.envs.coderepair.sources import cache_lock, cache_root, pristine_tree
 
 #: Python of both base images (Debian bookworm's python3 and python:3.11-slim)
@@ -83,7 +84,7 @@ def image_present(client, tag: str) -> bool:
 
 
 def build_image(client, name: str, repo: dict, base_image: str, force: bool = False, log=print) -> str:
-    """Build `repo["image"]` from containers/<name>/Dockerfile on `base_image`, offline."""
+    """Build `repo["image"]` from containers/coderepair/Dockerfile on `base_image`, offline."""
     tag = repo["image"]
     if image_present(client, tag) and not force:
         log(f"{tag}: present (--force rebuilds)")
@@ -91,12 +92,14 @@ def build_image(client, name: str, repo: dict, base_image: str, force: bool = Fa
     wheels = download_wheels(name, repo, log)
     with tempfile.TemporaryDirectory(prefix=f"clbench-build-{name}-") as ctx:
         ctx_path = Path(ctx)
-        shutil.copy(containers_dir() / name / "Dockerfile", ctx_path / "Dockerfile")
+        shutil.copy(containers_dir() / "coderepair" / "Dockerfile", ctx_path / "Dockerfile")
         (ctx_path / "requirements.txt").write_text("\n".join(repo["requirements"]) + "\n")
         shutil.copytree(wheels, ctx_path / "wheels", ignore=shutil.ignore_patterns(".complete"))
         log(f"{tag}: building on {base_image}")
+        # the checkout's import root inside the sandbox: the same .pth line as the bubblewrap venvs'
+        args = {"BASE_IMAGE": base_image, "IMPORT_PATH": pth_line(repo, load_task_spec("coderepair")["workdir"])}
         try:
-            client.images.build(path=ctx, tag=tag, buildargs={"BASE_IMAGE": base_image}, pull=False, rm=True,
+            client.images.build(path=ctx, tag=tag, buildargs=args, pull=False, rm=True,
                                 forcerm=True, network_mode="none", labels={"clbench.repo": name})
         except Exception as exc:  # noqa: BLE001 - BuildError carries the docker message
             hint = "" if image_present(client, base_image) else (

@@ -4,7 +4,8 @@ bwrap: `<cache>/venv-<repo>-<hash of requirements>` made with the running interp
 from PyPI on the host, then mounted read-only at /opt/venv in every sandbox; scripts are
 rewritten to /opt/venv, and a .pth file puts the checkout's import root on sys.path (the
 repository itself is never installed, so tests import the agent's code). Docker: the image
-built from containers/<repo>/Dockerfile by `clbench containers build`, with the same layout.
+built from containers/coderepair/Dockerfile by `clbench containers build`, with the same layout
+and the same .pth line.
 """
 from __future__ import annotations
 
