@@ -81,6 +81,10 @@ def _part_tallies(tr, rollouts: list[int], ids: list[str], parts) -> dict[str, n
 def _part_costs(unfrozen, frozen, rollouts: list[int], ids: list[str], parts, ck, ci) -> dict:
     """A drift's cost per named part of the score (env.score_parts): the share of points after the
     drift, unfrozen minus frozen, with the drift's own bootstrap weights (same replicates)."""
+    def share(pts, of):  # per replicate; a replicate that drew no such points is undefined (nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.einsum("bk,ki,bi->b", ck, pts, ci) / np.einsum("bk,ki,bi->b", ck, of, ci)
+
     tallies_u, tallies_f = (_part_tallies(tr, rollouts, ids, parts) for tr in (unfrozen, frozen))
     rows = {}
     for name in tallies_u:
@@ -88,11 +92,6 @@ def _part_costs(unfrozen, frozen, rollouts: list[int], ids: list[str], parts, ck
         if of_u.sum() == 0 or of_f.sum() == 0:
             rows[name] = {"cost": summarize(None, None, 0, "no such points after the drift"), "out_of": 0}
             continue
-
-        def share(pts, of):  # per replicate; a replicate that drew no such points is undefined (nan)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return np.einsum("bk,ki,bi->b", ck, pts, ci) / np.einsum("bk,ki,bi->b", ck, of, ci)
-
         after_u, after_f = pts_u.sum() / of_u.sum(), pts_f.sum() / of_f.sum()
         rows[name] = {"cost": summarize(float(after_u - after_f), share(pts_u, of_u) - share(pts_f, of_f),
                                         int(of_u.sum())),
