@@ -227,11 +227,17 @@ class InstanceSequenceEnv(gym.Env):
             cls.task = task_name(cls.env_id)
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test"):
-        """`split="test"` (the default) is the benchmark: today's instances, unchanged. `split="train"`
-        builds the same schedule (variants, latent structure kinds, drift kinds) from other seeds
-        (`split_seed`), for training; its instance ids start with "train-" and no instance, id or
-        generated problem is shared with the test split (tests/test_split.py)."""
+                 split: str = "test", world_seed: int | None = None):
+        """`split="test"` (the default) is the benchmark. `split="train"` builds the same schedule
+        (variants, kinds of latent structure, kinds of drift) in another world, for training; its
+        instance ids start with "train-" and it shares no instance, answer or latent value with the
+        test split (tests/test_split.py).
+
+        `world_seed=None` (the default) is the canonical world, the one published numbers refer to.
+        `world_seed=N` draws a fresh world of the same kind and difficulty: every latent value (schema
+        conventions, band plan, opponents' parameters, effects, codings, facts, ...) is drawn from
+        `world_rng` / `draw_seed`, so a model that memorised this repository gains nothing there.
+        Train worlds, the canonical world and fresh worlds never coincide (`world_key`)."""
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         if split not in SPLITS:
@@ -239,6 +245,9 @@ class InstanceSequenceEnv(gym.Env):
         if split == "train" and self.no_train_split:
             raise ValueError(f"{self.env_id} has no train split: {self.no_train_split}")
         self.split = split
+        if world_seed is not None and (isinstance(world_seed, bool) or int(world_seed) < 0):
+            raise ValueError(f"world_seed must be None (the canonical world) or an integer >= 0, got {world_seed!r}")
+        self.world_seed = None if world_seed is None else int(world_seed)
         self.render_mode = render_mode
         self.schedule_name = schedule
         self.cycle = cycle
@@ -259,17 +268,44 @@ class InstanceSequenceEnv(gym.Env):
         self._done = True
         self._last_obs = ""
 
-    # ------------------------------------------------------------------ train/test split
-    def split_seed(self, seed: int) -> int:
+    # ------------------------------------------------------------------ worlds: canonical, train, fresh
+    @property
+    def world_key(self) -> str:
+        """Names the world this env plays: "canonical" (test split, no world seed), "train",
+        "world-N" (a fresh test world) or "train-world-N". Every latent draw is keyed by it."""
+        if self.world_seed is None:
+            return "canonical" if self.split == "test" else self.split
+        return f"world-{self.world_seed}" if self.split == "test" else f"{self.split}-world-{self.world_seed}"
+
+    @property
+    def canonical_world(self) -> bool:
+        """Whether this is the benchmark's canonical world (tasks/<task>/default.yaml as written)."""
+        return self.world_key == "canonical"
+
+    def _world_digest(self, what: str) -> int:
+        digest = hashlib.sha256(f"clbench/{self.task}/{self.world_key}/{what}".encode()).digest()
+        return int.from_bytes(digest[:8], "big")
+
+    def draw_seed(self, seed: int) -> int:
         """The generator seed to use for `seed` (a seed from tasks/<task>/default.yaml): `seed` itself
-        in the test split; in the train split a deterministic seed derived from the task, the split and
-        `seed` (never equal to `seed`), so train instances are other draws of the same generator."""
+        in the canonical world; in any other world a deterministic seed derived from the task, the
+        world and `seed` (never equal to `seed`), so its instances are other draws of the same generator."""
         seed = int(seed)
-        if self.split == "test":
+        if self.canonical_world:
             return seed
-        digest = hashlib.sha256(f"clbench/{self.task}/{self.split}/{seed}".encode()).digest()
-        derived = int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+        derived = self._world_digest(f"seed/{seed}") & 0x7FFFFFFF
         return derived if derived != seed else derived ^ 1
+
+    #: the name earlier code used for `draw_seed`
+    split_seed = draw_seed
+
+    def world_rng(self, purpose: str) -> "np.random.Generator":
+        """A numpy Generator for drawing latent structure named `purpose` ("band-plan", "opponents",
+        ...) in this world. The canonical world keeps its written values and should not call this
+        for them; every other world draws them here, so train, canonical and fresh worlds differ."""
+        import numpy as np
+
+        return np.random.default_rng(self._world_digest(f"rng/{purpose}"))
 
     def _split_ids(self, schedule: Schedule) -> Schedule:
         """Test: the schedule as built. Train: every instance id prefixed with "train-"."""
@@ -312,6 +348,20 @@ class InstanceSequenceEnv(gym.Env):
                        + score_report(0.0, "an instance not finished within its step budget scores 0"),
                        done=True, reward=0.0, solved=False)
 
+    #: memoryless policy families the red team searches (`clbench redteam`): name ->
+    #: ("module:Class", {parameter: [values, ...]}); the class is an Agent that reads observations
+    #: only and keeps nothing across instances; the red team plays every point of the grid
+    #: stateless and fails the env when any reaches r_reference (docs/contract.md, "Honest scores")
+    policy_families: dict[str, tuple[str, dict[str, list]]] = {}
+
+    @classmethod
+    def public_secrets(cls) -> list[str]:
+        """Latent values of the canonical world (names, units, codes, frequencies, opponents'
+        parameters, effects, codings, facts) as the strings they would appear as in text. None may
+        appear in any public text: README, docs, docstrings, YAML comments, the agent card, tool
+        descriptions, error messages (tests/test_public_text.py)."""
+        return []
+
     def latent(self) -> Any:
         """Ground truth for privileged (oracle) agents only; never part of an observation."""
         raise NotImplementedError(f"{self.env_id} exposes no latent structure")
@@ -351,20 +401,33 @@ class InstanceSequenceEnv(gym.Env):
     # ------------------------------------------------------------------ public API
     @property
     def calibrated(self) -> bool:
-        """Whether default.yaml holds r_max and r_reference (`clbench calibrate --env ID --write`)."""
-        return is_calibrated(self.spec_data)
+        """Whether this world and schedule have r_max and r_reference (default.yaml for the canonical
+        default, `clbench calibrate --env ID --write`; the calibration cache otherwise)."""
+        return self.r_max is not None and self.r_reference is not None
+
+    @property
+    def baselines_from_spec(self) -> bool:
+        """Whether default.yaml's r_max and r_reference apply: the canonical world's default schedule."""
+        return self.canonical_world and self.schedule_name == "default"
+
+    def _baseline(self, name: str) -> float | None:
+        if self.baselines_from_spec:
+            value = self.spec_data.get(name)
+        else:  # another world or schedule: its own calibration, cached (clbench.calibration), never borrowed
+            from clbench.calibration import cached_baseline
+
+            value = cached_baseline(self, name)
+        return None if value is None else float(value)
 
     @property
     def r_max(self) -> float | None:
-        """Mean reward of the oracle on the default schedule; None until the task is calibrated."""
-        value = self.spec_data.get("r_max")
-        return None if value is None else float(value)
+        """Mean reward of the oracle on this world and schedule; None until it is calibrated."""
+        return self._baseline("r_max")
 
     @property
     def r_reference(self) -> float | None:
-        """Mean reward of the stateless reference on the default schedule; None until calibrated."""
-        value = self.spec_data.get("r_reference")
-        return None if value is None else float(value)
+        """Mean reward of the stateless reference on this world and schedule; None until calibrated."""
+        return self._baseline("r_reference")
 
     @property
     def spec_card(self) -> SpecCard:
@@ -376,6 +439,16 @@ class InstanceSequenceEnv(gym.Env):
             instances=len(self.schedule), max_steps=self.max_steps, variants=self.schedule.describe(),
             tools=self.tools, schedule=self.schedule.name,
         )
+
+    @property
+    def agent_card(self) -> dict:
+        """What an agent may be shown: its brief, the reward, the feedback policy, the action grammar,
+        the step budget and the tools. It states nothing about when or what a drift is, nor any latent
+        value; `spec_card` adds documentation for people (variants, baselines, schedule)."""
+        say = self.say
+        return {"env_id": self.env_id, "task": self.task, "brief": say(self.brief), "reward": say(self.reward_text),
+                "feedback": say(self.feedback_text), "action_grammar": say(self.action_grammar),
+                "max_steps": self.max_steps, "tools": self.tools}
 
     def say(self, text: str) -> str:
         """`text` with "{max_steps}" filled in, so the budget is stated where it is set (default.yaml)."""
