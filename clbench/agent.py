@@ -135,6 +135,9 @@ def _takes_observation(cls: type) -> bool:
 GENERIC_AGENTS = {
     "random": "clbench.agents.random_agent:RandomAgent",
     "llm": "clbench.agents.llm:LLMAgent",
+    # agents whose moves arrive over MCP (clbench.harness; docs/harnesses.md)
+    "mcp": "clbench.harness.agents:BridgeAgent",
+    "command": "clbench.harness.agents:CommandAgent",
     # degenerate agents (clbench.agents.degenerate); `fixed:NAME` plays the env's fixed answer NAME
     "first-legal": "clbench.agents.degenerate:FirstLegal",
     "submit": "clbench.agents.degenerate:Submit",

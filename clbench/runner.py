@@ -147,6 +147,10 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
     usage = agent.pop_usage()
     if usage is not None and usage.errors and error is None:
         traj.append({"event": "model_errors", "errors": usage.errors})
+    pop_trace = getattr(agent, "pop_trace", None)  # an external harness's command, output and exit status
+    trace = pop_trace() if pop_trace is not None else None
+    if trace:
+        traj.append({"event": "harness", **trace})
     raw = final_info.get("raw_metric") or {"name": "reward", "value": 0.0}
     return {
         "reward": float(final_info.get("instance_reward", 0.0)) if error is None else 0.0,
