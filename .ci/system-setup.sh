@@ -36,6 +36,13 @@ else
     fi
 fi
 
+# The official MCP Inspector CLI, a second real client for `clbench serve` (tests/test_mcp.py)
+if command -v npm >/dev/null && [ ! -x /opt/mcp-inspector/node_modules/.bin/mcp-inspector ] && [ -w /opt ]; then
+    log "installing the MCP Inspector CLI (npm) into /opt/mcp-inspector"
+    npm install --silent --prefix /opt/mcp-inspector "@modelcontextprotocol/inspector@^2" >/dev/null 2>&1 \
+        || log "npm could not install the MCP Inspector; its test skips with the reason"
+fi
+
 # The build imports clbench; .ci/run installs it again with the test extras afterwards.
 python -m pip install -q -e . --no-deps
 

@@ -89,7 +89,9 @@ def test_serve_over_http_gives_the_runner_reference_rewards(tmp_path, task, sche
         args = ["--url", url, "--instances", str(n)] + (["--stateless"] if mode == "stateless" else [])
         wait_for_port(port, server)
         client = subprocess.run(client_command(*args), capture_output=True, text=True, timeout=900)
-        assert client.returncode == 0, (client.stdout, client.stderr[-2000:], server.poll())
+        if client.returncode != 0:
+            server.kill()
+            raise AssertionError(f"client: {client.stdout}\n{client.stderr[-2000:]}\nserver: {server.stderr.read()[-3000:]}")
         played = [json.loads(line) for line in client.stdout.splitlines()]
         assert len(played) == n
         server.wait(timeout=120)
@@ -174,11 +176,12 @@ def test_a_harness_without_a_home_memory_gains_nothing(tmp_path):
 
 
 def _alive(pid: int) -> bool:
+    """Running or sleeping; a zombie (killed, waiting for a reaper) is gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
         return False
-    return True
+    return "\nState:\tZ" not in status
 
 
 @pytest.mark.parametrize("cmd,flag", [("sleep 600 & echo $! > bg.pid; sleep 600", "timed_out"),
@@ -232,3 +235,35 @@ def test_home_folder_round_trips_through_the_resumable_state(tmp_path):
     assert (other.home / "notes" / "opponents.md").read_text() == "Mara folds to raises"
     with pytest.raises(ValueError, match="outside the home folder"):
         other.load_state_dict({"home": {"../escape": ""}})
+
+
+INSPECTOR = Path(os.environ.get("CLBENCH_MCP_INSPECTOR", "/opt/mcp-inspector/node_modules/.bin/mcp-inspector"))
+
+
+@pytest.mark.skipif(not INSPECTOR.exists(), reason=f"the official MCP Inspector CLI is not installed at {INSPECTOR} "
+                    "(.ci/system-setup.sh installs it from npm)")
+def test_the_official_mcp_inspector_cli_reads_and_calls_the_server(tmp_path):
+    eid = env_id("Poker")
+    env = gym.make(eid, schedule="short").unwrapped
+    port = free_port()
+    server = subprocess.Popen([PY, "-m", "clbench", "serve", "--env", eid, "--env-arg", "schedule=short",
+                               "--port", str(port), "--out", str(tmp_path / "s"), "--wait", "30"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(port, server)
+
+        def inspect(*args: str) -> dict:
+            done = subprocess.run([str(INSPECTOR), "--cli", f"http://127.0.0.1:{port}/mcp", "--transport", "http",
+                                   *args], capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr[-2000:]
+            return json.loads(done.stdout)
+
+        tools = inspect("--method", "tools/list")["tools"]
+        assert [(t["name"], t["inputSchema"]) for t in tools] == [(t["function"]["name"], t["function"]["parameters"])
+                                                                  for t in env.tools]
+        assert {r["uri"] for r in inspect("--method", "resources/list")["resources"]} == \
+            {"clbench://instance", "clbench://agent-card"}
+        called = inspect("--method", "tools/call", "--tool-name", "act", "--tool-arg", "action=CALL")
+        assert not called.get("isError") and called["structuredContent"]["step"] == 1
+    finally:
+        server.kill()
