@@ -7,8 +7,11 @@ pinned to the driver's node, so remote workers need no shared filesystem).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import multiprocessing
+import os
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -33,6 +36,30 @@ def install_signal_handlers() -> None:
     """SIGTERM unwinds like SIGINT (main process and pool workers): whatever instance is being played
     is never recorded, and `--resume` replays it."""
     signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+#: prctl(2): the signal a process gets when its parent dies
+PR_SET_PDEATHSIG = 1
+
+
+def _worker_init(parent: int) -> None:
+    """A pool worker unwinds on SIGTERM like the main process, and dies with its parent: a SIGKILLed
+    clbench leaves no one to stop its workers, which would go on playing and appending to the run
+    directory beside a `--resume`."""
+    install_signal_handlers()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the watcher below still notices
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch():  # prctl fires when the parent *thread* ends; this catches the process on any platform
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="clbench-parent-watch", daemon=True).start()
 
 
 def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
@@ -67,7 +94,7 @@ def run_local(jobs: list[Job], workers: int, on_done: OnDone) -> list[str]:
         return errors
     ctx = multiprocessing.get_context("spawn")
     pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
-                                  initializer=install_signal_handlers)
+                                  initializer=_worker_init, initargs=(os.getpid(),))
     try:
         futures = {pool.submit(run_job, job): job for job in jobs}
         for fut in cf.as_completed(futures):
@@ -94,6 +121,8 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
 
     started = False
     if not ray.is_initialized():
+        if address:
+            check_ray_address(address)
         kwargs = {"address": address} if address else {"num_cpus": workers}
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **kwargs)
         started = True
@@ -118,6 +147,25 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
     finally:
         if started:
             ray.shutdown()
+
+
+def check_ray_address(address: str, timeout: float = 3.0) -> None:
+    """Fail in one line, before Ray starts, when nothing answers at a cluster address (Ray itself
+    would retry for minutes, ignoring SIGTERM). "auto" and "local" are Ray's own words: left to Ray."""
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--ray-address {address!r}: expected HOST:PORT (e.g. 127.0.0.1:6379), ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise RuntimeError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
+                           "`ray start --head` or leave out --ray-address for a local instance") from None
 
 
 class _SinkActor:

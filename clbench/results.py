@@ -189,8 +189,66 @@ def load_records(run_dir: str | Path) -> list[dict]:
         if rec.get("format", RECORD_FORMAT) > RECORD_FORMAT:
             raise ResultsError(f"{path}:{no}: record format {rec['format']} is newer than this clbench "
                                f"({RECORD_FORMAT}); upgrade clbench")
+        bad = malformed(rec)
+        if bad:
+            warnings.warn(f"{path}:{no}: record dropped: {bad}", stacklevel=2)
+            continue
         by_key[record_key(rec)] = rec
     return list(by_key.values())
+
+
+def malformed(rec: dict) -> str | None:
+    """What is wrong with a record's key and reward fields, or None (a hand-edited or corrupted
+    file must fail where it is wrong, not deep inside the metrics)."""
+    reward = rec["reward"]
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        return f"reward {reward!r} is not a finite number"
+    if rec["mode"] not in ("stateful", "stateless"):
+        return f"mode {rec['mode']!r} is neither stateful nor stateless"
+    for name in ("rollout", "position"):
+        if isinstance(rec[name], bool) or not isinstance(rec[name], int) or rec[name] < 0:
+            return f"{name} {rec[name]!r} is not a whole number >= 0"
+    for name in ("task", "system", "instance_id"):
+        if not isinstance(rec[name], str) or not rec[name]:
+            return f"{name} {rec[name]!r} is not a name"
+    return None
+
+
+def completeness(run_dir: str | Path, records: list[dict]) -> list[str]:
+    """What a finished run directory lacks: stateful rollouts or stateless passes with fewer instances
+    than the schedule has, and planned rollouts with no record at all (from config.json and
+    metadata.json). Empty when every planned record is there."""
+    meta = load_metadata(run_dir)
+    try:
+        runs = read_json(Path(run_dir) / "config.json").get("runs", [])
+    except ResultsError:
+        runs = []
+    sizes = {task: params.get("instances") for task, params in meta.get("tasks", {}).items()}
+    found: dict[tuple, set] = {}
+    for rec in records:
+        found.setdefault((rec["task"], rec["system"], rec["mode"], rec["rollout"]), set()).add(rec["instance_id"])
+    problems = []
+    for (task, system, mode, rollout), ids in sorted(found.items()):
+        size = sizes.get(task)
+        if mode == "stateful" and size and len(ids) < size:
+            problems.append(f"{task}/{system}: stateful rollout {rollout} has {len(ids)} of {size} instances")
+    for run in runs:
+        task = next((t for t, p in meta.get("tasks", {}).items() if p.get("env_id") == run.get("env_id")), None)
+        system = run.get("system") or run.get("agent")
+        if task is None or run.get("mode", "both") == "stateless":
+            continue
+        have = {r for (t, s, m, r) in found if (t, s, m) == (task, system, "stateful")}
+        missing = sorted(set(range(int(run.get("rollouts", 0)))) - have)
+        if missing:
+            problems.append(f"{task}/{system}: stateful rollout(s) {missing} have no record")
+    for (task, system, mode, rollout), ids in sorted(found.items()):
+        size = sizes.get(task)
+        if mode == "stateless" and size:
+            everything = set().union(*(i for (t, s, m, _), i in found.items() if (t, s, m) == (task, system, mode)))
+            if len(everything) < size:
+                problems.append(f"{task}/{system}: the stateless pass covers {len(everything)} of {size} instances")
+                break
+    return problems
 
 
 def check_out_dir(out: str | Path, runs: list[tuple[str, str]]) -> None:

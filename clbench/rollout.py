@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from clbench.executors import execute
+from clbench.locking import run_directory_writer
 from clbench.progress import RunProgress
 from clbench.results import read_json, write_json_atomic
 from clbench.runcard import merge_metadata, task_params, write_run_card
@@ -43,12 +44,22 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
         raise ValueError(f"all configurations must write into one run directory, got {sorted(outs)}")
     out = Path(cfgs[0].out)
     out.mkdir(parents=True, exist_ok=True)
+    if executor == "ray" and ray_address:
+        from clbench.executors import check_ray_address
+
+        check_ray_address(ray_address)  # before any work: a dead address fails in one line
+    with run_directory_writer(out):
+        return _run_many(cfgs, out, say, resume, executor, ray_address, quiet)
+
+
+def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, quiet: bool) -> dict:
     jobs, expected = [], {}
     for cfg in cfgs:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
         base = env.unwrapped
         merge_metadata(out, base.task, task_params(env),
                        {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs})
+        check_shocks(cfg.shocks, len(base.schedule), cfg.env_id)
         planned = plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable, resume=resume)
         jobs += planned
         for job in planned:
@@ -79,6 +90,17 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
     if not any(cfg.mode == "both" for cfg in cfgs):  # resumed runs carry their modes in cfgs too
         return {}
     return write_run_card(out, conf)
+
+
+def check_shocks(shocks: list[str], instances: int, env_id: str) -> None:
+    """Every shock parses and falls inside the schedule (a shock past its end would never apply)."""
+    from clbench.shocks import parse_shock
+
+    for text in shocks or []:
+        shock = parse_shock(text)
+        if not 0 <= shock.position < instances:
+            raise ValueError(f"shock {text!r}: position {shock.position} is outside {env_id}'s schedule "
+                             f"(positions 0 to {instances - 1})")
 
 
 def run(cfg: RunConfig, say: Callable[[str], None] = _say, resume: bool = False, **kwargs) -> dict:

@@ -37,6 +37,21 @@ def cmd_prune(args) -> int:
     return 0
 
 
+def cmd_status(args) -> int:
+    """How this machine's sandboxes are bounded (docs/contract.md, "Sandboxes")."""
+    from clbench.sandbox import cgroup, seccomp
+    from clbench.sandbox.bwrap import bwrap_works
+    from clbench.sandbox.docker_backend import engine_status
+
+    ok, why = bwrap_works()
+    print(f"bubblewrap: {'available' if ok else 'unavailable: ' + why}")
+    print(f"  memory and processes of a whole sandbox bounded by: {cgroup.mechanism()}")
+    print(f"  nested user namespaces: {'refused (seccomp)' if seccomp.compiled_filter() else 'NOT refused: libseccomp missing'}")
+    ok, why = engine_status()
+    print(f"docker: {'available (the container cgroup bounds memory and processes)' if ok else 'unavailable: ' + why}")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("containers", help="build the sandboxes' images and runtimes of the envs that declare one")
     inner = p.add_subparsers(dest="containers_cmd", required=True)
@@ -50,3 +65,5 @@ def register(sub) -> None:
     b.set_defaults(func=cmd_build)
     pr = inner.add_parser("prune", help="remove sandbox containers and folders whose clbench process died")
     pr.set_defaults(func=cmd_prune)
+    st = inner.add_parser("status", help="which sandboxes work here and how they are bounded")
+    st.set_defaults(func=cmd_status)

@@ -25,7 +25,7 @@ def _json_payload(report) -> dict:
 def cmd_report(args) -> int:
     from clbench.reporting import figures as F
     from clbench.reporting import html, model, tables
-    from clbench.results import ResultsError, load_metadata, load_records
+    from clbench.results import ResultsError, completeness, load_metadata, load_records
 
     if not Path(args.dir).is_dir():
         raise ResultsError(f"{args.dir} is {'a file' if Path(args.dir).exists() else 'missing'}, not a run directory")
@@ -35,8 +35,15 @@ def cmd_report(args) -> int:
     if not records:
         raise ResultsError(f"{args.dir}: results.jsonl holds no valid records ({len(dropped)} line(s) "
                            "dropped); nothing to report")
-    for w in dropped:  # the dropped lines are worth a warning once some records are valid
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    # a headline over incomplete or corrupt data is refused, or marked when the user asks for it
+    problems = [str(w.message) for w in dropped] + completeness(args.dir, records)
+    if problems and not args.allow_incomplete:
+        shown = "\n  ".join(problems[:10]) + (f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else "")
+        raise ResultsError(f"{args.dir}: the results are incomplete or corrupt, so no headline is computed:\n  "
+                           f"{shown}\n(continue the run with `clbench rollout --resume {args.dir}`, or pass "
+                           "--allow-incomplete to report what is there, marked as incomplete)")
+    banner = (f"INCOMPLETE RESULTS ({len(problems)} problem(s)); the numbers below use only the valid records:\n"
+              + "\n".join(f"- {p}" for p in problems)) if problems else ""
     report = model.build(args.dir, conventions=args.conventions, n_boot=args.n_boot,
                          metadata=load_metadata(args.dir), records=records)
     figures = F.render(report) if (args.format == "html" or not args.no_plots) else None
@@ -47,12 +54,20 @@ def cmd_report(args) -> int:
         except OSError as exc:  # a read-only results folder still gets its report
             print(f"clbench report: plots not written: {exc}", file=sys.stderr)
     if args.format == "json":
-        print(json.dumps(_json_payload(report), indent=2, default=float))
+        print(json.dumps({**_json_payload(report), "problems": problems}, indent=2, default=float))
     elif args.format == "html":
         out = Path(args.out) if args.out else Path(args.dir) / "report.html"
-        out.write_text(html.render(report, figures), encoding="utf-8")
+        page = html.render(report, figures)
+        if banner:  # first thing in the page, before any number
+            import html as escape
+
+            mark = f'<div class="incomplete" style="border:2px solid #b00;padding:8px;color:#b00"><pre>{escape.escape(banner)}</pre></div>'
+            page = page.replace("<body>", "<body>" + mark, 1) if "<body>" in page else mark + page
+        out.write_text(page, encoding="utf-8")
         print(out)
     else:
+        if banner:
+            print(banner + "\n")
         tables.print_tables(*tables.report_tables(report, [str(p) for p in written]))
     return 0
 
@@ -71,4 +86,6 @@ def register(sub) -> None:
     p.add_argument("--out", help="HTML file to write (default DIR/report.html)")
     p.add_argument("--no-plots", action="store_true", help="do not write PNGs to DIR/plots/")
     p.add_argument("--n-boot", type=int, default=None, help="bootstrap resamples (default 10000)")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="report a run with missing or corrupt records (marked as incomplete) instead of refusing")
     p.set_defaults(func=cmd_report)

@@ -4,8 +4,15 @@ Isolation: new pid, network (loopback only), ipc, uts and cgroup namespaces; the
 (/usr and the /bin, /lib, ... links) and a few files of /etc are mounted read-only, the runtime's
 binds read-only, the workspace read-write at `workdir`, a /tmp of its own (kept between the
 sandbox's commands, like a container's); nothing else of the host exists (no /home, /root,
-/work, /var, no host /etc/passwd). `--die-with-parent` and `--new-session` are set. Limits come from `prlimit` (RLIMIT_NPROC, AS, CPU, FSIZE, NOFILE) and a
-wall-clock timeout that kills the process group.
+/work, /var, no host /etc/passwd). `--die-with-parent` and `--new-session` are set.
+
+Bounds of the whole sandbox, not of each process: its memory and its process count are one
+budget for all its processes (a control group per command, clbench.sandbox.cgroup; a summed-RSS
+watchdog where no cgroup can be made); every writable place (the workspace, /tmp, /var/tmp,
+/dev/shm) lives in the one disk quota (clbench.sandbox.quota). `prlimit` adds per-process limits
+(RLIMIT_NPROC, AS, CPU, FSIZE, NOFILE) and a wall-clock timeout kills the process group. A seccomp
+filter refuses new user namespaces (clbench.sandbox.seccomp). bwrap reads its arguments from a
+file descriptor (`--args`), so no host path shows in the sandbox's /proc/1/cmdline.
 
 When run as root, the command drops to a dedicated unprivileged uid with no capabilities
 (`setpriv`), so RLIMIT_NPROC applies and the read-only mounts and host files stay out of reach;
@@ -15,10 +22,12 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import replace
 import shutil
 import subprocess
 from pathlib import Path
 
+from clbench.sandbox import cgroup, seccomp
 from clbench.sandbox.base import MiB, CommandResult, Limits, Runtime, Sandbox, SandboxUnavailable, chown_tree
 from clbench.sandbox.process import run_process
 
@@ -96,10 +105,12 @@ class BwrapSandbox(Sandbox):
             chown_tree(self.host_workspace, self.uid, self.gid)
         else:
             self.uid, self.gid = os.getuid(), os.getgid()
-        # the sandbox's own /tmp: kept from command to command (like a container's), never the host's
-        self._tmp = self._data / "tmp"
-        self._tmp.mkdir(mode=0o1777)
-        self._tmp.chmod(0o1777)
+        # the sandbox's own /tmp, /var/tmp and /dev/shm: kept from command to command (like a
+        # container's), never the host's, and inside the disk quota like the workspace
+        self._tmp, self._vartmp, self._shm = self._data / "tmp", self._data / "vartmp", self._data / "shm"
+        for folder in (self._tmp, self._vartmp, self._shm):
+            folder.mkdir(mode=0o1777)
+            folder.chmod(0o1777)
         self._etc = self._root / "etc"
         self._etc.mkdir()
         (self._etc / "passwd").write_text(f"root:x:0:0:root:/root:/bin/bash\n"
@@ -128,8 +139,9 @@ class BwrapSandbox(Sandbox):
             args += self._parents(f"/etc/{name}", made) + ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
         # /tmp before the runtime's binds: a venv or interpreter living under /tmp (or /var/tmp)
         # must stay visible on top of the sandbox's own /tmp, or python3 silently falls back
-        args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp",
-                 "--perms", "1777", "--tmpfs", "/var/tmp"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._shm), "/dev/shm",
+                 "--bind", str(self._tmp), "/tmp", "--perms", "0755", "--dir", "/var",
+                 "--bind", str(self._vartmp), "/var/tmp"]
         made.update(("/tmp", "/var", "/var/tmp"))
         for host, inside in self.runtime.binds:
             args += self._parents(inside, made) + ["--ro-bind", host, inside]
@@ -163,7 +175,8 @@ class BwrapSandbox(Sandbox):
         return args
 
     def argv(self, command: str, limits: Limits) -> list[str]:
-        """The full bwrap command line for one shell command (public for inspection and tests)."""
+        """The full bwrap command line for one shell command (public for inspection and tests); it runs
+        as `bwrap --args FD` with the rest read from FD (`_run`)."""
         namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
         if not self._as_root:
             namespaces.append("--unshare-user")
@@ -181,4 +194,41 @@ class BwrapSandbox(Sandbox):
     def _run(self, command: str, limits: Limits) -> CommandResult:
         env = self.runtime.environment(self.workdir)
         env["USER"] = env["LOGNAME"] = "sandbox"
-        return run_process(self.argv(command, limits), limits, env=env, watch=self._disk_watch())
+        exe, *args = self.argv(command, limits)
+        cut = args.index("--")  # bwrap's options, then the command
+        options, tail = args[:cut], args[cut:]
+        fds = []
+        try:
+            bpf = seccomp.compiled_filter()
+            if bpf is not None:
+                fds.append(seccomp.memfd("clbench-seccomp", bpf))
+                options = ["--seccomp", str(fds[-1]), *options]
+            # the options (every host path of every mount) through a descriptor, not the command line
+            fds.append(seccomp.memfd("clbench-bwrap-args", b"".join(a.encode() + b"\0" for a in options)))
+            argv = [exe, "--args", str(fds[-1]), *tail]
+            return self._bounded(argv, limits, env, tuple(fds))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _bounded(self, argv: list[str], limits: Limits, env: dict, fds: tuple[int, ...]) -> CommandResult:
+        """Run argv with the sandbox's memory and processes bounded as a whole (clbench.sandbox.cgroup)."""
+        disk = self._disk_watch()
+        memory = limits.memory_mb * MiB
+        if cgroup.mechanism() == "rss-watchdog":
+            rss = cgroup.RssWatch(memory, limits.memory_mb)
+
+            def watch():
+                return (disk() if disk else None) or rss()
+
+            return run_process(argv, limits, env=env, watch=watch, pass_fds=fds,
+                               started=lambda pid: setattr(rss, "root", pid))
+        group = cgroup.SandboxGroup(memory, limits.processes)
+        try:
+            result = run_process(group.prefix(argv), limits, env=env, watch=disk, pass_fds=fds)
+            why = group.verdict(limits.memory_mb)
+        finally:
+            group.close()
+        if why and not result.killed:
+            result = replace(result, killed=why, exit_code=None)
+        return result

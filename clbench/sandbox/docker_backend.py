@@ -150,9 +150,13 @@ class DockerSandbox(Sandbox):
         lim = self.limits
         self.container = self.client.containers.create(
             self.runtime.image,
-            command=["sleep", "infinity"],
+            # the container's lifeline: its main process reads stdin, which this process holds open
+            # (`_lifeline`); when clbench dies, even by SIGKILL, the stream closes, the read ends and
+            # the container stops with everything in it
+            command=["/bin/sh", "-c", "cat >/dev/null"],
+            stdin_open=True,
+            detach=False,  # with stdin_open: StdinOnce, so the first attach's end closes stdin
             init=True,
-            detach=True,
             network_mode="none",
             user="0:0",  # only init and `sleep` run as root (no capabilities); commands run as self.uid
             working_dir=self.workdir,
@@ -173,6 +177,7 @@ class DockerSandbox(Sandbox):
             hostname="sandbox",
             labels=_labels("1"),
         )
+        self._lifeline = self.client.api.attach_socket(self.container.id, params={"stdin": 1, "stream": 1})
         self.container.start()
 
     def _restart(self) -> None:
@@ -180,6 +185,9 @@ class DockerSandbox(Sandbox):
         self._start()
 
     def _remove_container(self) -> None:
+        lifeline, self._lifeline = getattr(self, "_lifeline", None), None
+        if lifeline is not None:
+            _shutdown(getattr(lifeline, "_sock", lifeline))
         if self.container is not None:
             try:
                 self.container.remove(force=True)
@@ -194,8 +202,11 @@ class DockerSandbox(Sandbox):
         err = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
         reason: list[str] = []
         start = time.monotonic()
-        prefix = f"ulimit -t {limits.cpu_limit} 2>/dev/null; "  # CPU seconds per process, as with bwrap
-        exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", prefix + command],
+        # one exec per command: CPU seconds per process (as with bwrap), the command in a shell of its
+        # own, then whatever it left running is killed in the same exec (nothing outlives a command)
+        wrapper = (f"ulimit -t {limits.cpu_limit} 2>/dev/null; /bin/bash -c \"$1\"; rc=$?; "
+                   "kill -9 -1 2>/dev/null; exit $rc")
+        exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", wrapper, "clbench", command],
                                   workdir=self.workdir, user=f"{self.uid}:{self.gid}")["Id"]
         sock = api.exec_start(exec_id, socket=True)
         raw = getattr(sock, "_sock", sock)  # the plain socket, so a stuck read can be cut from here
@@ -235,24 +246,11 @@ class DockerSandbox(Sandbox):
         else:
             code = api.exec_inspect(exec_id).get("ExitCode")
             _shutdown(raw)
-            self._reap()
         thread.join(timeout=5)
         stdout, cut_out = out.text()
         stderr, cut_err = err.text()
         return CommandResult(code, stdout, stderr, time.monotonic() - start, timed_out=timed_out,
                              killed=reason[0] if reason else None, truncated=cut_out or cut_err)
-
-    def _reap(self) -> None:
-        """Kill what the command left running (as with bwrap, nothing outlives a command)."""
-        api = self.client.api
-        try:
-            exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", "kill -9 -1 2>/dev/null; true"],
-                                      user=f"{self.uid}:{self.gid}")["Id"]
-            api.exec_start(exec_id)
-            if api.exec_inspect(exec_id).get("ExitCode") != 0:
-                raise RuntimeError("reaper failed")
-        except Exception:  # noqa: BLE001 - e.g. no pid left for the reaper: start over
-            self._restart()
 
     def _own(self, path: Path) -> None:
         if os.geteuid() == 0:

@@ -28,15 +28,19 @@ WATCH_INTERVAL = 0.2
 
 
 def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None = None,
-                cwd: str | None = None, watch: Callable[[], str | None] | None = None) -> CommandResult:
+                cwd: str | None = None, watch: Callable[[], str | None] | None = None,
+                pass_fds: tuple[int, ...] = (), started: Callable[[int], None] | None = None) -> CommandResult:
     """Run argv; kill its process group after `limits.timeout` s or `limits.output_kill_mb` of output,
-    or as soon as `watch()` returns a reason."""
+    or as soon as `watch()` returns a reason. `pass_fds` stay open in the child; `started(pid)` is
+    told the child's pid before anything is watched."""
     out = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
     err = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
     reason: list[str] = []
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, cwd=cwd, start_new_session=True, close_fds=True)
+                            env=env, cwd=cwd, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+    if started is not None:
+        started(proc.pid)
 
     def flood():
         if not reason:

@@ -1,0 +1,97 @@
+"""Vector envs: instances per second of `gym.make_vec(id, 8)` (sync and async) against one env.
+
+    python benchmarks/bench_vector.py [--quick]
+
+Every side plays the same fixed one-step reply (each env's first degenerate answer, or its first
+tool with the least arguments), so every step ends an instance and the next one starts: the work
+is the env's own instance turnover, which a training loop pays for. The single env loops
+`step` + `reset()`; the vectors step 8 sub-envs made with `cycle=True`. Gymnasium's default
+autoreset (NEXT_STEP) spends every other vector step on resets; SAME_STEP resets inside the step
+that ended the instance, so it is measured too. Ratios: instances/s of the vector over the single
+env; >= 1 means a vector of 8 is not slower than one env.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _ratio import Ratio, env_id, run_script, table  # noqa: E402
+
+N = 8
+ENVS = ("SpectrumMonitor", "DBExplore", "MemoryProbe")
+
+
+def _reply(eid: str) -> str:
+    from clbench.agents.degenerate import fixed_answers, tool_reply
+    from clbench.registry import env_class
+
+    answers = fixed_answers(eid)
+    if answers:
+        return next(iter(answers.values()))
+    import gymnasium as gym
+
+    return tool_reply(gym.make(eid).unwrapped.tools[-1])
+
+
+def single(eid: str, instances: int) -> float:
+    import gymnasium as gym
+
+    env = gym.make(eid, cycle=True)
+    reply = _reply(eid)
+    env.reset(seed=0)
+    done = 0
+    t = time.perf_counter()
+    while done < instances:
+        _, _, term, trunc, _ = env.step(reply)
+        if term or trunc:
+            done += 1
+            env.reset()
+    rate = done / (time.perf_counter() - t)
+    env.close()
+    return rate
+
+
+def vector(eid: str, mode: str, autoreset: str, instances: int) -> float:
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    kwargs = {"autoreset_mode": AutoresetMode[autoreset]}
+    if mode == "async":
+        kwargs["shared_memory"] = False
+    vec = gym.make_vec(eid, N, vectorization_mode=mode, cycle=True, vector_kwargs=kwargs)
+    reply = (_reply(eid),) * N
+    vec.reset(seed=0)
+    done = 0
+    t = time.perf_counter()
+    while done < instances:
+        _, _, term, trunc, _ = vec.step(reply)
+        done += int((term | trunc).sum())
+    rate = done / (time.perf_counter() - t)
+    vec.close()
+    return rate
+
+
+def ratios(quick: bool = False) -> list[Ratio]:
+    repeats, instances = (2, 200) if quick else (5, 400)
+    found = []
+    for name in ENVS[:1] if quick else ENVS:
+        eid = env_id(name)
+        for mode, autoreset in (("sync", "SAME_STEP"), ("async", "SAME_STEP"), ("sync", "NEXT_STEP")):
+            samples = []
+            for _ in range(repeats):  # alternated, so a busy machine slows both sides alike
+                base = single(eid, instances)
+                samples.append(vector(eid, mode, autoreset, instances) / base)
+            target = 1.0 if autoreset == "SAME_STEP" else 0.5
+            found.append(Ratio(f"{name} {mode}({N}) {autoreset} / one env, instances/s", samples, target, "higher"))
+    return found
+
+
+def main(quick: bool = False) -> list[Ratio]:
+    found = ratios(quick)
+    print(table(found))
+    return found
+
+
+if __name__ == "__main__":
+    run_script(main, __doc__)
