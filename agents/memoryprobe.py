@@ -1,4 +1,4 @@
-"""Scripted memory strategies for MemoryProbe-v1 (no model calls).
+"""Scripted memory strategies for MemoryProbe-v2 (no model calls).
 
 All four strategies read a session, answer its recall questions from what they carry plus the
 session in view, then commit the session to memory. What they carry between sessions is held
@@ -15,7 +15,7 @@ be answered with its near-identical twin's value (the confusable-pair failure).
   entries, a quarter of the budget each, FIFO eviction; an update moves its entry to the back.
 - `FileStateAgent`: facts written to one JSON file per category in the agent's own temporary
   directory (removed with the agent); answers read only the matching entries back into context.
-- `MemoryProbeReference`: the file-state strategy (the best scripted one).
+- `MemoryProbeReference`: the file-state strategy with a complete reader, exact keys only.
 - `MemoryProbeOracle`: knows every fact.
 
 Every strategy supports the lifecycle shocks through `memory_event`: "flush" (drop everything),
@@ -40,7 +40,7 @@ import numpy as np
 
 from clbench.agent import Agent
 from clbench.envs.memoryprobe.text import count_tokens, normalize_key
-from clbench.envs.memoryprobe.vocabulary import QUESTIONS
+from clbench.envs.memoryprobe.vocabulary import IMPLICIT_ADD, IMPLICIT_SET, QUESTIONS
 
 # ---------------------------------------------------------------- reading observations
 _BUDGET = re.compile(r"Memory budget: (\d+) tokens")
@@ -99,16 +99,31 @@ def sentences(text: str) -> list[str]:
     return out
 
 
-def extract(text: str) -> list[Fact]:
-    """Facts in `text`, in order: exact for [FACT] lines, pattern-matched for the rest."""
+def _template_pattern(template: str) -> re.Pattern:
+    """A sentence template of the public vocabulary as a regex capturing key and value."""
+    slots = {"key": "(?P<key>.+?)", "value": "(?P<value>.+?)", "person": r"\w+", "day": r"\w+"}
+    parts = re.split(r"(\{\w+\})", template)
+    body = "".join(slots[p[1:-1]] if p.startswith("{") else re.escape(p) for p in parts)
+    return re.compile(f"^{body}$", re.I)
+
+
+#: every way the conversation says a fact in passing (vocabulary.IMPLICIT_*), as regexes: the
+#: complete reader of the reference agent
+_TEMPLATES = [("set", _template_pattern(t)) for t in IMPLICIT_SET] + [("add", _template_pattern(t)) for t in IMPLICIT_ADD]
+
+
+def extract(text: str, complete: bool = False) -> list[Fact]:
+    """Facts in `text`, in order: exact for [FACT] lines; the rest pattern-matched by the
+    strategies' own fallible phrase patterns, or (`complete`) by every sentence template."""
     facts = []
+    patterns = _TEMPLATES if complete else _IMPLICIT
     for sent in sentences(text):
         m = _EXPLICIT.match(sent)
         if m:
             facts.append(Fact(m.group("key"), "add" if m.group("add") else "set", m.group("value")))
             continue
-        for op, pat in _IMPLICIT:
-            m = pat.search(sent)
+        for op, pat in patterns:
+            m = pat.match(sent) if complete else pat.search(sent)
             if m:
                 facts.append(Fact(m.group("key").strip(), op, m.group("value").strip()))
                 break
@@ -138,9 +153,13 @@ def apply_fact(table: dict, fact: Fact, session: int) -> str | None:
     return norm
 
 
-def lookup(table: dict, key: str, threshold: float = 0.8) -> str | None:
-    """The value of `key`: exact normalised match, else the most similar stored key."""
+def lookup(table: dict, key: str, threshold: float = 0.8, exact: bool = False) -> str | None:
+    """The value of `key`: exact normalised match, else the most similar stored key. `exact`:
+    only an exact match with a known base (no near-identical key, no partial running total)."""
     norm = normalize_key(key)
+    if exact:
+        entry = table.get(norm)
+        return entry["value"] if entry and entry["base"] else None
     if norm in table:
         return table[norm]["value"]
     best, score = None, threshold
@@ -183,6 +202,12 @@ class MemoryStrategy(Agent):
     """Read a session, answer from memory + the session, commit the session to memory."""
 
     name = "memory-strategy"
+    #: read facts said in passing with every sentence template (True) or the strategies' own
+    #: fallible patterns (False)
+    complete_reader = False
+    #: answer only keys stored exactly, abstaining otherwise (True), or fall back to the most
+    #: similar stored key, which can answer with a near-identical key's value (False)
+    exact_keys = False
 
     def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None,
                  freeze_at: int | None = None):
@@ -202,7 +227,7 @@ class MemoryStrategy(Agent):
             return self._reply
         text, questions = parse_observation(observation)
         self.sessions += 1
-        now = extract(text)
+        now = extract(text, self.complete_reader)
         answers = self.answer(self.recall(now), questions)
         self._reply = reply(answers, [q for q, _ in questions])
         if not self.frozen(info):
@@ -210,7 +235,7 @@ class MemoryStrategy(Agent):
         return self._reply
 
     def answer(self, table: dict, questions: list[tuple[str, str]]) -> dict[str, str | None]:
-        return {qid: lookup(table, key) for qid, key in questions}
+        return {qid: lookup(table, key, exact=self.exact_keys) for qid, key in questions}
 
     def recall(self, now: list[Fact]) -> dict:
         """The fact table in view: memory, then the current session's facts on top."""
@@ -286,7 +311,7 @@ class TruncationAgent(MemoryStrategy):
         self.lines: list[str] = []
 
     def recall(self, now):
-        return resolve(extract("\n".join(self.lines)) + now)
+        return resolve(extract("\n".join(self.lines), self.complete_reader) + now)
 
     def commit(self, text, now):
         self.lines = _keep_last(self.lines + text.splitlines(), self.budget)
@@ -325,7 +350,7 @@ class SlidingSummaryAgent(MemoryStrategy):
         self.summary: list[str] = []
 
     def recall(self, now):
-        return resolve(extract("\n".join(self.summary + self.window)) + now)
+        return resolve(extract("\n".join(self.summary + self.window), self.complete_reader) + now)
 
     def _summarize(self, lines: list[str]) -> None:
         # keep salient sentences (facts, numbers, names) verbatim; oldest summary lines go first
@@ -498,9 +523,14 @@ class FileStateAgent(MemoryStrategy):
 
 
 class MemoryProbeReference(FileStateAgent):
-    """The reference agent: the file-state strategy."""
+    """The reference agent: the file-state strategy with a reader of every phrasing the
+    conversation uses (the public sentence templates) that answers exact keys only and abstains
+    otherwise. Played stateless it answers exactly what the session in view states: the best a
+    memoryless agent can do, since a guess loses in expectation (a wrong answer costs 1)."""
 
     name = "reference"
+    complete_reader = True
+    exact_keys = True
 
 
 class MemoryProbeOracle(Agent):

@@ -1,4 +1,4 @@
-"""MemoryProbe-v1 speed: conversation generation, question replay and one stateful rollout per
+"""MemoryProbe-v2 speed: conversation generation, question replay and one stateful rollout per
 memory strategy on the default schedule (medians of a few repeats, ratios to truncation), plus
 each strategy's accuracy breakdown (explicit vs implicit, depth quartiles) over 5 rollouts.
 
@@ -16,7 +16,7 @@ from clbench.agent import make_agent
 from clbench.envs.memoryprobe.breakdown import accuracy_breakdown, breakdown_text, depth_edges
 from clbench.envs.memoryprobe.questions import build_questions
 
-ENV = "clbench/MemoryProbe-v1"
+ENV = "clbench/MemoryProbe-v2"
 STRATEGIES = ["truncation", "sliding-summary", "memory-bank", "file-state", "oracle"]
 
 

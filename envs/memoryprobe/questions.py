@@ -44,11 +44,15 @@ class Question:
     depth: int
     age_sessions: int
     needs: tuple[Need, ...]
+    #: values the key had before its current one (earlier sets; a running total's earlier totals)
+    earlier: tuple[str, ...] = ()
 
-    def outcome(self, correct: bool) -> dict:
-        """What reports need about an answered question (no answer value: info reaches agents)."""
+    def outcome(self, correct: bool, verdict: str = "", error: str = "") -> dict:
+        """What reports need about an answered question (no answer value: info reaches agents).
+        verdict: right | wrong | abstained; error (wrong answers): superseded | other-key | unstated."""
         return {"qid": self.qid, "key": self.key, "category": self.category, "structure": self.structure,
-                "kind": self.kind, "depth": self.depth, "age_sessions": self.age_sessions, "correct": bool(correct)}
+                "kind": self.kind, "depth": self.depth, "age_sessions": self.age_sessions, "correct": bool(correct),
+                "verdict": verdict or ("right" if correct else "wrong"), "error": error}
 
     def fact(self) -> dict:
         """The latent fact behind the question with its value and the mentions that state it."""
@@ -60,9 +64,11 @@ class Question:
 
 
 class _KeyState:
-    def __init__(self):
+    def __init__(self, accumulator: bool = False):
+        self.accumulator = accumulator
         self.sets: list[Need] = []
         self.adds: list[Need] = []  # adds since the last set
+        self.history: list[str] = []  # every value the key has had, oldest first
 
     def apply(self, need: Need) -> None:
         if need.mention.op == "set":
@@ -70,6 +76,9 @@ class _KeyState:
             self.adds = []
         elif self.sets:  # an increment before any total is known has nothing to add to
             self.adds.append(need)
+        else:
+            return
+        self.history.append(self.value(self.accumulator))
 
     def value(self, accumulator: bool) -> str:
         last = self.sets[-1].mention.value
@@ -87,6 +96,7 @@ class _Candidate:
     structure: str
     needs: tuple[Need, ...]
     answer: str
+    earlier: tuple[str, ...] = ()
 
 
 def build_questions(conv: Conversation, order: list[str], qspec: dict) -> list[list[Question]]:
@@ -97,7 +107,7 @@ def build_questions(conv: Conversation, order: list[str], qspec: dict) -> list[l
     out: list[list[Question]] = []
     for p, iid in enumerate(order):
         for m in sessions[iid].mentions:
-            states.setdefault(m.key, _KeyState()).apply(Need(p, iid, m))
+            states.setdefault(m.key, _KeyState(conv.keys[m.key].accumulator)).apply(Need(p, iid, m))
         present = {k for k, st in states.items() if st.sets}
         cands = []
         for key, st in states.items():
@@ -110,7 +120,9 @@ def build_questions(conv: Conversation, order: list[str], qspec: dict) -> list[l
                 structure = "confusable"
             else:
                 structure = "chain" if len(st.sets) > 1 else "plain"
-            cands.append(_Candidate(key, structure, st.needs(), st.value(fk.accumulator)))
+            answer = st.value(fk.accumulator)
+            earlier = tuple(dict.fromkeys(v for v in st.history[:-1] if v != answer))
+            cands.append(_Candidate(key, structure, st.needs(), answer, earlier))
         chosen = sorted((cands[i] for i in _pick(cands, p, qspec)), key=lambda c: c.key)
         out.append([_question(conv, c, p, j, starts) for j, c in enumerate(chosen)])
     return out
@@ -142,4 +154,4 @@ def _question(conv: Conversation, c: _Candidate, p: int, j: int, starts) -> Ques
         qid=f"q{p + 1:02d}-{j + 1}", key=c.key, text=QUESTIONS[form].format(key=c.key), category=fk.category,
         structure=c.structure, kind="explicit" if all(n.mention.explicit for n in c.needs) else "implicit",
         answer=c.answer, depth=int(starts[p + 1] - starts[oldest.position] - oldest.mention.offset),
-        age_sessions=p - oldest.position, needs=c.needs)
+        age_sessions=p - oldest.position, needs=c.needs, earlier=c.earlier)
