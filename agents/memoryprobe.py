@@ -40,7 +40,7 @@ import numpy as np
 
 from clbench.agent import Agent
 from clbench.envs.memoryprobe.text import count_tokens, normalize_key
-from clbench.envs.memoryprobe.vocabulary import IMPLICIT_ADD, IMPLICIT_SET, QUESTIONS
+from clbench.envs.memoryprobe.vocabulary import IMPLICIT_ADD, IMPLICIT_REF, IMPLICIT_SET, QUESTIONS
 
 # ---------------------------------------------------------------- reading observations
 _BUDGET = re.compile(r"Memory budget: (\d+) tokens")
@@ -69,7 +69,7 @@ def reply(answers: dict[str, str | None], qids: list[str]) -> str:
 @dataclass(frozen=True)
 class Fact:
     key: str
-    op: str  # set | add
+    op: str  # set | add | ref (value: the key whose value this key takes)
     value: str
 
 
@@ -85,6 +85,7 @@ _IMPLICIT = [
     ("set", re.compile(rf"\bsettled on (?P<value>.+?) as the {_KEY}{_END}", re.I)),
     ("set", re.compile(rf"{_KEY} -> (?P<value>[^.]+)", re.I)),
     ("add", re.compile(rf"\badd another (?P<value>\d+) to the {_KEY}{_END}", re.I)),
+    ("ref", re.compile(rf"^the {_KEY} is the same as the (?P<value>.+?)(?:, by the way)?{_END}", re.I)),
     ("add", re.compile(rf"\bthe {_KEY} (?:went up|grew) by (?P<value>\d+)", re.I)),
 ]
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
@@ -101,7 +102,8 @@ def sentences(text: str) -> list[str]:
 
 def _template_pattern(template: str) -> re.Pattern:
     """A sentence template of the public vocabulary as a regex capturing key and value."""
-    slots = {"key": "(?P<key>.+?)", "value": "(?P<value>.+?)", "person": r"\w+", "day": r"\w+"}
+    slots = {"key": "(?P<key>.+?)", "value": "(?P<value>.+?)", "target": "(?P<value>.+?)", "person": r"\w+",
+             "day": r"\w+"}
     parts = re.split(r"(\{\w+\})", template)
     body = "".join(slots[p[1:-1]] if p.startswith("{") else re.escape(p) for p in parts)
     return re.compile(f"^{body}$", re.I)
@@ -109,7 +111,9 @@ def _template_pattern(template: str) -> re.Pattern:
 
 #: every way the conversation says a fact in passing (vocabulary.IMPLICIT_*), as regexes: the
 #: complete reader of the reference agent
-_TEMPLATES = [("set", _template_pattern(t)) for t in IMPLICIT_SET] + [("add", _template_pattern(t)) for t in IMPLICIT_ADD]
+_TEMPLATES = ([("set", _template_pattern(t)) for t in IMPLICIT_SET] + [("add", _template_pattern(t)) for t in IMPLICIT_ADD]
+              + [("ref", _template_pattern(t)) for t in IMPLICIT_REF])
+_SAME_AS = re.compile(r"^same as (?:the )?(?P<target>.+)$", re.I)
 
 
 def extract(text: str, complete: bool = False) -> list[Fact]:
@@ -120,7 +124,11 @@ def extract(text: str, complete: bool = False) -> list[Fact]:
     for sent in sentences(text):
         m = _EXPLICIT.match(sent)
         if m:
-            facts.append(Fact(m.group("key"), "add" if m.group("add") else "set", m.group("value")))
+            same = _SAME_AS.match(m.group("value"))
+            if same and not m.group("add"):
+                facts.append(Fact(m.group("key"), "ref", same.group("target")))
+            else:
+                facts.append(Fact(m.group("key"), "add" if m.group("add") else "set", m.group("value")))
             continue
         for op, pat in patterns:
             m = pat.match(sent) if complete else pat.search(sent)
@@ -136,9 +144,11 @@ def apply_fact(table: dict, fact: Fact, session: int) -> str | None:
     norm = normalize_key(fact.key)
     if not norm:
         return None
-    if fact.op == "set":
+    if fact.op in ("set", "ref"):
         table.pop(norm, None)
         table[norm] = {"key": fact.key, "value": fact.value, "base": True, "session": session}
+        if fact.op == "ref":  # answered by looking the other key up (see lookup)
+            table[norm].update(value=f"same as the {fact.value}", ref=normalize_key(fact.value))
         return norm
     try:
         delta = int(fact.value)
@@ -153,21 +163,27 @@ def apply_fact(table: dict, fact: Fact, session: int) -> str | None:
     return norm
 
 
-def lookup(table: dict, key: str, threshold: float = 0.8, exact: bool = False) -> str | None:
+def lookup(table: dict, key: str, threshold: float = 0.8, exact: bool = False, hops: int = 3) -> str | None:
     """The value of `key`: exact normalised match, else the most similar stored key. `exact`:
-    only an exact match with a known base (no near-identical key, no partial running total)."""
+    only an exact match with a known base (no near-identical key, no partial running total). A key
+    stored as taking another key's value is answered with that key's value (up to `hops` deep)."""
     norm = normalize_key(key)
     if exact:
         entry = table.get(norm)
-        return entry["value"] if entry and entry["base"] else None
-    if norm in table:
-        return table[norm]["value"]
-    best, score = None, threshold
-    for k, entry in table.items():
-        s = difflib.SequenceMatcher(None, norm, k).ratio()
-        if s > score:
-            best, score = entry, s
-    return best["value"] if best else None
+        entry = entry if entry and entry["base"] else None
+    elif norm in table:
+        entry = table[norm]
+    else:
+        entry, score = None, threshold
+        for k, candidate in table.items():
+            s = difflib.SequenceMatcher(None, norm, k).ratio()
+            if s > score:
+                entry, score = candidate, s
+    if entry is None:
+        return None
+    if entry.get("ref"):
+        return lookup(table, entry["ref"], threshold, exact, hops - 1) if hops > 0 else None
+    return entry["value"]
 
 
 def resolve(facts: list[Fact], session: int = 0) -> dict:

@@ -74,7 +74,9 @@ def test_generation_is_seeded_and_pressure_rises(env):
     assert {k.category for k in keys} == {"config", "decision", "measurement", "entity"}
     twins = [k for k in keys if k.twin_of]
     assert len(twins) >= 4 and all(k.twin_of in env.conversation.keys for k in twins)
-    assert sum(k.accumulator for k in keys) == 4
+    assert sum(k.accumulator for k in keys) == 6
+    refs = [k for k in keys if k.ref_to]  # multi-hop keys take an earlier key's value of the same kind
+    assert len(refs) >= 5 and all(env.conversation.keys[k.ref_to].shape == k.shape for k in refs)
     sets = {}
     for s in env.conversation.sessions:
         for m in s.mentions:
@@ -88,16 +90,19 @@ def test_generation_is_seeded_and_pressure_rises(env):
 
 
 def _replay_truth(env, order, upto):
-    """Independent replay: last set wins, adds after the last set accumulate."""
-    value, adds = {}, {}
+    """Independent replay: last set wins, adds after the last set accumulate, a ref follows its key."""
+    value, adds, ref = {}, {}, {}
     sessions = {s.instance_id: s for s in env.conversation.sessions}
     for iid in order[:upto + 1]:
         for m in sessions[iid].mentions:
             if m.op == "set":
                 value[m.key], adds[m.key] = m.value, 0
+            elif m.op == "ref":
+                ref[m.key] = m.value
             elif m.key in value:
                 adds[m.key] += int(m.value)
-    return {k: (str(int(v) + adds[k]) if env.conversation.keys[k].accumulator else v) for k, v in value.items()}
+    truth = {k: (str(int(v) + adds[k]) if env.conversation.keys[k].accumulator else v) for k, v in value.items()}
+    return {**truth, **{k: truth[target] for k, target in ref.items()}}
 
 
 def test_one_chronology_so_a_session_asks_the_same_questions_in_every_rollout(env):
@@ -129,7 +134,7 @@ def test_question_truth_follows_the_order_played(env, seed):
             assert all(n.position <= pos for n in q.needs) and q.depth > 0
             assert q.kind == ("explicit" if all(n.mention.explicit for n in q.needs) else "implicit")
             structures.add(q.structure)
-    assert structures == {"plain", "chain", "confusable", "accumulator"}
+    assert structures == {"plain", "chain", "confusable", "accumulator", "multi-hop"}
 
 
 def test_observation_and_info_hide_the_answers(env):
@@ -377,7 +382,9 @@ def test_must_show_strategy_ordering_amnesia_and_implicit(tmp_path):
         assert b["by_kind"]["implicit"]["accuracy"] < b["by_kind"]["explicit"]["accuracy"]
     quart = [q["accuracy"] for q in bd[("truncation", "stateful")]["by_depth_quartile"]]
     assert quart[0] > 0.8 and quart[2] < 0.1 and quart[3] == 0.0  # amnesia beyond its window
-    assert bd[("file-state", "stateful")]["by_depth_quartile"][3]["accuracy"] > 0.8
+    # the deepest questions hold most running totals and multi-hop facts, whose phrasings in passing
+    # the strategies' own patterns partly miss: file-state keeps most of them, the others far less
+    assert bd[("file-state", "stateful")]["by_depth_quartile"][3]["accuracy"] > 0.7
     for name in STRATEGIES:
         assert tasks[f"memoryprobe/{name}"]["normalized_gain"]["ci"][0] > 0
 

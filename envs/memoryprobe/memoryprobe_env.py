@@ -45,7 +45,9 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     explicitly as a line `[FACT] key: value` or implicitly, said in passing in a sentence. Some
     keys get new values in later sessions (version chains), some have near-identical twins
     introduced at different times (confusable pairs: two service or project names one edit apart), and
-    running totals (accumulators) grow by increments over many sessions. Each session ends with
+    running totals (accumulators) grow by increments over many sessions, and some keys are said
+    to take another key's value (multi-hop: the answer needs both facts and follows the other
+    key's updates). Each session ends with
     up to 5 recall questions about keys stated so far, their source session drawn uniformly over
     the history and at most one about the session just played. The default schedule has 24
     sessions in three variants of rising pressure (light, medium, heavy). A conversation has
@@ -331,7 +333,9 @@ WRONG_COST = 1.0
 ABSTAIN = {"", "unknown", "n/a", "na", "none", "idk", "idontknow", "dontknow", "notsure", "noidea"}
 #: why a wrong answer's fact was hard, by its structure
 _HARD = {"plain": "", "chain": "its value changed after it was first stated; the current value is asked",
-         "confusable": "a nearly identical key exists", "accumulator": "it is a running total (a total plus later increments)"}
+         "confusable": "a nearly identical key exists", "accumulator": "it is a running total (a total plus later increments)",
+         "multi-hop": "its value is another key's current value: both facts are needed"}
 #: score parts for drift-check, by a question's structure
 _PARTS = {"chain": "superseded values (version chains)", "accumulator": "running totals",
+          "multi-hop": "two facts combined (multi-hop)",
           "plain": "stated once (plain, confusable)", "confusable": "stated once (plain, confusable)"}

@@ -5,9 +5,11 @@ questions of a session, drawn from a generator keyed by the question seed and th
 position, are the same in every rollout and in the stateless pass.
 
 After session p of a rollout the state of every key is the replay of all mentions of sessions
-0..p in that order: a `set` replaces the value, an `add` increases a running total set earlier.
+0..p in that order: a `set` replaces the value, an `add` increases a running total set earlier, a
+`ref` makes the key follow another key (multi-hop: its answer is the other key's current value,
+and both facts are needed).
 Questions ask about keys set so far, weighted by structure (plain, version chain, confusable
-pair, accumulator) within a source session drawn uniformly (so depths spread over the whole
+pair, accumulator, multi-hop) within a source session drawn uniformly (so depths spread over the whole
 history), at most `max_current` of them about the session just played.
 
 Depth of a question = tokens of conversation between the oldest mention needed to answer it (the
@@ -38,7 +40,7 @@ class Question:
     key: str
     text: str
     category: str
-    structure: str  # plain | chain | confusable | accumulator
+    structure: str  # plain | chain | confusable | accumulator | multi-hop
     kind: str  # explicit (every needed mention is a [FACT] line) | implicit
     answer: str
     depth: int
@@ -71,7 +73,7 @@ class _KeyState:
         self.history: list[str] = []  # every value the key has had, oldest first
 
     def apply(self, need: Need) -> None:
-        if need.mention.op == "set":
+        if need.mention.op in ("set", "ref"):
             self.sets.append(need)
             self.adds = []
         elif self.sets:  # an increment before any total is known has nothing to add to
@@ -114,6 +116,12 @@ def build_questions(conv: Conversation, order: list[str], qspec: dict) -> list[l
             if not st.sets:
                 continue
             fk = conv.keys[key]
+            if st.sets[-1].mention.op == "ref":  # multi-hop: the referred key's current value
+                target = states[st.sets[-1].mention.value]
+                answer = target.value(False)
+                earlier = tuple(dict.fromkeys(v for v in target.history[:-1] if v != answer))
+                cands.append(_Candidate(key, "multi-hop", (st.sets[-1], *target.needs()), answer, earlier))
+                continue
             if fk.accumulator:
                 structure = "accumulator"
             elif fk.twin_of in present or any(conv.keys[o].twin_of == key for o in present):
