@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from clbench.agent import Agent
-from clbench.envs.memoryprobe.text import count_tokens, normalize_key
+from clbench.envs.memoryprobe.text import count_tokens, normalize_key, values_match
 from clbench.envs.memoryprobe.vocabulary import IMPLICIT_ADD, IMPLICIT_REF, IMPLICIT_SET, QUESTIONS
 
 # ---------------------------------------------------------------- reading observations
@@ -244,11 +244,49 @@ class MemoryStrategy(Agent):
         text, questions = parse_observation(observation)
         self.sessions += 1
         now = extract(text, self.complete_reader)
-        answers = self.answer(self.recall(now), questions)
+        answers = self.answer(self._probed(self.recall(now)), questions)
         self._reply = reply(answers, [q for q, _ in questions])
         if not self.frozen(info):
             self.commit(text, now)
         return self._reply
+
+    def probe(self, mode: str, facts: list[dict]) -> None:
+        """Probe ladder (clbench.probes) for the next answer only: `select` keeps, of the fact table
+        the strategy recalls (its memory plus the session in view), the entries an oracle picks for
+        the needed keys (P2: no interference from other entries); `gold` sets the needed facts on
+        top (P3). Memory itself is not changed."""
+        from clbench.probes import PROBE_MODES
+
+        if mode not in PROBE_MODES:
+            raise ValueError(f"probe mode must be one of {PROBE_MODES}, not {mode!r}")
+        self._probe = (mode, list(facts))
+
+    def _probed(self, table: dict) -> dict:
+        probe, self._probe = getattr(self, "_probe", None), None
+        if probe is None:
+            return table
+        mode, facts = probe
+        if mode == "gold":
+            table = dict(table)
+            for f in facts:
+                key, _, value = f["text"].partition(": ")
+                apply_fact(table, Fact(key, "set", value), self.sessions)
+            return table
+        # the oracle picks, per needed fact, the entry under its key, or else an entry under a
+        # similar key that holds its true value (what the strategy stored, but read back wrongly)
+        keep = set()
+        for f in facts:
+            norm, value = normalize_key(f["key"]), f["text"].partition(": ")[2]
+            names = [norm]
+            if norm in table:
+                keep.add(norm)
+                if not table[norm].get("ref"):
+                    continue
+                names = [table[norm]["ref"]]  # a multi-hop entry: the entry of the key it follows
+                keep.update(n for n in names if n in table)
+            keep |= {k for k, e in table.items() if values_match(value, e["value"])
+                     and max(difflib.SequenceMatcher(None, n, k).ratio() for n in names) > 0.6}
+        return {k: e for k, e in table.items() if k in keep}
 
     def answer(self, table: dict, questions: list[tuple[str, str]]) -> dict[str, str | None]:
         return {qid: lookup(table, key, exact=self.exact_keys) for qid, key in questions}
