@@ -99,3 +99,13 @@ def test_the_probe_ladder_runs_the_scripted_strategies(tmp_path, capsys):
                  "--quiet"]) == 0
     assert "write share" in capsys.readouterr().out
     assert main(["aging-card", "--env", "clbench/Poker-v1"]) == 1
+
+
+def test_the_docs_show_the_numbers_the_code_computes():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "memory-diagnostics.md").read_text()
+    m = acc_measures(play_rollout(ENV, "truncation"))
+    row = (f"| truncation | {m['answered']}/{m['questions']} | {m['hallucination_rate']:.3f} | {m['drift_rate']:.3f} "
+           f"| {m['confusion_rate']:.3f} | {m['constraint_retention']:.3f} |")
+    assert row in doc
