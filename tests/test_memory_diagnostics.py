@@ -109,3 +109,26 @@ def test_the_docs_show_the_numbers_the_code_computes():
     row = (f"| truncation | {m['answered']}/{m['questions']} | {m['hallucination_rate']:.3f} | {m['drift_rate']:.3f} "
            f"| {m['confusion_rate']:.3f} | {m['constraint_retention']:.3f} |")
     assert row in doc
+
+
+def test_acc_measures_of_the_llm_agent_against_a_local_server():
+    """The LLM agent's memories through the same measures, against a real local OpenAI-compatible
+    server whose scripted model plays the reference from the prompt: in-context memory keeps
+    everything and its prompt grows every turn; no memory answers only the session in view."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from openai_server import ReferencePolicy, ScriptedServer
+
+    short = {"schedule": "short"}
+    with ScriptedServer(ReferencePolicy(ENV, **short)) as server:
+        m = {}
+        for memory in ("icl", "none"):
+            kw = {"memory": memory, "model": "scripted", "base_url": server.base_url, "backoff": 0.01}
+            m[memory] = acc_measures(play_rollout(ENV, "llm", short, agent_kwargs=kw))
+    assert m["icl"]["constraint_retention"] > m["none"]["constraint_retention"]
+    assert m["icl"]["answered"] > m["none"]["answered"] and m["icl"]["hallucination_rate"] == 0.0
+    grow = {k: v["prompt_per_turn"]["slope_per_turn"] for k, v in m.items()}
+    assert grow["icl"] > 10 * max(grow["none"], 1.0)
+    assert "prompt tokens" in measures_table(m)

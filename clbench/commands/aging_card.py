@@ -19,7 +19,19 @@ def cmd_aging_card(args) -> int:
     if not agents:
         raise ValueError("--agent names at least one memory agent")
     kwargs = {} if args.world_seed is None else {"world_seed": args.world_seed}
-    cards = {a: aging_card(args.env, a, kwargs, shocks=args.shock or None, n_boot=args.n_boot) for a in agents}
+    if args.schedule:
+        kwargs["schedule"] = args.schedule
+    agent_kwargs = {}
+    for item in args.agent_arg:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--agent-arg takes KEY=VALUE, got {item!r}")
+        try:
+            agent_kwargs[key] = json.loads(value)
+        except ValueError:
+            agent_kwargs[key] = value
+    cards = {a: aging_card(args.env, a, kwargs, shocks=args.shock or None, n_boot=args.n_boot,
+                           agent_kwargs=agent_kwargs) for a in agents}
     for card in cards.values():
         print(card_markdown(card) + "\n")
     print("ACC measures\n" + measures_table({a: c["acc"] for a, c in cards.items()}))
@@ -39,6 +51,9 @@ def register(sub) -> None:
                    help="a shock EVENT@K to measure (repeatable; default flush, recompact and partial-reset:0.5 "
                         "where the second variant starts)")
     p.add_argument("--world-seed", type=int, default=None, help="a fresh world instead of the canonical one")
+    p.add_argument("--schedule", default="", help="the env's schedule (default: its default)")
+    p.add_argument("--agent-arg", action="append", default=[],
+                   help="KEY=VALUE passed to the agent (JSON values), e.g. memory=icl model=M base_url=URL")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the probe-ladder CIs")
     p.add_argument("--json", default="", help="also write the cards to this file")
     p.set_defaults(func=cmd_aging_card)

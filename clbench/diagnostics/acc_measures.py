@@ -12,7 +12,8 @@ what was said and when):
   variant and by the age of the fact in sessions;
 - memory footprint per turn: tokens the memory holds after each session (bounded or growing:
   the slope in tokens per session, the maximum against the budget) and its share of the prompt
-  (memory in context / (memory in context + the session in view)).
+  (memory in context / (memory in context + the session in view)); for model-backed agents, whose
+  memory size the env cannot see, the prompt tokens of each turn's largest call (provider tokens).
 
 Input: the per-session dicts of `clbench.diagnostics.play.play_rollout` (or result records, whose
 `details.question_outcomes` carry the same outcomes; they have no footprint).
@@ -74,6 +75,11 @@ def acc_measures(sessions: list[dict], budget: int | None = None) -> dict:
             "prompt_share_per_turn": [round(x, 4) for x in shares],
             "prompt_share_mean": float(np.mean(shares)),
         }
+    prompts = [s.get("prompt_tokens") for s in sessions]
+    if prompts and all(p is not None for p in prompts):
+        slope = float(np.polyfit(np.arange(len(prompts)), prompts, 1)[0]) if len(prompts) > 1 else 0.0
+        result["prompt_per_turn"] = {"per_turn": [int(p) for p in prompts], "max": int(max(prompts)),
+                                     "slope_per_turn": slope}
     return result
 
 
@@ -87,6 +93,8 @@ def measures_table(results: dict[str, dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         fp = r.get("footprint") or {}
+        if not fp and r.get("prompt_per_turn"):  # a model-backed agent: prompt tokens per turn instead
+            fp = {**r["prompt_per_turn"], "budget": "prompt tokens"}
         lines.append(
             f"| {name} | {r['answered']}/{r['questions']} | {f(r['hallucination_rate'])} | {f(r['drift_rate'])} "
             f"| {f(r['confusion_rate'])} | {f(r['constraint_retention'])} ({r['constraint_questions']}) "

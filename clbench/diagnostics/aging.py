@@ -128,7 +128,7 @@ def ladder_shares(p1: list[float], p2: list[float], p3: list[float], r_max: floa
 
 
 def aging_card(env_id: str, agent: str, env_kwargs: dict | None = None, shocks: list[str] | None = None,
-               window: int = 4, n_boot: int = 2000) -> dict:
+               window: int = 4, n_boot: int = 2000, agent_kwargs: dict | None = None) -> dict:
     from clbench.diagnostics.acc_measures import acc_measures
     from clbench.runner import make_env
     from clbench.shocks import parse_shock
@@ -142,15 +142,16 @@ def aging_card(env_id: str, agent: str, env_kwargs: dict | None = None, shocks: 
             shocks = [f"flush@{k}", f"recompact@{k}", f"partial-reset:0.5@{k}"]
     finally:
         env.close()
-    p1 = play_rollout(env_id, agent, env_kwargs)
-    p2 = play_rollout(env_id, agent, env_kwargs, probe="select")
-    p3 = play_rollout(env_id, agent, env_kwargs, probe="gold")
+    kw = {"agent_kwargs": agent_kwargs}
+    p1 = play_rollout(env_id, agent, env_kwargs, **kw)
+    p2 = play_rollout(env_id, agent, env_kwargs, probe="select", **kw)
+    p3 = play_rollout(env_id, agent, env_kwargs, probe="gold", **kw)
     by_age = retention_by_age(p1)
     card = {
         "card_type": "clbench.AgingCard", "env_id": env_id, "agent": agent, "env_kwargs": env_kwargs or {},
         "sessions": n, "headline": {"metric_name": "recall_accuracy", **decay(p1), "half_life": half_life(by_age)},
         "retention_by_age": by_age, "fidelity_by_family": fidelity_by_family(p1),
-        "maintenance": {spec: maintenance(p1, play_rollout(env_id, agent, env_kwargs, shocks=[spec]),
+        "maintenance": {spec: maintenance(p1, play_rollout(env_id, agent, env_kwargs, shocks=[spec], **kw),
                                           parse_shock(spec).position, window) for spec in shocks},
         "probe_ladder": ladder_shares([s["reward"] for s in p1], [s["reward"] for s in p2],
                                       [s["reward"] for s in p3], float(r_max if r_max is not None else 1.0),

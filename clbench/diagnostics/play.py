@@ -38,9 +38,13 @@ def play_rollout(env_id: str, agent: str, env_kwargs: dict | None = None, seed: 
             details = result.get("details") or {}
             memory = a.memory_tokens() if hasattr(a, "memory_tokens") else None
             context = getattr(a, "context_tokens", memory)
+            if not isinstance(context, (int, type(None))):  # an LLM agent's context window setting
+                context = None
+            prompts = result.get("step_prompt_tokens") or []  # model-backed agents: prompt tokens per call
             out.append({"position": pos, "instance_id": info["instance_id"], "variant": info["variant"],
                         "reward": result["reward"], "outcomes": details.get("question_outcomes") or [],
                         "memory_tokens": memory, "context_tokens": context, "session_tokens": session_tokens,
+                        "prompt_tokens": max(prompts) if prompts else None,
                         "shocks": [e["event"] for e in events]})
         return out
     finally:
