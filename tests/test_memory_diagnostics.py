@@ -132,3 +132,47 @@ def test_acc_measures_of_the_llm_agent_against_a_local_server():
     grow = {k: v["prompt_per_turn"]["slope_per_turn"] for k, v in m.items()}
     assert grow["icl"] > 10 * max(grow["none"], 1.0)
     assert "prompt tokens" in measures_table(m)
+
+
+def test_the_acc_judge_through_the_client_agrees_with_the_env_where_a_rule_can_tell():
+    """ACC's agent judge over the OpenAI-compatible client, against a scripted judge model: a claim is
+    supported when the record states its value, and contradicts the current value when it differs.
+    On MemoryProbe the env knows the answer, so the judge's verdicts can be checked (running totals,
+    whose value is a sum no statement contains, are left to the env)."""
+    import json as _json
+    import re
+    import sys
+    from pathlib import Path
+
+    from clbench.diagnostics.acc_judge import SYSTEM, Judge, judged_rates, memoryprobe_claims
+    from clbench.envs.memoryprobe.text import values_match
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from openai_server import ScriptedServer
+
+    def scripted_judge(body):
+        assert body["messages"][0]["content"] == SYSTEM
+        item = _json.loads(body["messages"][-1]["content"])
+        value = item["claim"].partition(": ")[2]
+        current = item["current"].partition(": ")[2]
+        token = re.compile(rf"(?<![\w.+]){re.escape(value)}(?!\w|\.\d)", re.I)
+        said = any(token.search(line) for line in item["record"]) or values_match(current, value)
+        return {"content": "Verdict: " + _json.dumps({"supported": said,
+                                                       "contradicts_current": not values_match(current, value)})}
+
+    claims = [c for runs in (play_rollout(ENV, "truncation"),
+                             play_rollout(ENV, "reference", agent_kwargs={"freeze_at": 8}))
+              for c in memoryprobe_claims(ENV, runs) if c["structure"] != "accumulator"]
+    assert len(claims) > 100 and {c["error"] for c in claims} >= {"", "superseded", "other-key"}
+    with ScriptedServer(scripted_judge) as server:
+        rates = judged_rates(Judge("judge", base_url=server.base_url, backoff=0.01), claims)
+    assert rates["decided"] == len(claims)
+    for v in rates["verdicts"]:
+        assert v["supported"] == (v["error"] in ("", "superseded")), v
+        assert v["contradicts_current"] == (v["error"] != ""), v
+    n = len(claims)
+    assert rates["drift_rate"] == pytest.approx(sum(c["error"] == "superseded" for c in claims) / n)
+    assert rates["hallucination_rate"] == pytest.approx(sum(c["error"] in ("unstated", "other-key") for c in claims) / n)
+    with ScriptedServer(lambda body: {"content": "no idea"}) as server:
+        bad = judged_rates(Judge("judge", base_url=server.base_url, backoff=0.01), claims[:2])
+    assert bad["decided"] == 0 and bad["hallucination_rate"] is None and "unreadable" in bad["verdicts"][0]["error"]

@@ -32,7 +32,9 @@ def play_rollout(env_id: str, agent: str, env_kwargs: dict | None = None, seed: 
             if probe:
                 a.probe(probe, gold_facts(env, info["instance_id"]))
             session_tokens = getattr(base.slot.instance.payload, "tokens", None)
-            result = play_instance(env, a, obs, info, [])
+            traj: list[dict] = []
+            result = play_instance(env, a, obs, info, traj)
+            actions = [e["action"] for e in traj if e.get("event") == "step"]
             if result["error"]:
                 raise RuntimeError(f"{agent} failed at position {pos}: {result['error']}")
             details = result.get("details") or {}
@@ -45,6 +47,7 @@ def play_rollout(env_id: str, agent: str, env_kwargs: dict | None = None, seed: 
                         "reward": result["reward"], "outcomes": details.get("question_outcomes") or [],
                         "memory_tokens": memory, "context_tokens": context, "session_tokens": session_tokens,
                         "prompt_tokens": max(prompts) if prompts else None,
+                        "action": actions[-1] if actions else "",
                         "shocks": [e["event"] for e in events]})
         return out
     finally:
