@@ -52,7 +52,11 @@ def _ladder(tmp_path, memory):
     return json.loads((out / "probe_ladder.json").read_text())
 
 
-def test_probe_ladder_splits_write_and_read_errors(tmp_path, capsys):
+def test_probe_ladder_splits_write_and_read_errors(tmp_path, capsys, monkeypatch):
+    from clbench.diagnostics.worlds import calibrate_world
+
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    calibrate_world("clbench/MemoryProbe-v2", {"schedule": "short"})  # the short schedule's own r_max
     none, icl = _ladder(tmp_path, "none"), _ladder(tmp_path, "icl")
     for r in (none, icl):
         assert r["P3"] >= r["P2"] - 1e-9 and sum(r["shares"].values()) == pytest.approx(1.0)
