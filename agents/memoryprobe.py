@@ -1,4 +1,4 @@
-"""Scripted memory strategies for MemoryProbe-v1 (no model calls).
+"""Scripted memory strategies for MemoryProbe-v2 (no model calls).
 
 All four strategies read a session, answer its recall questions from what they carry plus the
 session in view, then commit the session to memory. What they carry between sessions is held
@@ -15,7 +15,7 @@ be answered with its near-identical twin's value (the confusable-pair failure).
   entries, a quarter of the budget each, FIFO eviction; an update moves its entry to the back.
 - `FileStateAgent`: facts written to one JSON file per category in the agent's own temporary
   directory (removed with the agent); answers read only the matching entries back into context.
-- `MemoryProbeReference`: the file-state strategy (the best scripted one).
+- `MemoryProbeReference`: the file-state strategy with a complete reader, exact keys only.
 - `MemoryProbeOracle`: knows every fact.
 
 Every strategy supports the lifecycle shocks through `memory_event`: "flush" (drop everything),
@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from clbench.agent import Agent
-from clbench.envs.memoryprobe.text import count_tokens, normalize_key
-from clbench.envs.memoryprobe.vocabulary import QUESTIONS
+from clbench.envs.memoryprobe.text import count_tokens, normalize_key, values_match
+from clbench.envs.memoryprobe.vocabulary import IMPLICIT_ADD, IMPLICIT_REF, IMPLICIT_SET, QUESTIONS
 
 # ---------------------------------------------------------------- reading observations
 _BUDGET = re.compile(r"Memory budget: (\d+) tokens")
@@ -69,7 +69,7 @@ def reply(answers: dict[str, str | None], qids: list[str]) -> str:
 @dataclass(frozen=True)
 class Fact:
     key: str
-    op: str  # set | add
+    op: str  # set | add | ref (value: the key whose value this key takes)
     value: str
 
 
@@ -85,6 +85,7 @@ _IMPLICIT = [
     ("set", re.compile(rf"\bsettled on (?P<value>.+?) as the {_KEY}{_END}", re.I)),
     ("set", re.compile(rf"{_KEY} -> (?P<value>[^.]+)", re.I)),
     ("add", re.compile(rf"\badd another (?P<value>\d+) to the {_KEY}{_END}", re.I)),
+    ("ref", re.compile(rf"^the {_KEY} is the same as the (?P<value>.+?)(?:, by the way)?{_END}", re.I)),
     ("add", re.compile(rf"\bthe {_KEY} (?:went up|grew) by (?P<value>\d+)", re.I)),
 ]
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
@@ -99,16 +100,38 @@ def sentences(text: str) -> list[str]:
     return out
 
 
-def extract(text: str) -> list[Fact]:
-    """Facts in `text`, in order: exact for [FACT] lines, pattern-matched for the rest."""
+def _template_pattern(template: str) -> re.Pattern:
+    """A sentence template of the public vocabulary as a regex capturing key and value."""
+    slots = {"key": "(?P<key>.+?)", "value": "(?P<value>.+?)", "target": "(?P<value>.+?)", "person": r"\w+",
+             "day": r"\w+"}
+    parts = re.split(r"(\{\w+\})", template)
+    body = "".join(slots[p[1:-1]] if p.startswith("{") else re.escape(p) for p in parts)
+    return re.compile(f"^{body}$", re.I)
+
+
+#: every way the conversation says a fact in passing (vocabulary.IMPLICIT_*), as regexes: the
+#: complete reader of the reference agent
+_TEMPLATES = ([("set", _template_pattern(t)) for t in IMPLICIT_SET] + [("add", _template_pattern(t)) for t in IMPLICIT_ADD]
+              + [("ref", _template_pattern(t)) for t in IMPLICIT_REF])
+_SAME_AS = re.compile(r"^same as (?:the )?(?P<target>.+)$", re.I)
+
+
+def extract(text: str, complete: bool = False) -> list[Fact]:
+    """Facts in `text`, in order: exact for [FACT] lines; the rest pattern-matched by the
+    strategies' own fallible phrase patterns, or (`complete`) by every sentence template."""
     facts = []
+    patterns = _TEMPLATES if complete else _IMPLICIT
     for sent in sentences(text):
         m = _EXPLICIT.match(sent)
         if m:
-            facts.append(Fact(m.group("key"), "add" if m.group("add") else "set", m.group("value")))
+            same = _SAME_AS.match(m.group("value"))
+            if same and not m.group("add"):
+                facts.append(Fact(m.group("key"), "ref", same.group("target")))
+            else:
+                facts.append(Fact(m.group("key"), "add" if m.group("add") else "set", m.group("value")))
             continue
-        for op, pat in _IMPLICIT:
-            m = pat.search(sent)
+        for op, pat in patterns:
+            m = pat.match(sent) if complete else pat.search(sent)
             if m:
                 facts.append(Fact(m.group("key").strip(), op, m.group("value").strip()))
                 break
@@ -121,9 +144,11 @@ def apply_fact(table: dict, fact: Fact, session: int) -> str | None:
     norm = normalize_key(fact.key)
     if not norm:
         return None
-    if fact.op == "set":
+    if fact.op in ("set", "ref"):
         table.pop(norm, None)
         table[norm] = {"key": fact.key, "value": fact.value, "base": True, "session": session}
+        if fact.op == "ref":  # answered by looking the other key up (see lookup)
+            table[norm].update(value=f"same as the {fact.value}", ref=normalize_key(fact.value))
         return norm
     try:
         delta = int(fact.value)
@@ -138,17 +163,27 @@ def apply_fact(table: dict, fact: Fact, session: int) -> str | None:
     return norm
 
 
-def lookup(table: dict, key: str, threshold: float = 0.8) -> str | None:
-    """The value of `key`: exact normalised match, else the most similar stored key."""
+def lookup(table: dict, key: str, threshold: float = 0.8, exact: bool = False, hops: int = 3) -> str | None:
+    """The value of `key`: exact normalised match, else the most similar stored key. `exact`:
+    only an exact match with a known base (no near-identical key, no partial running total). A key
+    stored as taking another key's value is answered with that key's value (up to `hops` deep)."""
     norm = normalize_key(key)
-    if norm in table:
-        return table[norm]["value"]
-    best, score = None, threshold
-    for k, entry in table.items():
-        s = difflib.SequenceMatcher(None, norm, k).ratio()
-        if s > score:
-            best, score = entry, s
-    return best["value"] if best else None
+    if exact:
+        entry = table.get(norm)
+        entry = entry if entry and entry["base"] else None
+    elif norm in table:
+        entry = table[norm]
+    else:
+        entry, score = None, threshold
+        for k, candidate in table.items():
+            s = difflib.SequenceMatcher(None, norm, k).ratio()
+            if s > score:
+                entry, score = candidate, s
+    if entry is None:
+        return None
+    if entry.get("ref"):
+        return lookup(table, entry["ref"], threshold, exact, hops - 1) if hops > 0 else None
+    return entry["value"]
 
 
 def resolve(facts: list[Fact], session: int = 0) -> dict:
@@ -183,6 +218,12 @@ class MemoryStrategy(Agent):
     """Read a session, answer from memory + the session, commit the session to memory."""
 
     name = "memory-strategy"
+    #: read facts said in passing with every sentence template (True) or the strategies' own
+    #: fallible patterns (False)
+    complete_reader = False
+    #: answer only keys stored exactly, abstaining otherwise (True), or fall back to the most
+    #: similar stored key, which can answer with a near-identical key's value (False)
+    exact_keys = False
 
     def __init__(self, card, seed: int = 0, latent=None, budget_tokens: int | None = None,
                  freeze_at: int | None = None):
@@ -202,15 +243,53 @@ class MemoryStrategy(Agent):
             return self._reply
         text, questions = parse_observation(observation)
         self.sessions += 1
-        now = extract(text)
-        answers = self.answer(self.recall(now), questions)
+        now = extract(text, self.complete_reader)
+        answers = self.answer(self._probed(self.recall(now)), questions)
         self._reply = reply(answers, [q for q, _ in questions])
         if not self.frozen(info):
             self.commit(text, now)
         return self._reply
 
+    def probe(self, mode: str, facts: list[dict]) -> None:
+        """Probe ladder (clbench.probes) for the next answer only: `select` keeps, of the fact table
+        the strategy recalls (its memory plus the session in view), the entries an oracle picks for
+        the needed keys (P2: no interference from other entries); `gold` sets the needed facts on
+        top (P3). Memory itself is not changed."""
+        from clbench.probes import PROBE_MODES
+
+        if mode not in PROBE_MODES:
+            raise ValueError(f"probe mode must be one of {PROBE_MODES}, not {mode!r}")
+        self._probe = (mode, list(facts))
+
+    def _probed(self, table: dict) -> dict:
+        probe, self._probe = getattr(self, "_probe", None), None
+        if probe is None:
+            return table
+        mode, facts = probe
+        if mode == "gold":
+            table = dict(table)
+            for f in facts:
+                key, _, value = f["text"].partition(": ")
+                apply_fact(table, Fact(key, "set", value), self.sessions)
+            return table
+        # the oracle picks, per needed fact, the entry under its key, or else an entry under a
+        # similar key that holds its true value (what the strategy stored, but read back wrongly)
+        keep = set()
+        for f in facts:
+            norm, value = normalize_key(f["key"]), f["text"].partition(": ")[2]
+            names = [norm]
+            if norm in table:
+                keep.add(norm)
+                if not table[norm].get("ref"):
+                    continue
+                names = [table[norm]["ref"]]  # a multi-hop entry: the entry of the key it follows
+                keep.update(n for n in names if n in table)
+            keep |= {k for k, e in table.items() if values_match(value, e["value"])
+                     and max(difflib.SequenceMatcher(None, n, k).ratio() for n in names) > 0.6}
+        return {k: e for k, e in table.items() if k in keep}
+
     def answer(self, table: dict, questions: list[tuple[str, str]]) -> dict[str, str | None]:
-        return {qid: lookup(table, key) for qid, key in questions}
+        return {qid: lookup(table, key, exact=self.exact_keys) for qid, key in questions}
 
     def recall(self, now: list[Fact]) -> dict:
         """The fact table in view: memory, then the current session's facts on top."""
@@ -286,7 +365,7 @@ class TruncationAgent(MemoryStrategy):
         self.lines: list[str] = []
 
     def recall(self, now):
-        return resolve(extract("\n".join(self.lines)) + now)
+        return resolve(extract("\n".join(self.lines), self.complete_reader) + now)
 
     def commit(self, text, now):
         self.lines = _keep_last(self.lines + text.splitlines(), self.budget)
@@ -325,7 +404,7 @@ class SlidingSummaryAgent(MemoryStrategy):
         self.summary: list[str] = []
 
     def recall(self, now):
-        return resolve(extract("\n".join(self.summary + self.window)) + now)
+        return resolve(extract("\n".join(self.summary + self.window), self.complete_reader) + now)
 
     def _summarize(self, lines: list[str]) -> None:
         # keep salient sentences (facts, numbers, names) verbatim; oldest summary lines go first
@@ -498,9 +577,14 @@ class FileStateAgent(MemoryStrategy):
 
 
 class MemoryProbeReference(FileStateAgent):
-    """The reference agent: the file-state strategy."""
+    """The reference agent: the file-state strategy with a reader of every phrasing the
+    conversation uses (the public sentence templates) that answers exact keys only and abstains
+    otherwise. Played stateless it answers exactly what the session in view states: the best a
+    memoryless agent can do, since a guess loses in expectation (a wrong answer costs 1)."""
 
     name = "reference"
+    complete_reader = True
+    exact_keys = True
 
 
 class MemoryProbeOracle(Agent):

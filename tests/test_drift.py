@@ -18,7 +18,7 @@ from clbench.schedule import Instance, Schedule, Variant
 
 POKER = "clbench/Poker-v1"
 DRIFTING = ["clbench/DBExplore-v1", POKER, "clbench/SalesForecast-v1", "clbench/CohortStudies-v1",
-            "clbench/SpectrumMonitor-v1", "clbench/MemoryProbe-v1"]
+            "clbench/SpectrumMonitor-v1", "clbench/MemoryProbe-v2"]
 
 
 def play_states(env, agent, count: int, seed: int = 0) -> tuple[list[float], list[dict]]:
@@ -214,11 +214,15 @@ def test_salesforecast_freeze_at_leaves_the_panel_as_it_was():
     assert "15 panel.csv" in lines  # header + the 14 rows of the first instance only
 
 
-def test_memoryprobe_frozen_reference_answers_superseded_values_wrong():
+def test_memoryprobe_frozen_reference_answers_superseded_values_wrong(tmp_path, monkeypatch):
     """Frozen before the heavy sessions, the reference still holds the light sessions' values:
     every question about a value superseded since is wrong, while unfrozen it answers them;
     drift-check reports that part apart from the facts stated once."""
-    rep = run_drift_check("clbench/MemoryProbe-v1", {"schedule": "short"}, rollouts=1)
+    from clbench.diagnostics.worlds import calibrate_world
+
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))
+    calibrate_world("clbench/MemoryProbe-v2", {"schedule": "short"})  # the short schedule's own baselines
+    rep = run_drift_check("clbench/MemoryProbe-v2", {"schedule": "short"}, rollouts=1)
     (d,) = rep["drifts"]
     chains = d["parts"]["superseded values (version chains)"]
     assert chains["out_of"] > 0 and chains["after_unfrozen"] == 1.0 and chains["after_frozen"] == 0.0

@@ -1,9 +1,10 @@
-"""MemoryProbe-v1: truth replay, grammar, memory strategies and the must-show numbers. The env
+"""MemoryProbe-v2: truth replay, grammar, memory strategies and the must-show numbers. The env
 contract (check_env, reset modes, determinism, info keys, spec card, r_max and r_reference) is
 checked for every env in tests/test_contract.py."""
 from __future__ import annotations
 
 import gc
+import os
 import json
 import re
 
@@ -20,7 +21,7 @@ from clbench.results import load_records
 from clbench.rollout import run
 from clbench.runner import RunConfig
 
-ENV = "clbench/MemoryProbe-v1"
+ENV = "clbench/MemoryProbe-v2"
 STRATEGIES = ["truncation", "sliding-summary", "memory-bank", "file-state"]
 
 
@@ -73,7 +74,9 @@ def test_generation_is_seeded_and_pressure_rises(env):
     assert {k.category for k in keys} == {"config", "decision", "measurement", "entity"}
     twins = [k for k in keys if k.twin_of]
     assert len(twins) >= 4 and all(k.twin_of in env.conversation.keys for k in twins)
-    assert sum(k.accumulator for k in keys) == 4
+    assert sum(k.accumulator for k in keys) == 6
+    refs = [k for k in keys if k.ref_to]  # multi-hop keys take an earlier key's value of the same kind
+    assert len(refs) >= 5 and all(env.conversation.keys[k.ref_to].shape == k.shape for k in refs)
     sets = {}
     for s in env.conversation.sessions:
         for m in s.mentions:
@@ -87,16 +90,19 @@ def test_generation_is_seeded_and_pressure_rises(env):
 
 
 def _replay_truth(env, order, upto):
-    """Independent replay: last set wins, adds after the last set accumulate."""
-    value, adds = {}, {}
+    """Independent replay: last set wins, adds after the last set accumulate, a ref follows its key."""
+    value, adds, ref = {}, {}, {}
     sessions = {s.instance_id: s for s in env.conversation.sessions}
     for iid in order[:upto + 1]:
         for m in sessions[iid].mentions:
             if m.op == "set":
                 value[m.key], adds[m.key] = m.value, 0
+            elif m.op == "ref":
+                ref[m.key] = m.value
             elif m.key in value:
                 adds[m.key] += int(m.value)
-    return {k: (str(int(v) + adds[k]) if env.conversation.keys[k].accumulator else v) for k, v in value.items()}
+    truth = {k: (str(int(v) + adds[k]) if env.conversation.keys[k].accumulator else v) for k, v in value.items()}
+    return {**truth, **{k: truth[target] for k, target in ref.items()}}
 
 
 def test_one_chronology_so_a_session_asks_the_same_questions_in_every_rollout(env):
@@ -128,7 +134,7 @@ def test_question_truth_follows_the_order_played(env, seed):
             assert all(n.position <= pos for n in q.needs) and q.depth > 0
             assert q.kind == ("explicit" if all(n.mention.explicit for n in q.needs) else "implicit")
             structures.add(q.structure)
-    assert structures == {"plain", "chain", "confusable", "accumulator"}
+    assert structures == {"plain", "chain", "confusable", "accumulator", "multi-hop"}
 
 
 def test_observation_and_info_hide_the_answers(env):
@@ -145,18 +151,25 @@ def test_observation_and_info_hide_the_answers(env):
         assert not any(a in json.dumps(final) for a in wordy)
 
 
-def test_reward_is_fraction_correct_in_both_grammars(env):
+def test_reward_is_right_minus_wrong_in_both_grammars(env):
+    """+1 right, -1 wrong, 0 abstained (left out or "unknown"); raw_metric is the fraction right."""
     obs, info = env.reset(seed=0)
     oracle = make_agent("oracle", env)
     answers = oracle.latent.answers(info["instance_id"])
     qids = list(answers)
-    assert len(qids) >= 3
-    _, r, term, _, fin = env.step(f"Sure.\nANSWER {qids[0]}: {answers[qids[0]]}\nANSWER {qids[1]}: wrong\n")
+    assert len(qids) >= 4
+    _, r, term, _, fin = env.step(f"Sure.\nANSWER {qids[0]}: {answers[qids[0]]}\nANSWER {qids[1]}: wrong\n"
+                                  f"ANSWER {qids[2]}: unknown\nANSWER {qids[3]}: {answers[qids[0]]}x")
     share = 1 / len(qids)
-    assert term and r == pytest.approx(share) and fin["raw_metric"] == {"name": "recall_accuracy", "value": share}
+    assert term and r == pytest.approx(share - 2 * share)
+    assert fin["raw_metric"] == {"name": "recall_accuracy", "value": share}
     outcomes = fin["details"]["question_outcomes"]
     assert [o["correct"] for o in outcomes] == [True] + [False] * (len(qids) - 1)
-    assert {"qid", "key", "category", "structure", "kind", "depth", "age_sessions", "correct"} == set(outcomes[0])
+    assert [o["verdict"] for o in outcomes[:3]] == ["right", "wrong", "abstained"]
+    assert {o["verdict"] for o in outcomes[4:]} <= {"abstained"}
+    assert outcomes[1]["error"] == "unstated"
+    assert {"qid", "key", "category", "structure", "kind", "depth", "age_sessions", "correct", "verdict",
+            "error"} == set(outcomes[0])
     env.reset(options={"instance": info["instance_id"], "stateless": True})
     call = {"tool": "answer", "arguments": {"answers": {q: a.upper() + " " for q, a in answers.items()}}}
     _, r, term, _, fin = env.step(json.dumps(call))
@@ -369,6 +382,149 @@ def test_must_show_strategy_ordering_amnesia_and_implicit(tmp_path):
         assert b["by_kind"]["implicit"]["accuracy"] < b["by_kind"]["explicit"]["accuracy"]
     quart = [q["accuracy"] for q in bd[("truncation", "stateful")]["by_depth_quartile"]]
     assert quart[0] > 0.8 and quart[2] < 0.1 and quart[3] == 0.0  # amnesia beyond its window
-    assert bd[("file-state", "stateful")]["by_depth_quartile"][3]["accuracy"] > 0.8
+    # the deepest questions hold most running totals and multi-hop facts, whose phrasings in passing
+    # the strategies' own patterns partly miss: file-state keeps most of them, the others far less
+    assert bd[("file-state", "stateful")]["by_depth_quartile"][3]["accuracy"] > 0.7
     for name in STRATEGIES:
         assert tasks[f"memoryprobe/{name}"]["normalized_gain"]["ci"][0] > 0
+
+
+# ---------------------------------------------------------------- issue 28/29: memoryless policies, public text, worlds
+SLOW = os.environ.get("CLBENCH_SLOW") == "1"
+WORLDS = [None, *range(1, 21)] if SLOW else [None, 1, 2]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_no_memoryless_family_reaches_the_stateless_reference(world, tmp_path, monkeypatch):
+    """Reading the session in view and guessing the rest (domain values, same-kind values in view,
+    near-identical keys) loses: a wrong answer costs what a right one earns."""
+    from clbench.agents.memoryprobe_redteam import family_means
+    from clbench.diagnostics.worlds import calibrate_world
+
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))
+    kwargs = {} if world is None else {"world_seed": world}
+    r_ref = calibrate_world(ENV, kwargs)["r_reference"]
+    means = family_means(ENV, kwargs)
+    assert set(k.split("?")[0] for k in means) == {"domain-guess", "same-kind-in-view", "nearest-key-in-view"}
+    # every family is the reference's reading of the view plus guesses; a world where a family finds
+    # nothing to guess on ties it (world 16 of 20 does for nearest-key-in-view), no family beats it
+    assert max(means.values()) < r_ref if world in (None, 1, 2) else max(means.values()) <= r_ref + 1e-12, \
+        (means, r_ref)
+
+
+def test_the_first_option_guess_of_issue_28_beats_abstaining_only_without_the_wrong_answer_cost(env):
+    """The v1 exploit in numbers: guessing the first listed domain value hits some questions; with
+    v2's cost of a wrong answer the same guesses lose more than they win."""
+    from clbench.agents.memoryprobe_redteam import DomainGuess
+    from clbench.agents.memoryprobe import MemoryProbeReference
+
+    hits = misses = 0
+    for slot in env.schedule.order(0):
+        obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+        ref = MemoryProbeReference(env.spec_card)
+        guess = DomainGuess(env.spec_card, index=0)
+        ref_reply, guess_reply = ref.act(obs, info), guess.act(obs, info)
+        _, _, _, _, a = env.step(ref_reply)
+        env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+        _, _, _, _, b = env.step(guess_reply)
+        for x, y in zip(a["details"]["question_outcomes"], b["details"]["question_outcomes"]):
+            if x["verdict"] == "abstained" and y["verdict"] != "abstained":
+                hits += y["correct"]
+                misses += not y["correct"]
+    assert hits > 0 and misses > 3 * hits  # the prior is real, but worth less than its errors
+
+
+def test_public_secrets_stay_out_of_public_text(env):
+    import ast
+    from pathlib import Path
+
+    import clbench.agents.memoryprobe as agents_module
+    import clbench.envs.memoryprobe as pkg
+
+    secrets = [s.lower() for s in env.public_secrets()]
+    assert len(secrets) > 100 and any(": " in s for s in secrets)
+    texts = [json.dumps(env.agent_card), json.dumps(env.spec_card, default=str)]
+    root = Path(__file__).resolve().parent.parent
+    texts += [p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.exists()]
+    for path in [*Path(pkg.__file__).parent.glob("*.py"), Path(agents_module.__file__)]:
+        tree = ast.parse(path.read_text())
+        texts += [ast.get_docstring(n) or "" for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))]
+    yaml_text = (root / "tasks" / "memoryprobe" / "default.yaml").read_text()
+    texts += [line.split("#", 1)[1] for line in yaml_text.splitlines() if "#" in line]
+    for text in texts:
+        low = text.lower()
+        assert not [s for s in secrets if s in low]
+    assert "pressure" not in env.reset(seed=0)[0].split("===")[0]  # the header does not name the variant
+
+
+def test_world_seed_draws_another_conversation():
+    def facts(**kw):
+        e = gym.make(ENV, **kw).unwrapped
+        return {(m.key, m.value) for s in e.conversation.sessions for m in s.mentions}, e
+
+    canon, _ = facts()
+    w1, e1 = facts(world_seed=1)
+    w1_again, _ = facts(world_seed=1)
+    w2, _ = facts(world_seed=2)
+    train, _ = facts(split="train")
+    train_w1, _ = facts(split="train", world_seed=1)
+    assert w1 == w1_again and e1.world_key == "world-1" and not e1.canonical_world
+    worlds = [canon, w1, w2, train, train_w1]
+    for i, a in enumerate(worlds):
+        for b in worlds[i + 1:]:
+            assert len(a & b) < 0.1 * len(a)  # other facts, not a relabelled copy
+    # same kind and size: the presets are the world's, only the draws differ
+    assert len(e1.schedule) == 24 and abs(e1.total_tokens - gym.make(ENV).unwrapped.total_tokens) < 1500
+
+
+@pytest.mark.parametrize("world", [1, 2] + (list(range(3, 21)) if SLOW else []))
+def test_difficulty_holds_across_worlds(world, tmp_path, monkeypatch):
+    """Bands around the canonical world (r_reference 0.133, normalized gain 1.0, drift cost 0.6)."""
+    from clbench.diagnostics.worlds import world_row
+
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))
+    row = world_row(ENV, world, rollouts=1)
+    assert row["r_max"] == 1.0 and 0.05 <= row["r_reference"] <= 0.25
+    assert row["normalized_gain"] > 0.8 and row["drift_cost"] > 0.3
+    assert row["best_family_mean"] < row["r_reference"]
+
+
+def test_wrong_answers_are_classified_superseded_other_key_or_unstated(env):
+    """The kinds of error ACC counts: a superseded value (drift), another key's value, a value never said."""
+    env.reset(seed=0)
+    for slot in env.order:
+        qs = env.questions(slot.instance_id)
+        chain = next((q for q in qs if q.earlier), None)
+        if chain is None:
+            continue
+        env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+        others = [q for q in qs if q is not chain]
+        lines = [f"ANSWER {chain.qid}: {chain.earlier[0]}", f"ANSWER {others[0].qid}: 987654321"]
+        _, r, _, _, fin = env.step("\n".join(lines))
+        got = {o["qid"]: (o["verdict"], o["error"]) for o in fin["details"]["question_outcomes"]}
+        assert got[chain.qid] == ("wrong", "superseded") and got[others[0].qid] == ("wrong", "unstated")
+        assert r == pytest.approx(-2 / len(qs))
+        break
+    else:
+        pytest.fail("no question about a superseded value")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_make_vec_through_instance_boundaries(mode):
+    """Infos stack (same types in every sub-env) in both vector modes while sub-envs end sessions
+    at different steps (issue 31)."""
+    rng = np.random.default_rng(0)
+    kw = {"vector_kwargs": {"shared_memory": False}} if mode == "async" else {}
+    envs = gym.make_vec(ENV, 4, vectorization_mode=mode, schedule="short", cycle=True, **kw)
+    try:
+        envs.reset(seed=0)
+        ends = 0
+        for _ in range(30):
+            acts = [str(rng.choice(["ANSWER Q1: 5", "garbage", "ANSWER Q1: unknown"])) for _ in range(4)]
+            _, r, term, trunc, info = envs.step(acts)
+            ends += int(term.sum() + trunc.sum())
+            assert r.dtype.kind == "f"
+        assert ends > 20 and "instance_id" in info
+    finally:
+        envs.close()

@@ -1,4 +1,4 @@
-"""The oracle probe ladder on MemoryProbe-v1 through a real local chat-completions server."""
+"""The oracle probe ladder on MemoryProbe-v2 through a real local chat-completions server."""
 from __future__ import annotations
 
 import json
@@ -44,7 +44,7 @@ def test_ladder_arithmetic_and_selection():
 def _ladder(tmp_path, memory):
     with ScriptedServer(FactReader(), supports_tools=False) as server:
         out = tmp_path / memory
-        assert main(["probe-ladder", "--env", "clbench/MemoryProbe-v1", "--agent", "llm", "--memory", memory,
+        assert main(["probe-ladder", "--env", "clbench/MemoryProbe-v2", "--agent", "llm", "--memory", memory,
                      "--model", "scripted", "--base-url", server.base_url, "--env-arg", "schedule=short",
                      "--workers", "1", "--quiet", "--out", str(out)]) == 0
     prompts = [json.dumps(r["messages"]) for r in server.requests]
@@ -52,7 +52,11 @@ def _ladder(tmp_path, memory):
     return json.loads((out / "probe_ladder.json").read_text())
 
 
-def test_probe_ladder_splits_write_and_read_errors(tmp_path, capsys):
+def test_probe_ladder_splits_write_and_read_errors(tmp_path, capsys, monkeypatch):
+    from clbench.diagnostics.worlds import calibrate_world
+
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    calibrate_world("clbench/MemoryProbe-v2", {"schedule": "short"})  # the short schedule's own r_max
     none, icl = _ladder(tmp_path, "none"), _ladder(tmp_path, "icl")
     for r in (none, icl):
         assert r["P3"] >= r["P2"] - 1e-9 and sum(r["shares"].values()) == pytest.approx(1.0)

@@ -451,3 +451,82 @@ def test_one_aggregate_definition_in_report_and_compare(imported):
             assert own["aggregate"]["icl-gpt-5.4"]["normalized_reward"]["mean"] == pytest.approx(
                 s["aggregate"]["normalized_reward"]["mean"])
             assert round(100 * s["aggregate"]["normalized_reward"]["mean"], 1) == 22.7
+
+
+# ----------------------------------------------------------------------------- the published layout
+PUBLISHED = UPSTREAM / "published-layout" / "final_results" if UPSTREAM else None
+needs_published = pytest.mark.skipif(
+    PUBLISHED is None or not (PUBLISHED / "runs").is_dir(),
+    reason="the published layout (../shared/upstream-clbench-v1/published-layout/final_results) is absent")
+
+
+def _linked_clone(tmp_path: Path) -> Path:
+    """A clone-like final_results/ of symlinks to the shared files (nothing copied), plus the
+    per-system task_artifacts.json.gz a real clone has, which is not a task document."""
+    root = tmp_path / "final_results" / "runs"
+    for system_dir in sorted((PUBLISHED / "runs").iterdir()):
+        (root / system_dir.name / "tasks").mkdir(parents=True)
+        (root / system_dir.name / "manifest.json").symlink_to(system_dir / "manifest.json")
+        for doc in sorted((system_dir / "tasks").glob("*.json.gz")):
+            (root / system_dir.name / "tasks" / doc.name).symlink_to(doc)
+        with gzip.open(root / system_dir.name / "task_artifacts.json.gz", "wt") as fh:
+            json.dump({"artifacts": {"not": "a task"}}, fh)
+    return root.parent
+
+
+@needs_published
+def test_import_reads_the_published_layout_directly(tmp_path, capsys):
+    """final_results/runs/<system>/tasks/*.json.gz with manifest and task_artifacts: the same records
+    and task parameters as the flat copy of the same systems."""
+    clone = _linked_clone(tmp_path)
+    ref = str(UPSTREAM / "runs" / "icl-gpt-5.4")  # a real clone has it beside the others
+    assert main(["import-upstream", str(clone), "--out", str(tmp_path / "pub"), "--reference-system", ref]) == 0
+    printed = capsys.readouterr().out
+    assert "claude-code-sonnet-4.6: 6 tasks, 1806 records" in printed and "task_artifacts" not in printed
+    systems = sorted(p.name for p in (PUBLISHED / "runs").iterdir())
+    assert main(["import-upstream", str(UPSTREAM / "runs"), "--out", str(tmp_path / "flat")]) == 0
+    for system in systems:
+        assert load_records(tmp_path / "pub" / system) == load_records(tmp_path / "flat" / system)
+        assert load_metadata(tmp_path / "pub" / system)["tasks"] == load_metadata(tmp_path / "flat" / system)["tasks"]
+    per_task, _, _ = published_from_readme()
+    rows = {(r["task"], r["system"]): r for s in systems for r in upstream.compute(tmp_path / "pub" / s)["tasks"]}
+    checked = [k for k in per_task if k in rows]
+    assert checked  # the paper's per-task numbers of these systems, from the published layout
+    for key in checked:
+        assert round(rows[key]["cumulative_reward"]["mean"], 3) == per_task[key][0]
+    # one system's folder of the published layout imports on its own too
+    one = clone / "runs" / systems[0]
+    assert upstream.system_dirs(one) == {systems[0]: one}
+    assert sorted(upstream.artifacts.task_files(one)) == sorted(p.name[:-8] for p in (one / "tasks").glob("*.json.gz"))
+
+
+@needs_published
+@pytest.mark.parametrize("damage, says", [
+    (lambda p: p.write_bytes(b"not gzip at all"), "not a readable gzip JSON task document"),
+    (lambda p: p.write_bytes(gzip.compress(b"[1, 2]")), "not a task document (a JSON list"),
+    (lambda p: p.write_bytes(gzip.compress(b'{"summary": {}}')), "missing field 'baseline_trace'"),
+    (lambda p: p.write_bytes(gzip.compress(b'{"baseline_trace": {"result": {"instance_outcomes": 3}}}')),
+     "not an upstream task document"),
+])
+def test_an_unreadable_file_is_a_one_line_error_naming_it(tmp_path, capsys, damage, says):
+    clone = _linked_clone(tmp_path)
+    bad = clone / "runs" / "mem0-gpt-5.4" / "tasks" / "sales_prediction.json.gz"
+    bad.unlink()
+    damage(bad)
+    ref = str(UPSTREAM / "runs" / "icl-gpt-5.4")
+    assert main(["import-upstream", str(clone), "--out", str(tmp_path / "out"), "--reference-system", ref]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err and says in err, err
+    assert not (tmp_path / "out" / "mem0-gpt-5.4").exists()
+
+
+@needs_published
+def test_a_broken_manifest_is_named_too(tmp_path, capsys):
+    clone = _linked_clone(tmp_path)
+    manifest = clone / "runs" / "mem0-gpt-5.4" / "manifest.json"
+    manifest.unlink()
+    manifest.write_text("{oops")
+    assert main(["import-upstream", str(clone), "--out", str(tmp_path / "out"),
+                 "--reference-system", str(UPSTREAM / "runs" / "icl-gpt-5.4")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(manifest) in err and "manifest" in err

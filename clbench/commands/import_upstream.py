@@ -18,9 +18,11 @@ def cmd_import_upstream(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("import-upstream", help="convert original CL-Bench v1.0 result files into clbench run directories")
-    p.add_argument("path", help="the upstream runs/ folder (runs/<system>/<task>.json.gz) or one system's folder")
+    p.add_argument("path", help="a clone's final_results/ folder (runs/<system>/tasks/<task>.json.gz), a flat "
+                                "runs/ folder (runs/<system>/<task>.json.gz) or one system's folder")
     p.add_argument("--out", required=True, help="directory that receives one run directory per system")
     p.add_argument("--reference-system", default="icl-gpt-5.4",
-                   help="system whose stateless baseline is the external reference (default: icl-gpt-5.4)")
+                   help="system whose stateless baseline is the external reference: a system name beside "
+                        "the imported ones or the path of a system folder (default: icl-gpt-5.4)")
     p.add_argument("--force", action="store_true", help="replace earlier imports of the same systems")
     p.set_defaults(func=cmd_import_upstream)

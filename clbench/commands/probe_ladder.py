@@ -21,7 +21,11 @@ def ladder_from_dir(out: str | Path, system: str) -> dict:
             raise ValueError(f"{out}: no stateful records of {system}-{rung}")
         means[rung] = sum(rewards) / len(rewards)
         task = next(r["task"] for r in recs if r["system"] == f"{system}-{rung}")
-    return ladder(means["P1"], means["P2"], means["P3"], float(meta["tasks"][task]["r_max"]))
+    r_max = meta["tasks"][task].get("r_max")
+    if r_max is None:
+        raise ValueError(f"{out}: {task} has no r_max for this schedule and world; calibrate it first "
+                         "(clbench.diagnostics.worlds.calibrate_world)")
+    return ladder(means["P1"], means["P2"], means["P3"], float(r_max))
 
 
 def cmd_probe_ladder(args) -> int:
@@ -52,7 +56,7 @@ def cmd_probe_ladder(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("probe-ladder", help="P1/P2/P3 runs of a memory agent: write, read and utilization errors")
-    p.add_argument("--env", help="an env with instance_facts(), e.g. clbench/MemoryProbe-v1 or clbench/DBExplore-v1")
+    p.add_argument("--env", help="an env with instance_facts(), e.g. clbench/MemoryProbe-v2 or clbench/DBExplore-v1")
     p.add_argument("--out", default="", help="run directory")
     add_run_arguments(p)
     p.set_defaults(func=cmd_probe_ladder, rollouts=1)

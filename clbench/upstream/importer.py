@@ -9,7 +9,8 @@ from pathlib import Path
 import clbench
 from clbench.results import RESULTS_FILE, append_lines, load_metadata, write_json_atomic
 from clbench.upstream import mappings
-from clbench.upstream.artifacts import SOURCE_KIND, read_artifact, read_manifest, system_dirs
+from clbench.upstream.artifacts import (SOURCE_KIND, UpstreamFileError, _one_line, read_artifact, read_manifest,
+                                        system_dirs, task_files)
 from clbench.upstream.convert import convert_task, task_params
 from clbench.upstream.paper import DISPLAY_NAMES, REFERENCE_SYSTEM
 
@@ -43,9 +44,15 @@ def convert_system(system_dir: Path) -> tuple[list[dict], dict, dict]:
     """(records, task params, summary-only tasks) of one upstream system folder."""
     system = system_dir.name
     records, params = [], {}
-    for path in sorted(system_dir.glob("*.json.gz")):
-        task = path.name[: -len(".json.gz")]
-        recs, p = convert_task(task, read_artifact(path), system)
+    for task, path in task_files(system_dir).items():
+        doc = read_artifact(path)
+        try:
+            recs, p = convert_task(task, doc, system)
+        except UpstreamFileError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            what = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else _one_line(exc)
+            raise UpstreamFileError(f"{path}: not an upstream task document ({what})") from None
         records += recs
         params[task] = p
     summary_only = _summary_only(read_manifest(system_dir), set(params))
@@ -55,16 +62,19 @@ def convert_system(system_dir: Path) -> tuple[list[dict], dict, dict]:
     return records, params, summary_only
 
 
-def _references(systems: dict[str, Path], converted: dict, reference_system: str) -> dict[str, dict]:
-    """task -> external reference sums E (upstream and clbench scoring) from the reference system."""
+def _references(systems: dict[str, Path], converted: dict, reference_system: str,
+                 reference_dir: Path | None = None) -> dict[str, dict]:
+    """task -> external reference sums E (upstream and clbench scoring) from the reference system
+    (imported now, beside the imported systems, or at `reference_dir`)."""
     if reference_system in converted:
         sums = _baseline_sums(converted[reference_system][0])
     else:
-        ref_dir = next((d.parent / reference_system for d in systems.values()
-                        if (d.parent / reference_system).is_dir()), None)
+        ref_dir = reference_dir or next((d.parent / reference_system for d in systems.values()
+                                         if (d.parent / reference_system).is_dir()), None)
         if ref_dir is None:
             raise ValueError(f"reference system {reference_system!r} not found beside {sorted(systems)}; "
-                             f"the external reference of normalized reward is its baseline")
+                             f"the external reference of normalized reward is its baseline "
+                             f"(name another with --reference-system)")
         sums = _baseline_sums(convert_system(ref_dir)[0])
     for task, value in mappings.published_external().items():
         sums.setdefault(task, {"upstream": value, "clbench": value})
@@ -73,10 +83,15 @@ def _references(systems: dict[str, Path], converted: dict, reference_system: str
 
 def _instance_count(task: str, systems: dict[str, Path]) -> int | None:
     """A task's schedule length from any sibling system's artifact (for headline-only tasks)."""
-    for root in {d.parent for d in systems.values()}:
-        for path in sorted(root.glob(f"*/{task}.json.gz")):
-            doc = read_artifact(path)
-            return len(doc["baseline_trace"]["result"]["instance_outcomes"])
+    for root in sorted({d.parent for d in systems.values()}):
+        for system_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            path = task_files(system_dir).get(task)
+            if path is None:
+                continue
+            try:
+                return len(read_artifact(path)["baseline_trace"]["result"]["instance_outcomes"])
+            except (KeyError, TypeError) as exc:
+                raise UpstreamFileError(f"{path}: not an upstream task document ({_one_line(exc)})") from None
     return None
 
 
@@ -88,8 +103,12 @@ def _system_info(system: str, manifest: dict) -> dict:
 
 def import_upstream(path: str | Path, out: str | Path, reference_system: str = REFERENCE_SYSTEM,
                     force: bool = False) -> list[Path]:
-    """Convert upstream result files into one clbench run directory per system under `out`."""
+    """Convert upstream result files into one clbench run directory per system under `out`.
+    `reference_system` names a system beside the imported ones, or is the path of a system folder."""
     systems = system_dirs(path)
+    reference_dir = Path(reference_system) if Path(reference_system).is_dir() else None
+    if reference_dir is not None:
+        reference_system = reference_dir.name
     out = Path(out)
     for system in systems:
         target = out / system
@@ -98,7 +117,7 @@ def import_upstream(path: str | Path, out: str | Path, reference_system: str = R
         if target.exists() and (load_metadata(target).get("source") or {}).get("kind") != SOURCE_KIND:
             raise ValueError(f"{target} exists and is not an upstream import; not replacing it")
     converted = {name: convert_system(d) for name, d in systems.items()}
-    refs = _references(systems, converted, reference_system)
+    refs = _references(systems, converted, reference_system, reference_dir)
     external = mappings.published_external()
     sizes = {t: p["instances"] for _, params, _ in converted.values() for t, p in params.items() if p["instances"]}
     for _, params, _ in converted.values():

@@ -4,8 +4,10 @@ Every number comes from tasks/memoryprobe/default.yaml. Sessions are generated i
 one variant (pressure preset) after another. Per session the preset's dials decide how many facts
 are stated (`fact_density`), how many of them in passing rather than as a `[FACT]` line
 (`implicit_ratio`), how many update an earlier key (`update_rate`, at most `chain_depth` updates a
-key), how many near-identical twins of earlier keys appear (`confusable_pairs` per variant) and how
-many running totals receive increments (`accumulators`). Every rollout plays the sessions in this
+key), how many introduce a key that takes an earlier key's value (`multi_hop_rate`: a `ref`
+mention, the answer is the other key's current value, so two facts are needed), how many
+near-identical twins of earlier keys appear (`confusable_pairs` per variant) and how many running
+totals receive increments (`accumulators`). Every rollout plays the sessions in this
 order (memoryprobe_env.Chronology); the truth of every question is replayed from the sessions
 played so far (see questions.py).
 """
@@ -30,11 +32,13 @@ class FactKey:
     shape: tuple  # (value kind, params) for drawing values
     accumulator: bool = False
     twin_of: str | None = None
+    ref_to: str | None = None  # a multi-hop key: its value is this key's current value
 
 
 @dataclass(frozen=True)
 class Mention:
-    """One statement of a fact in a session: `set` a value or `add` to a running total."""
+    """One statement of a fact in a session: `set` a value, `add` to a running total, or `ref`:
+    the key takes the value of the key named by `value` (and follows it)."""
 
     key: str
     op: str
@@ -126,6 +130,20 @@ class KeyFactory:
         self.keys[key] = fk
         return fk
 
+    def new_ref(self, candidates: list[FactKey]) -> FactKey | None:
+        """A fresh key of the same kind of value as one of `candidates`, referring to it."""
+        options = [fk for fk in candidates if not fk.accumulator and fk.ref_to is None]
+        while options:
+            target = options.pop(int(self.rng.integers(len(options))))
+            pool = [i for i, item in enumerate(self.pools[target.category])
+                    if item[2] == target.shape and item[0] not in self.keys and not self._is_twin_name(item[0])]
+            if pool:
+                key, base, shape = self.pools[target.category].pop(pool[int(self.rng.integers(len(pool)))])
+                fk = FactKey(key, target.category, base, shape, ref_to=target.key)
+                self.keys[key] = fk
+                return fk
+        return None
+
     def new_accumulator(self) -> FactKey:
         key, base, shape, inc = self._take("accumulator")
         fk = FactKey(key, "measurement", base, shape, accumulator=True)
@@ -161,10 +179,11 @@ def _fill(template: str, rng: np.random.Generator) -> str:
 def say_fact(rng: np.random.Generator, key: str, op: str, value: str, explicit: bool) -> tuple[str, str]:
     """(lead-in or "", the sentence that states the fact)."""
     if explicit:
-        line = (V.EXPLICIT_ADD if op == "add" else V.EXPLICIT_SET).format(key=key, value=value)
-        return _pick(rng, V.EXPLICIT_LEADINS), line
-    template = _pick(rng, V.IMPLICIT_ADD if op == "add" else V.IMPLICIT_SET)
-    slots = {"key": key, "value": value, "person": _pick(rng, V.FIRST_NAMES), "day": _pick(rng, V.DAYS)}
+        line = {"add": V.EXPLICIT_ADD, "ref": V.EXPLICIT_REF}.get(op, V.EXPLICIT_SET)
+        return _pick(rng, V.EXPLICIT_LEADINS), line.format(key=key, value=value, target=value)
+    template = _pick(rng, {"add": V.IMPLICIT_ADD, "ref": V.IMPLICIT_REF}.get(op, V.IMPLICIT_SET))
+    slots = {"key": key, "value": value, "target": value, "person": _pick(rng, V.FIRST_NAMES),
+             "day": _pick(rng, V.DAYS)}
     sentence = template.format(**slots)
     return "", sentence[0].upper() + sentence[1:]
 
@@ -244,9 +263,15 @@ def generate(spec: dict, schedule: str) -> Conversation:
                 fk = None
                 if slot == 0 and s in twin_sessions:
                     fk = factory.twin(earlier)
-                updatable = [k for k in earlier if not k.accumulator
+                updatable = [k for k in earlier if not k.accumulator and k.ref_to is None
                              and updates.get(k.key, 0) < int(dials["chain_depth"])
                              and k.key not in {f[0] for f in facts}]
+                if fk is None and earlier and rng.random() < dials.get("multi_hop_rate", 0.0):
+                    ref = factory.new_ref([k for k in earlier if k.key not in {f[0] for f in facts}])
+                    if ref is not None:
+                        facts.append((ref.key, "ref", ref.ref_to, False))
+                        current[ref.key] = current[ref.ref_to]
+                        continue
                 if fk is None and updatable and rng.random() < dials["update_rate"]:
                     fk = _pick(rng, updatable)
                     updates[fk.key] = updates.get(fk.key, 0) + 1

@@ -1,15 +1,15 @@
-"""MemoryProbe-v1: recall facts planted across the sessions of one long assistant conversation."""
+"""MemoryProbe-v2: recall facts planted across the sessions of one long assistant conversation."""
 from __future__ import annotations
 
 import re
 
 from clbench.actions import ActionError, ToolCall, tool_schema
-from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
 from clbench.envs.memoryprobe.generator import generate
 from clbench.envs.memoryprobe.questions import Question, build_questions
-from clbench.envs.memoryprobe.text import values_match
+from clbench.envs.memoryprobe.text import normalize_value, values_match
 
 _ANSWER_LINE = re.compile(r"^\s*ANSWER\s+([A-Za-z0-9_-]+)\s*:[ \t]*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
 _ALIAS = re.compile(r"^Q(\d+)$", re.IGNORECASE)  # "Q2" names the second question listed
@@ -44,8 +44,10 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     in four categories (configuration values, decisions, measurements, named people), either
     explicitly as a line `[FACT] key: value` or implicitly, said in passing in a sentence. Some
     keys get new values in later sessions (version chains), some have near-identical twins
-    introduced at different times (confusable pairs, e.g. checkout-api vs checkout-app), and
-    running totals (accumulators) grow by increments over many sessions. Each session ends with
+    introduced at different times (confusable pairs: two service or project names one edit apart), and
+    running totals (accumulators) grow by increments over many sessions, and some keys are said
+    to take another key's value (multi-hop: the answer needs both facts and follows the other
+    key's updates). Each session ends with
     up to 5 recall questions about keys stated so far, their source session drawn uniformly over
     the history and at most one about the session just played. The default schedule has 24
     sessions in three variants of rising pressure (light, medium, heavy). A conversation has
@@ -55,7 +57,7 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     sessions so far (a `set` states a value or a running total, an increment adds to it).
     Agents are measured under a memory budget of 15% of the whole conversation's tokens
     (stated in the brief and in every observation) for what they carry between sessions.
-    Concept drift (medium, session 9, through heavy): updates grow frequent and deeper, so values
+    Concept drift (from the second variant on): updates grow frequent and deeper, so values
     remembered from the light sessions are superseded and answering from them is wrong; the task
     YAML declares it under `drifts`, and `clbench drift-check` reports the cost on version chains
     (superseded values) and running totals apart from facts stated once (`score_parts`).
@@ -67,7 +69,7 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     "<value>", ...}}}`. Questions left out count as wrong.
 
     ## Observation Space
-    `Text` (printable ASCII): a header (session number, pressure, memory budget), the session's
+    `Text` (printable ASCII): a header (session number, memory budget), the session's
     conversation between `=== conversation: session N ===` and `=== end of session N ===`, then
     the questions `Q<i> [<qid>] <question>` and the answer format. After the answer: the score
     and feedback (see Feedback).
@@ -83,13 +85,21 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     conversation, which is what the task measures.
 
     ## Rewards
-    Fraction of the session's questions answered correctly (case, spacing and thousands
-    separators ignored; a number may omit its unit), on the answering step; raw_metric =
-    ("recall_accuracy", value). r_max = 1.0 (the oracle); r_reference = the reference agent
-    (file-backed memory) played stateless, so it can only answer about the session in view.
+    Per question: +1 for a right answer (case, spacing and thousands separators ignored; a
+    number may omit its unit), 0 for a question left out or answered "unknown" (abstained), -1
+    for a wrong answer; the session's reward is their sum divided by the number of questions
+    (in [-1, 1]), on the answering step. A wrong answer costs what a right one earns, so a guess
+    from the value domains (which are public in the vocabulary) loses in expectation: the
+    memoryless prior a guess uses is worth nothing (issue 28). raw_metric =
+    ("recall_accuracy", fraction right). r_max = 1.0 (the oracle); r_reference = the reference
+    agent (file-backed memory with a reader of every phrasing, answering exact keys only) played
+    stateless: the best a memoryless agent can do, answering what the session in view states.
     The final info holds `details["question_outcomes"]` (kept in result records): per question
     qid, key, category, structure, kind (explicit|implicit), depth (tokens back to the oldest
-    needed mention), age_sessions and correct, for `breakdown.accuracy_breakdown`.
+    needed mention), age_sessions, correct, verdict (right|wrong|abstained) and, for a wrong
+    answer, its error (`superseded`: a value the key had earlier, drift; `other-key`: a value
+    stated for another key; `unstated`: a value never stated, hallucination), for
+    `breakdown.accuracy_breakdown` and `clbench.diagnostics.acc_measures`.
 
     ## Episode End
     A session ends when a valid answer is given (all questions are answered in one step). An
@@ -100,9 +110,15 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     `schedule` ("default": light, medium and heavy variants of 8 sessions; "light", "medium",
     "heavy": 12 sessions of one preset; "short": 3 light + 3 heavy sessions for tests), `cycle`,
     `render_mode` ("ansi"), `split` ("test", the benchmark's conversation; "train": another
-    conversation from other conversation and question seeds, same presets; ids "train-session-NN").
+    conversation from other conversation and question seeds, same presets; ids "train-session-NN"),
+    `world_seed` (None: the canonical conversation; N: a fresh conversation, facts and questions
+    drawn from seeds derived from the world, same presets and difficulty).
 
     ## Version History
+    * v2: wrong answers score -1, abstentions 0 (v1: 0 for both, so guessing from the public value
+      domains beat the stateless reference); the reference reads every phrasing and answers exact
+      keys only; the header no longer names the variant; `world_seed` draws fresh conversations;
+      outcomes carry verdict and error kind.
     * v1 (split kwarg, no change to the test split): `split="train"` for training.
     * v1: one chronology for every rollout (v0 permuted sessions within a variant by the rollout
       seed and replayed questions from the order played, so one session id asked different
@@ -113,17 +129,18 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/MemoryProbe-v1"
+    env_id = "clbench/MemoryProbe-v2"
     reward_unit = "recall accuracy 0-1"
     suite = False  # a diagnostic of memory systems, not one of the six benchmark tasks
-    reward_text = "Fraction of the session's recall questions answered correctly; 1.0 is perfect."
+    reward_text = ("Per question +1 if right, -1 if wrong, 0 if left out or answered 'unknown'; the session's reward "
+                   "is the sum divided by the number of questions (1.0 is perfect).")
     feedback_text = (
         "After the answer: the score, your answer to each question and whether it was right, and for wrong or "
         "missing ones why the fact was hard (sessions back, changed value, near-identical key, running total, "
         "said in passing). Correct values are never shown: the same key may be asked again later.")
     action_grammar = ("Answer every question in one reply, one line each: ANSWER <qid>: <value> "
                       '(or the tool call {"tool": "answer", "arguments": {"answers": {"<qid>": "<value>"}}}). '
-                      "Leave out questions you cannot answer.")
+                      "Leave out (or answer unknown) questions you cannot answer: a wrong answer costs a point.")
     max_invalid_repeats = 2
     #: fixed replies that ignore the session (clbench.agents.degenerate, tests/test_honest_scores.py);
     #: only `Q1` exists in every session
@@ -136,10 +153,29 @@ class MemoryProbeEnv(InstanceSequenceEnv):
         "reference": "clbench.agents.memoryprobe:MemoryProbeReference",
         "oracle": "clbench.agents.memoryprobe:MemoryProbeOracle",
     }
+    #: memoryless families the red team plays stateless (agents/memoryprobe_redteam.py): each reads the
+    #: session in view and guesses the rest from a prior a memoryless agent has
+    policy_families = {
+        "domain-guess": ("clbench.agents.memoryprobe_redteam:DomainGuess", {"index": [0, "mid", -1]}),
+        "same-kind-in-view": ("clbench.agents.memoryprobe_redteam:SameKindInView", {"fallback": ["abstain", "first"]}),
+        "nearest-key-in-view": ("clbench.agents.memoryprobe_redteam:NearestKeyInView", {"threshold": [0.6, 0.8]}),
+    }
+
+    @classmethod
+    def public_secrets(cls) -> list[str]:
+        """The canonical conversation's fact keys and each `key: value` as a [FACT] line says it, and
+        the people named as facts (values alone are mostly short numbers found anywhere)."""
+        from clbench.envs.memoryprobe.generator import generate
+
+        spec = load_task_spec(cls.task)
+        conv = generate(spec, "default")
+        mentions = [m for s in conv.sessions for m in s.mentions]
+        people = {m.value for m in mentions if conv.keys[m.key].shape[0] == "person"}
+        return sorted({*conv.keys, *(f"{m.key}: {m.value}" for m in mentions if m.op == "set"), *people})
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test"):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
+                 split: str = "test", world_seed: int | None = None):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
         self.total_tokens = self.conversation.total_tokens
         self.budget_tokens = int(self.spec_data["budget_fraction"] * self.total_tokens)
         self.brief = (
@@ -148,8 +184,9 @@ class MemoryProbeEnv(InstanceSequenceEnv):
             "some are pasted as '[FACT] key: value' lines, others said in passing; values change over time, "
             "some names are nearly identical, and some quantities are running totals. At the end of each "
             "session you are asked about facts from this and earlier sessions; answer with the current values. "
+            "A right answer scores +1, a wrong one -1, a question left out or answered 'unknown' 0. "
             f"Memory budget: {self.budget_tokens} tokens (15% of the {self.total_tokens}-token conversation) "
-            "for what you carry between sessions. Questions you leave out count as wrong. A reply with no valid "
+            "for what you carry between sessions. A reply with no valid "
             "answer is rejected with the reason and you get one more try, after which the session scores 0.")
         self._question_cache: dict[tuple[str, ...], list[list[Question]]] = {}
         self._current: list[Question] = []
@@ -157,10 +194,10 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     def _build_schedule(self, name: str) -> Schedule:
         if name not in self.spec_data["schedules"]:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
-        if self.split != "test":  # train: the conversation and its questions from other seeds
+        if not self.canonical_world:  # train split, fresh worlds: the conversation and questions from other seeds
             spec = self.spec_data
-            self.spec_data = {**spec, "seed": self.split_seed(spec["seed"]),
-                              "questions": {**spec["questions"], "seed": self.split_seed(spec["questions"]["seed"])}}
+            self.spec_data = {**spec, "seed": self.draw_seed(spec["seed"]),
+                              "questions": {**spec["questions"], "seed": self.draw_seed(spec["questions"]["seed"])}}
         self.conversation = generate(self.spec_data, name)
         variants = []
         for v in self.spec_data["schedules"][name]:
@@ -214,7 +251,7 @@ class MemoryProbeEnv(InstanceSequenceEnv):
         self._current = self.questions(slot.instance_id)
         n = slot.position + 1
         lines = [
-            f"MemoryProbe | session {n} of {len(self._order)} | pressure: {slot.variant}",
+            f"MemoryProbe | session {n} of {len(self._order)}",
             f"Memory budget: {self.budget_tokens} tokens (15% of the {self.total_tokens}-token conversation) "
             "for what you carry between sessions; this session is always in view.",
             CONVERSATION_START.format(n=n), session.text, CONVERSATION_END.format(n=n),
@@ -243,11 +280,33 @@ class MemoryProbeEnv(InstanceSequenceEnv):
         if unknown:
             raise ActionError(f"unknown question ids {unknown[:5]}; this session's ids: {', '.join(sorted(legal))}")
         results = [(q, values_match(q.answer, str(answers.get(q.qid, "")))) for q in self._current]
+        verdicts = [self._verdict(q, ok, str(answers.get(q.qid, ""))) for q, ok in results]
         right = sum(ok for _, ok in results)
-        score = right / len(results) if results else 1.0
+        wrong = sum(v == "wrong" for v, _ in verdicts)
+        n = len(results)
+        score = (right - WRONG_COST * wrong) / n if n else 1.0
+        accuracy = right / n if n else 1.0
         return Outcome(self._feedback(score, results, answers), done=True, reward=score,
-                       raw_metric=("recall_accuracy", score), solved=right == len(results),
-                       extra={"details": {"question_outcomes": [q.outcome(ok) for q, ok in results]}})
+                       raw_metric=("recall_accuracy", accuracy), solved=right == n,
+                       extra={"details": {"question_outcomes": [q.outcome(ok, v, e) for (q, ok), (v, e)
+                                                                in zip(results, verdicts)]}})
+
+    def _verdict(self, q: Question, ok: bool, given: str) -> tuple[str, str]:
+        """(right|wrong|abstained, error kind of a wrong answer: superseded|other-key|unstated)."""
+        if ok:
+            return "right", ""
+        if normalize_value(given).replace("'", "") in ABSTAIN:
+            return "abstained", ""
+        if any(values_match(v, given) for v in q.earlier):
+            return "wrong", "superseded"
+        if any(values_match(v, given) for v in self._stated()):
+            return "wrong", "other-key"
+        return "wrong", "unstated"
+
+    def _stated(self) -> list[str]:
+        """Every value stated in the conversation up to the current session (mentions' values)."""
+        upto = self._order[:self._pos + 1]
+        return list(dict.fromkeys(m.value for s in upto for m in s.instance.payload.mentions))
 
     def _feedback(self, score: float, results: list[tuple[Question, bool]], answers: dict) -> str:
         """Right or wrong per question and why a fact was hard; never the correct value (Feedback)."""
@@ -268,9 +327,15 @@ class MemoryProbeEnv(InstanceSequenceEnv):
                             [("answered correctly", f"{right} of {len(results)}")], lines)
 
 
+#: what a wrong answer costs (a right one earns 1): guessing from the public value domains loses
+WRONG_COST = 1.0
+#: answers that abstain (normalised: lower case, no spaces or final punctuation)
+ABSTAIN = {"", "unknown", "n/a", "na", "none", "idk", "idontknow", "dontknow", "notsure", "noidea"}
 #: why a wrong answer's fact was hard, by its structure
 _HARD = {"plain": "", "chain": "its value changed after it was first stated; the current value is asked",
-         "confusable": "a nearly identical key exists", "accumulator": "it is a running total (a total plus later increments)"}
+         "confusable": "a nearly identical key exists", "accumulator": "it is a running total (a total plus later increments)",
+         "multi-hop": "its value is another key's current value: both facts are needed"}
 #: score parts for drift-check, by a question's structure
 _PARTS = {"chain": "superseded values (version chains)", "accumulator": "running totals",
+          "multi-hop": "two facts combined (multi-hop)",
           "plain": "stated once (plain, confusable)", "confusable": "stated once (plain, confusable)"}

@@ -5,9 +5,11 @@ questions of a session, drawn from a generator keyed by the question seed and th
 position, are the same in every rollout and in the stateless pass.
 
 After session p of a rollout the state of every key is the replay of all mentions of sessions
-0..p in that order: a `set` replaces the value, an `add` increases a running total set earlier.
+0..p in that order: a `set` replaces the value, an `add` increases a running total set earlier, a
+`ref` makes the key follow another key (multi-hop: its answer is the other key's current value,
+and both facts are needed).
 Questions ask about keys set so far, weighted by structure (plain, version chain, confusable
-pair, accumulator) within a source session drawn uniformly (so depths spread over the whole
+pair, accumulator, multi-hop) within a source session drawn uniformly (so depths spread over the whole
 history), at most `max_current` of them about the session just played.
 
 Depth of a question = tokens of conversation between the oldest mention needed to answer it (the
@@ -38,17 +40,21 @@ class Question:
     key: str
     text: str
     category: str
-    structure: str  # plain | chain | confusable | accumulator
+    structure: str  # plain | chain | confusable | accumulator | multi-hop
     kind: str  # explicit (every needed mention is a [FACT] line) | implicit
     answer: str
     depth: int
     age_sessions: int
     needs: tuple[Need, ...]
+    #: values the key had before its current one (earlier sets; a running total's earlier totals)
+    earlier: tuple[str, ...] = ()
 
-    def outcome(self, correct: bool) -> dict:
-        """What reports need about an answered question (no answer value: info reaches agents)."""
+    def outcome(self, correct: bool, verdict: str = "", error: str = "") -> dict:
+        """What reports need about an answered question (no answer value: info reaches agents).
+        verdict: right | wrong | abstained; error (wrong answers): superseded | other-key | unstated."""
         return {"qid": self.qid, "key": self.key, "category": self.category, "structure": self.structure,
-                "kind": self.kind, "depth": self.depth, "age_sessions": self.age_sessions, "correct": bool(correct)}
+                "kind": self.kind, "depth": self.depth, "age_sessions": self.age_sessions, "correct": bool(correct),
+                "verdict": verdict or ("right" if correct else "wrong"), "error": error}
 
     def fact(self) -> dict:
         """The latent fact behind the question with its value and the mentions that state it."""
@@ -60,16 +66,21 @@ class Question:
 
 
 class _KeyState:
-    def __init__(self):
+    def __init__(self, accumulator: bool = False):
+        self.accumulator = accumulator
         self.sets: list[Need] = []
         self.adds: list[Need] = []  # adds since the last set
+        self.history: list[str] = []  # every value the key has had, oldest first
 
     def apply(self, need: Need) -> None:
-        if need.mention.op == "set":
+        if need.mention.op in ("set", "ref"):
             self.sets.append(need)
             self.adds = []
         elif self.sets:  # an increment before any total is known has nothing to add to
             self.adds.append(need)
+        else:
+            return
+        self.history.append(self.value(self.accumulator))
 
     def value(self, accumulator: bool) -> str:
         last = self.sets[-1].mention.value
@@ -87,6 +98,7 @@ class _Candidate:
     structure: str
     needs: tuple[Need, ...]
     answer: str
+    earlier: tuple[str, ...] = ()
 
 
 def build_questions(conv: Conversation, order: list[str], qspec: dict) -> list[list[Question]]:
@@ -97,20 +109,28 @@ def build_questions(conv: Conversation, order: list[str], qspec: dict) -> list[l
     out: list[list[Question]] = []
     for p, iid in enumerate(order):
         for m in sessions[iid].mentions:
-            states.setdefault(m.key, _KeyState()).apply(Need(p, iid, m))
+            states.setdefault(m.key, _KeyState(conv.keys[m.key].accumulator)).apply(Need(p, iid, m))
         present = {k for k, st in states.items() if st.sets}
         cands = []
         for key, st in states.items():
             if not st.sets:
                 continue
             fk = conv.keys[key]
+            if st.sets[-1].mention.op == "ref":  # multi-hop: the referred key's current value
+                target = states[st.sets[-1].mention.value]
+                answer = target.value(False)
+                earlier = tuple(dict.fromkeys(v for v in target.history[:-1] if v != answer))
+                cands.append(_Candidate(key, "multi-hop", (st.sets[-1], *target.needs()), answer, earlier))
+                continue
             if fk.accumulator:
                 structure = "accumulator"
             elif fk.twin_of in present or any(conv.keys[o].twin_of == key for o in present):
                 structure = "confusable"
             else:
                 structure = "chain" if len(st.sets) > 1 else "plain"
-            cands.append(_Candidate(key, structure, st.needs(), st.value(fk.accumulator)))
+            answer = st.value(fk.accumulator)
+            earlier = tuple(dict.fromkeys(v for v in st.history[:-1] if v != answer))
+            cands.append(_Candidate(key, structure, st.needs(), answer, earlier))
         chosen = sorted((cands[i] for i in _pick(cands, p, qspec)), key=lambda c: c.key)
         out.append([_question(conv, c, p, j, starts) for j, c in enumerate(chosen)])
     return out
@@ -142,4 +162,4 @@ def _question(conv: Conversation, c: _Candidate, p: int, j: int, starts) -> Ques
         qid=f"q{p + 1:02d}-{j + 1}", key=c.key, text=QUESTIONS[form].format(key=c.key), category=fk.category,
         structure=c.structure, kind="explicit" if all(n.mention.explicit for n in c.needs) else "implicit",
         answer=c.answer, depth=int(starts[p + 1] - starts[oldest.position] - oldest.mention.offset),
-        age_sessions=p - oldest.position, needs=c.needs)
+        age_sessions=p - oldest.position, needs=c.needs, earlier=c.earlier)

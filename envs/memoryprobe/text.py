@@ -9,6 +9,8 @@ import re
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _NUMBER = re.compile(r"([+-]?\d+(?:\.\d+)?)\s*(.*)")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3})")
+_SPACE = re.compile(r"\s+")
 
 
 def count_tokens(text: str) -> int:
@@ -25,9 +27,9 @@ def normalize_key(key: str) -> str:
 
 def normalize_value(value: str) -> str:
     v = value.strip().strip("\"'`").strip()
-    v = re.sub(r"(?<=\d),(?=\d{3})", "", v)  # 1,240 -> 1240
+    v = _THOUSANDS.sub("", v)  # 1,240 -> 1240
     v = v.rstrip(".!?;, ").lower()
-    return re.sub(r"\s+", "", v)
+    return _SPACE.sub("", v)
 
 
 def values_match(expected: str, answer: str) -> bool:

@@ -101,6 +101,14 @@ IMPLICIT_SET = [
     "Can you remember that the {key} should be {value} from now on?",
     "After a lot of back and forth, {value} it is for the {key}.",
 ]
+# A multi-hop fact states that one key takes another key's value (and keeps following it):
+# answering it needs both facts.
+EXPLICIT_REF = "[FACT] {key}: same as the {target}"
+IMPLICIT_REF = [
+    "For the {key}, just use whatever the {target} is.",
+    "{person} wants the {key} to match the {target}, so keep them the same.",
+    "The {key} is the same as the {target}, by the way.",
+]
 IMPLICIT_ADD = [
     "Add another {value} to the {key}.",
     "The {key} went up by {value} since last time.",
