@@ -448,7 +448,9 @@ class InstanceSequenceEnv(gym.Env):
         say = self.say
         return {"env_id": self.env_id, "task": self.task, "brief": say(self.brief), "reward": say(self.reward_text),
                 "feedback": say(self.feedback_text), "action_grammar": say(self.action_grammar),
-                "max_steps": self.max_steps, "tools": self.tools}
+                "max_steps": self.max_steps, "tools": self.tools,
+                # how many instances the run has (the LLM agent's "Instance k of n"): no drift, no latent
+                "instances": len(self.schedule)}
 
     def say(self, text: str) -> str:
         """`text` with "{max_steps}" filled in, so the budget is stated where it is set (default.yaml)."""
