@@ -71,6 +71,7 @@ class TaskRecords:
     r_max: float
     r_reference: float
     r_max_se: float | None = None  # standard error of r_max when the oracle's score is noisy
+    uncalibrated: str | None = None  # why r_max / r_reference are missing (None: the generic reason)
     stateful: dict[int, list[dict]] = field(default_factory=dict)  # rollout -> records by position
     stateless: dict[int, dict[str, dict]] = field(default_factory=dict)  # pass -> instance_id -> record
 
@@ -96,7 +97,8 @@ def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[st
             p = params[task]
             se = p.get("r_max_se")
             tr = groups[(task, system)] = TaskRecords(task, system, _calibration(p["r_max"]),
-                                                      _calibration(p["r_reference"]), float(se) if se else None)
+                                                      _calibration(p["r_reference"]), float(se) if se else None,
+                                                      uncalibrated=p.get("baselines_undefined"))
         if rec["mode"] == "stateless":
             tr.stateless.setdefault(int(rec.get("rollout") or 0), {})[rec["instance_id"]] = rec
         else:
@@ -300,7 +302,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
     calibrated = math.isfinite(tr.r_max) and math.isfinite(tr.r_reference)
     if not calibrated:  # normalized gain and reward both need r_max
-        reason = reward_reason = UNCALIBRATED
+        reason = reward_reason = tr.uncalibrated or UNCALIBRATED
     else:
         reward_reason = None
         reason = undefined_gain_reason(point["mean_reward_stateless"], tr.r_max) \
