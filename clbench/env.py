@@ -354,6 +354,12 @@ class InstanceSequenceEnv(gym.Env):
     #: stateless and fails the env when any reaches r_reference (docs/contract.md, "Honest scores")
     policy_families: dict[str, tuple[str, dict[str, list]]] = {}
 
+    #: modules of this env's package (names relative to it, e.g. "cards", or full module names) that
+    #: hold no ground truth, so scripted reference and red-team agents may import them (card
+    #: parsing, a hand-strength table, a text grammar); every other module of clbench.envs.<task> is
+    #: out of their reach (tests/test_reference_imports.py)
+    public_modules: tuple[str, ...] = ()
+
     @classmethod
     def public_secrets(cls) -> list[str]:
         """Latent values of the canonical world (names, units, codes, frequencies, opponents'
