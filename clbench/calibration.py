@@ -82,5 +82,6 @@ def ensure_baselines(env, env_kwargs: dict | None = None, calibrate: bool = True
     if not calibrate:
         return (f"{world_label(base)} of {base.env_id} is not calibrated and --no-calibrate was given: run "
                 f"`clbench calibrate --env {base.env_id} --world-seed N` (and the same --env-arg) first")
-    calibrate_world(base.env_id, env_kwargs)
+    spec = getattr(env, "spec", None)  # the id it was made with (a registered variant of the class)
+    calibrate_world(spec.id if spec is not None else base.env_id, env_kwargs)
     return None if base.calibrated else f"calibrating {world_label(base)} of {base.env_id} stored no baselines"
