@@ -298,3 +298,43 @@ def test_run_card_validates_against_the_shipped_schema_and_bad_curves_fail_alike
             plain.validate(bad)
         assert (fast.value.message, list(fast.value.absolute_path)) == \
             (general.value.message, list(general.value.absolute_path))
+
+
+def test_paper_split_by_hand_on_upstream_records(tmp_path):
+    """The paper's split (Appendix C) recomputed from raw upstream records of two systems: f_B, the
+    boundary means and the headroom, straight from the formulas, against clbench.metrics."""
+    from clbench import upstream
+    from clbench.results import load_metadata, load_records
+
+    if upstream.default_dir() is None:
+        pytest.skip(f"upstream CL-Bench v1.0 results not found (../shared/upstream-clbench-v1 or ${upstream.ENV_VAR})")
+    for system in ("icl-gpt-5.4", "claude-code-sonnet-4.6"):
+        [run_dir] = upstream.import_upstream(upstream.default_dir() / "runs" / system, tmp_path / system)
+        records = [r for r in load_records(run_dir) if r["task"] == "blind_spectrum_monitoring"]
+        meta = load_metadata(run_dir)
+        r_max = meta["tasks"]["blind_spectrum_monitoring"]["r_max"]
+        sl = {r["instance_id"]: r["reward"] for r in records if r["mode"] == "stateless"}
+        mean_sl = np.mean(list(sl.values()))
+        stab, plas, n = 0.0, 0.0, 0
+        for k in sorted({r["rollout"] for r in records if r["mode"] == "stateful"}):
+            recs = sorted((r for r in records if r["mode"] == "stateful" and r["rollout"] == k),
+                          key=lambda r: r["position"])
+            first = {}
+            for r in recs:
+                first.setdefault(r["variant"], r["position"])
+            b = [r for r in recs if first[r["variant"]] == r["position"]]
+            w = [r for r in recs if first[r["variant"]] != r["position"]]
+            f_b = len(b) / len(recs)
+            gain_b = np.mean([r["reward"] - sl[r["instance_id"]] for r in b])
+            gain_w = np.mean([r["reward"] - sl[r["instance_id"]] for r in w])
+            stab += f_b * gain_b / (r_max - mean_sl)
+            plas += (1 - f_b) * gain_w / (r_max - mean_sl)
+            n += 1
+        [m] = [t for t in task_metrics_of(records, meta)]
+        assert m["stability"]["mean"] == pytest.approx(stab / n)
+        assert m["plasticity"]["mean"] == pytest.approx(plas / n)
+        assert m["boundary_share"] == pytest.approx(3 / 90)
+
+
+def task_metrics_of(records, meta):
+    return [task_metrics(tr, n_boot=100) for tr in group_records(records, meta["tasks"]).values()]
