@@ -351,8 +351,11 @@ class InstanceSequenceEnv(gym.Env):
     #: memoryless policy families the red team searches (`clbench redteam`): name ->
     #: ("module:Class", {parameter: [values, ...]}); the class is an Agent that reads observations
     #: only and keeps nothing across instances; the red team plays every point of the grid
-    #: stateless and fails the env when any reaches r_reference (docs/contract.md, "Honest scores")
-    policy_families: dict[str, tuple[str, dict[str, list]]] = {}
+    #: stateless and fails the env when any reaches r_reference (docs/contract.md, "Honest scores").
+    #: A third element "stateful" (or {"stateful": True, "full_grid": {...}}, or a
+    #: clbench.redteam.PolicyFamily) marks a family played as one stateful rollout (e.g. an env's own
+    #: feedback-only memorizer) and gives the larger grid searched with CLBENCH_SLOW=1 / --full
+    policy_families: dict[str, tuple] = {}
 
     #: modules of this env's package (names relative to it, e.g. "cards", or full module names) that
     #: hold no ground truth, so scripted reference and red-team agents may import them (card

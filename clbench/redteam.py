@@ -182,7 +182,11 @@ def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers
                 continue
             params = dict(pol.params)
             if pol.name == TRAIN_ANSWERS:
-                params = {"actions": train_actions(env_id, env_kwargs, workers, root / "train")}
+                try:
+                    params = {"actions": train_actions(env_id, env_kwargs, workers, root / "train")}
+                except (RuntimeError, ValueError, TypeError) as exc:  # shown in the table, never hidden
+                    pol.skipped = f"the oracle could not play the train split ({type(exc).__name__}: {str(exc)[:160]})"
+                    continue
             mode = "stateful" if pol.stateful else "stateless"
             cfgs.append(RunConfig(env_id=env_id, agent=pol.agent, out=str(root / "play"), system=pol.name, mode=mode,
                                   rollouts=1, stateless_passes=1, workers=workers, env_kwargs=env_kwargs,
