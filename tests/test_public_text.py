@@ -143,3 +143,22 @@ def test_the_scan_reads_docstrings_and_yaml_comments(tmp_path):
     assert "30%" in docstring(py)
     assert yaml_comments(yml).strip() == "stored in cents"
     assert leaks({"d": docstring(py)}, ["30%"])  # a value ending in punctuation still matches
+
+
+def test_agents_are_shown_the_agent_card_only():
+    import gymnasium as gym
+
+    from clbench.agent import AgentCard, make_agent
+    from clbench.env import SpecCard
+
+    env = gym.make("clbench/SpectrumMonitor-v1")
+    try:
+        reference, oracle = make_agent("reference", env), make_agent("oracle", env)
+        assert isinstance(reference.card, AgentCard) and dict(reference.card) == env.unwrapped.agent_card
+        assert "variants" not in reference.card and "r_reference" not in reference.card
+        with pytest.raises(AttributeError, match="agent card"):
+            reference.card.variants  # noqa: B018 - the documentation fields are not there
+        assert reference.card.brief and reference.card.max_steps == env.unwrapped.max_steps
+        assert isinstance(oracle.card, SpecCard)  # privileged agents may read the spec card
+    finally:
+        env.close()
