@@ -19,6 +19,27 @@ from typing import Any
 from clbench.env import SpecCard
 
 
+class AgentCard(dict):
+    """What an agent is shown (`env.agent_card`): brief, reward, feedback policy, action grammar,
+    step budget, tools, instance count. A plain dict whose fields also read as attributes
+    (`card.brief`), like the SpecCard that privileged agents get."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"the agent card has no field {name!r} (fields: {', '.join(self)}); "
+                                 "agents are shown only the agent card") from None
+
+    def __reduce__(self):
+        return (AgentCard, (dict(self),))
+
+
+def agent_card(env) -> AgentCard:
+    """The card a non-privileged agent of `env` (a gym env or an unwrapped clbench env) is built with."""
+    return AgentCard(env.unwrapped.agent_card)
+
+
 @dataclass
 class Usage:
     """Tokens and cost of the model calls an agent made (cost None when the price is unknown)."""
@@ -62,7 +83,7 @@ class Agent:
     #: one stateless pass instead of one per rollout seed (clbench.runner.stateless_plan)
     deterministic = False
 
-    def __init__(self, card: SpecCard, seed: int = 0, latent: Any = None, **kwargs):
+    def __init__(self, card: AgentCard | SpecCard, seed: int = 0, latent: Any = None, **kwargs):
         if kwargs:
             raise TypeError(f"{type(self).__name__} got unknown options: {sorted(kwargs)}")
         self.card = card
@@ -176,7 +197,8 @@ def make_agent(name: str, env, seed: int = 0, **kwargs) -> Agent:
         raise ValueError(f"unknown agent {name!r} for {base.env_id}; available: {', '.join(sorted(table))}")
     cls = load_object(table.get(name, name))
     latent = base.latent() if cls.privileged else None
-    card = base.spec_card
+    # agents see the agent card only; privileged agents (oracles) may read the spec card too
+    card = base.spec_card if cls.privileged else agent_card(base)
 
     def fresh():
         return cls(card, seed=seed, latent=latent, **kwargs)

@@ -44,3 +44,44 @@ def store_baselines(env, values: dict) -> Path:
                                **values}, indent=1, sort_keys=True))
     os.replace(tmp, path)
     return path
+
+
+def world_label(env) -> str:
+    """How a report names `env`'s world and schedule: "canonical", "world-7", "world-7 (schedule long)"."""
+    return env.world_key + ("" if env.schedule_name == "default" else f" (schedule {env.schedule_name})")
+
+
+def calibrate_world(env_id: str, env_kwargs: dict | None = None, store: bool = True) -> dict:
+    """r_max (the oracle's mean) and r_reference (the stateless reference's mean) of the world and
+    schedule `env_kwargs` select, played stateless on every instance; stored in the cache unless
+    store=False or it is the canonical default (whose numbers live in default.yaml)."""
+    from clbench.commands.calibrate import stateless_means
+    from clbench.runner import make_env
+
+    means = stateless_means(env_id, ["oracle", "reference"], env_kwargs)
+    values = {"r_max": means["oracle"], "r_reference": means["reference"]}
+    env = make_env(env_id, **(env_kwargs or {}))
+    try:
+        if store and not env.unwrapped.baselines_from_spec:
+            store_baselines(env.unwrapped, values)
+    finally:
+        env.close()
+    return values
+
+
+def ensure_baselines(env, env_kwargs: dict | None = None, calibrate: bool = True) -> str | None:
+    """Make sure `env` (a gym env made with `env_kwargs`) has r_max and r_reference: the canonical default's come from
+    default.yaml, any other world's or schedule's from the cache, computed now when missing
+    (`calibrate_world`) unless calibrate=False. Returns why normalized metrics stay undefined, or None."""
+    base = env.unwrapped
+    if base.calibrated:
+        return None
+    if base.baselines_from_spec:
+        return (f"{base.env_id} is uncalibrated (no r_max / r_reference in its default.yaml): run "
+                f"`clbench calibrate --env {base.env_id} --write`")
+    if not calibrate:
+        return (f"{world_label(base)} of {base.env_id} is not calibrated and --no-calibrate was given: run "
+                f"`clbench calibrate --env {base.env_id} --world-seed N` (and the same --env-arg) first")
+    spec = getattr(env, "spec", None)  # the id it was made with (a registered variant of the class)
+    calibrate_world(spec.id if spec is not None else base.env_id, env_kwargs)
+    return None if base.calibrated else f"calibrating {world_label(base)} of {base.env_id} stored no baselines"

@@ -351,8 +351,17 @@ class InstanceSequenceEnv(gym.Env):
     #: memoryless policy families the red team searches (`clbench redteam`): name ->
     #: ("module:Class", {parameter: [values, ...]}); the class is an Agent that reads observations
     #: only and keeps nothing across instances; the red team plays every point of the grid
-    #: stateless and fails the env when any reaches r_reference (docs/contract.md, "Honest scores")
-    policy_families: dict[str, tuple[str, dict[str, list]]] = {}
+    #: stateless and fails the env when any reaches r_reference (docs/contract.md, "Honest scores").
+    #: A third element "stateful" (or {"stateful": True, "full_grid": {...}}, or a
+    #: clbench.redteam.PolicyFamily) marks a family played as one stateful rollout (e.g. an env's own
+    #: feedback-only memorizer) and gives the larger grid searched with CLBENCH_SLOW=1 / --full
+    policy_families: dict[str, tuple] = {}
+
+    #: modules of this env's package (names relative to it, e.g. "cards", or full module names) that
+    #: hold no ground truth, so scripted reference and red-team agents may import them (card
+    #: parsing, a hand-strength table, a text grammar); every other module of clbench.envs.<task> is
+    #: out of their reach (tests/test_reference_imports.py)
+    public_modules: tuple[str, ...] = ()
 
     @classmethod
     def public_secrets(cls) -> list[str]:
@@ -448,7 +457,9 @@ class InstanceSequenceEnv(gym.Env):
         say = self.say
         return {"env_id": self.env_id, "task": self.task, "brief": say(self.brief), "reward": say(self.reward_text),
                 "feedback": say(self.feedback_text), "action_grammar": say(self.action_grammar),
-                "max_steps": self.max_steps, "tools": self.tools}
+                "max_steps": self.max_steps, "tools": self.tools,
+                # how many instances the run has (the LLM agent's "Instance k of n"): no drift, no latent
+                "instances": len(self.schedule)}
 
     def say(self, text: str) -> str:
         """`text` with "{max_steps}" filled in, so the budget is stated where it is set (default.yaml)."""

@@ -9,11 +9,14 @@ rollout seed for a stochastic agent, one for a deterministic agent):
 - normalized gain `(mean r_sf - mean r_sl) / (r_max - mean r_sl)`, undefined (with the reason) when
   `mean r_sl >= r_max`;
 - normalized reward `(mean r_sf - r_reference) / (r_max - r_reference)`;
-- the stability/plasticity split of normalized gain: every variant starts at a boundary (its
-  first position in the rollout's order); the gain earned in the *adaptation window* right after
-  each boundary (the first `ceil(window * len(variant))` positions, at least one) is the
-  plasticity term, the gain earned afterwards the stability term. Both are divided by the same
-  denominator as the normalized gain, so plasticity + stability = normalized gain exactly;
+- the paper's stability/plasticity split of normalized gain (CL-Bench, Appendix C): B = the first
+  instance of each variant in the rollout's order (its boundary: only state carried over from
+  earlier variants can help there), W = every other instance (after in-variant feedback);
+  stability = f_B (mean r_sf,B - mean r_sl,B) / (r_max - mean r_sl), plasticity = f_W (the same
+  over W) / (the same denominator), so stability + plasticity = normalized gain exactly;
+- the adaptation window split (clbench's own, not the paper's): the gain earned in the first
+  `ceil(window * len(variant))` positions of each variant (at least one) is `early_gain`, the rest
+  `late_gain`, over the same denominator, so early_gain + late_gain = normalized gain too;
 - uncertainty: a seeded paired bootstrap that resamples instances (the same draw for the stateful
   and the stateless side), rollouts and stateless passes together; 95% percentile CI and the
   bootstrap standard error. When r_max comes with a standard error (Poker's oracle score is
@@ -40,9 +43,12 @@ N_BOOT = 10_000
 CURVE_BOOT = 1_000
 DEFAULT_WINDOW = 0.25
 HEADLINE = ("normalized_gain", "normalized_reward")
-SPLIT = ("plasticity", "stability")
+#: the paper's split (Appendix C): boundary instances (stability) and the others (plasticity)
+SPLIT = ("stability", "plasticity")
+#: the adaptation window split: the first `window` share of each variant (early) and the rest (late)
+WINDOW_SPLIT = ("early_gain", "late_gain")
 #: the metrics whose bootstrap replicates a suite aggregate combines
-AGGREGATED = (*HEADLINE, *SPLIT)
+AGGREGATED = (*HEADLINE, *SPLIT, *WINDOW_SPLIT)
 
 
 def undefined_gain_reason(mean_sl: float, r_max: float) -> str:
@@ -65,6 +71,7 @@ class TaskRecords:
     r_max: float
     r_reference: float
     r_max_se: float | None = None  # standard error of r_max when the oracle's score is noisy
+    uncalibrated: str | None = None  # why r_max / r_reference are missing (None: the generic reason)
     stateful: dict[int, list[dict]] = field(default_factory=dict)  # rollout -> records by position
     stateless: dict[int, dict[str, dict]] = field(default_factory=dict)  # pass -> instance_id -> record
 
@@ -90,7 +97,8 @@ def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[st
             p = params[task]
             se = p.get("r_max_se")
             tr = groups[(task, system)] = TaskRecords(task, system, _calibration(p["r_max"]),
-                                                      _calibration(p["r_reference"]), float(se) if se else None)
+                                                      _calibration(p["r_reference"]), float(se) if se else None,
+                                                      uncalibrated=p.get("baselines_undefined"))
         if rec["mode"] == "stateless":
             tr.stateless.setdefault(int(rec.get("rollout") or 0), {})[rec["instance_id"]] = rec
         else:
@@ -131,15 +139,16 @@ def estimate(values, n_boot: int = N_BOOT, seed: int = 0) -> dict:
             "n": int(v.size)}
 
 
-def _window_positions(recs: list[dict], window: float) -> set[int]:
-    """Positions inside the adaptation window after each variant boundary of one rollout."""
+def _window_positions(recs: list[dict], window: float | None) -> set[int]:
+    """Positions inside the adaptation window after each variant boundary of one rollout; with
+    window=None the boundaries alone (the first position of each variant: the paper's set B)."""
     by_variant: dict[str, list[int]] = defaultdict(list)
     for r in recs:
         by_variant[r["variant"]].append(r["position"])
     inside: set[int] = set()
     for positions in by_variant.values():
         positions.sort()
-        width = max(1, math.ceil(window * len(positions)))
+        width = 1 if window is None else max(1, math.ceil(window * len(positions)))
         inside.update(positions[:width])
     return inside
 
@@ -151,8 +160,8 @@ def bootstrap_seed(*parts: str) -> int:
 
 @dataclass
 class Matrices:
-    """Rewards as rollouts x instances (stateful, with a presence mask and the adaptation window)
-    and passes x instances (stateless); columns are instance ids in sorted order."""
+    """Rewards as rollouts x instances (stateful, with a presence mask, the adaptation window and
+    the variant boundaries) and passes x instances (stateless); columns are instance ids in sorted order."""
 
     ids: list[str]
     col: dict[str, int]  # instance id -> column
@@ -160,6 +169,7 @@ class Matrices:
     present: np.ndarray
     window: np.ndarray
     sl: np.ndarray
+    boundary: np.ndarray  # 1 where the (rollout, instance) cell is its variant's first in that rollout
 
 
 def matrices(tr: TaskRecords, window: float) -> Matrices:
@@ -176,13 +186,14 @@ def matrices(tr: TaskRecords, window: float) -> Matrices:
                              f"(pass {p}), e.g. {missing[:3]}; finish or resume the run")
     rollouts, passes = sorted(tr.stateful), sorted(tr.stateless)
     sf, present = stateful_rewards(tr, rollouts, ids)
-    win = np.zeros_like(sf)
+    win, first = np.zeros_like(sf), np.zeros_like(sf)
     for row, k in enumerate(rollouts):
-        inside = _window_positions(tr.stateful[k], window)
+        inside, starts = _window_positions(tr.stateful[k], window), _window_positions(tr.stateful[k], None)
         for x in tr.stateful[k]:
             win[row, col[x["instance_id"]]] = x["position"] in inside
+            first[row, col[x["instance_id"]]] = x["position"] in starts
     sl = np.array([[float(tr.stateless[p][i]["reward"]) for i in ids] for p in passes])
-    return Matrices(ids, col, sf, present, win, sl)
+    return Matrices(ids, col, sf, present, win, sl, first)
 
 
 def stateful_rewards(tr: TaskRecords, rollouts: list[int], ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -235,8 +246,13 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     sf_sum = np.einsum("bi,bi->b", ck @ (m.sf * m.present), ci)
     sl_paired = np.einsum("bi,bi->b", played * slbar, ci)  # stateless on the cells played
     gain_sum = sf_sum - sl_paired
-    in_w = m.present * m.window
-    gain_in = np.einsum("bi,bi->b", ck @ (m.sf * in_w), ci) - np.einsum("bi,bi->b", (ck @ in_w) * slbar, ci)
+
+    def gain_on(mask: np.ndarray) -> np.ndarray:
+        """The gain summed over the played (rollout, instance) cells of `mask`."""
+        cells = m.present * mask
+        return np.einsum("bi,bi->b", ck @ (m.sf * cells), ci) - np.einsum("bi,bi->b", (ck @ cells) * slbar, ci)
+
+    gain_in, gain_b = gain_on(m.window), gain_on(m.boundary)
     mean_sf = sf_sum / mass
     mean_sl = np.einsum("bi,bi->b", slbar, ci) / ci.sum(axis=1)
     r_max = np.broadcast_to(np.asarray(r_max, dtype=float), mean_sf.shape)
@@ -251,8 +267,12 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
         "cumulative_gain": gain_sum / rollout_n,
         "normalized_gain": (mean_sf - mean_sl) / denom,
         "normalized_reward": (mean_sf - r_reference) / denom_r,
-        "plasticity": gain_in / mass / denom,
-        "stability": (gain_sum - gain_in) / mass / denom,
+        # f_B (mean g_B) = sum_B g / N: the paper's terms over the normalized gain's denominator
+        "stability": gain_b / mass / denom,
+        "plasticity": (gain_sum - gain_b) / mass / denom,
+        "early_gain": gain_in / mass / denom,
+        "late_gain": (gain_sum - gain_in) / mass / denom,
+        "boundary_share": (ck @ (m.present * m.boundary) * ci).sum(axis=1) / mass,
     }
 
 
@@ -282,7 +302,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
     calibrated = math.isfinite(tr.r_max) and math.isfinite(tr.r_reference)
     if not calibrated:  # normalized gain and reward both need r_max
-        reason = reward_reason = UNCALIBRATED
+        reason = reward_reason = tr.uncalibrated or UNCALIBRATED
     else:
         reward_reason = None
         reason = undefined_gain_reason(point["mean_reward_stateless"], tr.r_max) \
@@ -305,14 +325,16 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     if tr.r_max_se:
         out["r_max_estimate"] = {"mean": tr.r_max, "se": tr.r_max_se,
                                  "ci": [tr.r_max - 1.96 * tr.r_max_se, tr.r_max + 1.96 * tr.r_max_se], "n": n}
+    out["boundary_share"] = point["boundary_share"]  # f_B of the paper's split
     for name in ("mean_reward", "cumulative_reward", "cumulative_gain", "normalized_gain", "normalized_reward",
-                 "plasticity", "stability"):
-        undefined = reason if name in ("normalized_gain", *SPLIT) else reward_reason if name == "normalized_reward" \
-            else None
+                 *SPLIT, *WINDOW_SPLIT):
+        undefined = reason if name in ("normalized_gain", *SPLIT, *WINDOW_SPLIT) \
+            else reward_reason if name == "normalized_reward" else None
         out[name] = summarize(None if undefined else point[name], draws[name], n, undefined)
     if reason is None and math.isfinite(point["normalized_gain"]):
-        # the split is exact in every replicate too; keep it exact in the reported means
-        out["stability"]["mean"] = out["normalized_gain"]["mean"] - out["plasticity"]["mean"]
+        # each split is exact in every replicate too; keep it exact in the reported means
+        out["plasticity"]["mean"] = out["normalized_gain"]["mean"] - out["stability"]["mean"]
+        out["late_gain"]["mean"] = out["normalized_gain"]["mean"] - out["early_gain"]["mean"]
     out["per_variant"] = _per_variant(tr, sl_mean, m)
     out["shocks"] = shock_effects(tr)
     out["curves"] = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
@@ -469,6 +491,8 @@ def aggregate(task_results: list[dict], draws: list[dict] | None = None, tasks: 
               if tasks is None or t["task"] in tasks]
     out: dict = {"tasks": sorted(t["task"] for t, _ in chosen)}
     for name in names:
+        if chosen and any(name not in t for t, _ in chosen):  # results from before a metric existed
+            continue
         points = [t[name]["mean"] for t, _ in chosen]
         if not chosen or any(p is None for p in points):
             missing = [t["task"] for t, _ in chosen if t[name]["mean"] is None]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from clbench.calibration import ensure_baselines, world_label
 from clbench.executors import execute
 from clbench.locking import run_directory_writer
 from clbench.progress import RunProgress
@@ -57,7 +58,11 @@ def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, qu
     for cfg in cfgs:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
         base = env.unwrapped
-        merge_metadata(out, base.task, task_params(env),
+        if not base.calibrated and not base.baselines_from_spec and not quiet:
+            say(f"{cfg.env_id}: {world_label(base)} has no r_max / r_reference yet" +
+                (": calibrating it (oracle and stateless reference)" if cfg.calibrate else ""))
+        undefined = ensure_baselines(env, cfg.env_kwargs, cfg.calibrate)
+        merge_metadata(out, base.task, task_params(env, undefined),
                        {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs})
         check_shocks(cfg.shocks, len(base.schedule), cfg.env_id)
         planned = plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable, resume=resume)

@@ -63,10 +63,16 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def task_params(env) -> dict:
+def task_params(env, baselines_undefined: str | None = None) -> dict:
+    """What metadata.json records about a task: its id and version, its world (world seed, world
+    key, split), its baselines and where they come from, its schedule and unit."""
     base = env.unwrapped
     spec = env.spec
-    return {
+    world = {"world_seed": base.world_seed, "world": base.world_key, "split": base.split,
+             "baselines": "default.yaml" if base.baselines_from_spec else "calibration cache"}
+    if baselines_undefined and not base.calibrated:
+        world["baselines_undefined"] = baselines_undefined
+    return {**world,
         "env_id": base.env_id,
         "env_version": spec.version if spec is not None else None,
         "r_max": base.r_max,

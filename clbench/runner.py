@@ -46,6 +46,9 @@ class RunConfig:
     shocks: list = field(default_factory=list)  # lifecycle shocks "EVENT@K" (clbench.shocks)
     probe: str | None = None  # probe ladder rung: None (P1), "select" (P2) or "gold" (P3)
     stateless_passes: int = 0  # 0: one per rollout seed (stochastic agent), one (deterministic agent)
+    # a world or schedule without cached baselines: compute r_max / r_reference first (False: leave
+    # normalized metrics undefined, with the reason). The world itself is env_kwargs["world_seed"].
+    calibrate: bool = True
 
     def __post_init__(self):
         if self.mode not in ("both", "stateful", "stateless"):

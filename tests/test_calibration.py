@@ -15,6 +15,7 @@ import pytest
 from clbench.commands.suite import resolve_tasks
 from clbench.metrics import group_records, task_metrics
 from clbench.results import load_records
+from clbench.calibration import ensure_baselines
 from clbench.runner import RunConfig, cached_env, plan_jobs, run_job
 
 ROLLOUTS = 3
@@ -25,7 +26,9 @@ def random_run(tmp_path, task: str, schedule: str, seed: int) -> dict:
     out = tmp_path / f"{env_id.split('/')[1]}-{seed}"
     cfg = RunConfig(env_id=env_id, agent="random", out=str(out), rollouts=ROLLOUTS, seed=seed,
                     env_kwargs={"schedule": schedule})
-    base = cached_env(env_id, cfg.env_kwargs).unwrapped
+    env = cached_env(env_id, cfg.env_kwargs)
+    base = env.unwrapped
+    assert ensure_baselines(env, cfg.env_kwargs) is None  # the short schedule's own r_max / r_reference
     for job in plan_jobs(cfg, base.task, base.schedule, resumable=False):
         run_job(job)
     params = {base.task: {"r_max": base.r_max, "r_reference": base.r_reference}}

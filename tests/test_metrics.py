@@ -69,6 +69,7 @@ def test_split_sums_to_normalized_gain_per_rollout_and_in_mean():
         orders.append([(ids[j][0], ids[j][1], float(rng.uniform(0, 1))) for j in perm])
     m = task_metrics(make(orders, sl), n_boot=200)
     assert m["plasticity"]["mean"] + m["stability"]["mean"] == pytest.approx(m["normalized_gain"]["mean"])
+    assert m["early_gain"]["mean"] + m["late_gain"]["mean"] == pytest.approx(m["normalized_gain"]["mean"])
     # window = first ceil(0.25 * 8) = 2 positions of v1 and ceil(0.25 * 12) = 3 of v2
     first = orders[0]
     slmap = {i: r for i, _, r in sl}
@@ -76,8 +77,17 @@ def test_split_sums_to_normalized_gain_per_rollout_and_in_mean():
     denom = 20 * (1 - np.mean([r for *_, r in sl]))
     inside = sum(g[p] for p in (0, 1, 8, 9, 10))
     m1 = task_metrics(make(orders[:1], sl), n_boot=10)
-    assert m1["plasticity"]["mean"] == pytest.approx(inside / denom)
-    assert m1["stability"]["mean"] == pytest.approx((sum(g) - inside) / denom)
+    assert m1["early_gain"]["mean"] == pytest.approx(inside / denom)
+    assert m1["late_gain"]["mean"] == pytest.approx((sum(g) - inside) / denom)
+    # the paper's split (Appendix C): B = positions 0 and 8 (each variant's first instance)
+    r_sl = np.mean([r for *_, r in sl])
+    sf_b, sl_b = [first[p][2] for p in (0, 8)], [slmap[first[p][0]] for p in (0, 8)]
+    sf_w = [r for p, (_, _, r) in enumerate(first) if p not in (0, 8)]
+    sl_w = [slmap[i] for p, (i, _, _) in enumerate(first) if p not in (0, 8)]
+    f_b = 2 / 20
+    assert m1["boundary_share"] == pytest.approx(f_b)
+    assert m1["stability"]["mean"] == pytest.approx(f_b * (np.mean(sf_b) - np.mean(sl_b)) / (1 - r_sl))
+    assert m1["plasticity"]["mean"] == pytest.approx((1 - f_b) * (np.mean(sf_w) - np.mean(sl_w)) / (1 - r_sl))
 
 
 def test_bootstrap_ci_contains_mean_and_is_reproducible():
@@ -165,7 +175,7 @@ def test_normalized_gain_is_undefined_without_headroom(r_max):
     sl = [("a", "v", 0.2), ("b", "v", 0.3)]  # mean 0.25, the oracle's own score
     params = {"t": {"r_max": r_max, "r_reference": 0.0}}
     m = task_metrics(make([[("a", "v", 0.25), ("b", "v", 0.3)]], sl, params=params), n_boot=200)
-    for name in ("normalized_gain", "plasticity", "stability"):
+    for name in ("normalized_gain", "plasticity", "stability", "early_gain", "late_gain"):
         assert m[name]["mean"] is None and m[name]["ci"] == [None, None]
         assert "at or above r_max" in m[name]["undefined"]
     assert m["normalized_reward"]["mean"] == pytest.approx(0.275 / r_max)
@@ -180,15 +190,20 @@ def test_split_holds_exactly_with_several_passes_and_rollouts():
     tr, _ = hetero(shift=0.05, noise=0.1, rollouts=4, passes=3, n=24)
     m = task_metrics(tr, n_boot=500)
     assert m["plasticity"]["mean"] + m["stability"]["mean"] == m["normalized_gain"]["mean"]
-    # plasticity from the records by hand: the gain in the first ceil(0.25 * 24) = 6 positions of
+    assert m["early_gain"]["mean"] + m["late_gain"]["mean"] == m["normalized_gain"]["mean"]
+    # early gain from the records by hand: the gain in the first ceil(0.25 * 24) = 6 positions of
     # each rollout (one variant), over all (rollout, instance) pairs and the headroom
     sl = {iid: np.mean([p[iid]["reward"] for p in tr.stateless.values()]) for iid in tr.stateless[0]}
     mean_sl = np.mean(list(sl.values()))
     pairs = [(x["position"], x["reward"] - sl[x["instance_id"]]) for recs in tr.stateful.values() for x in recs]
     early = sum(g for pos, g in pairs if pos < 6)
-    assert m["plasticity"]["mean"] == pytest.approx(early / (len(pairs) * (tr.r_max - mean_sl)))
-    assert m["stability"]["mean"] == pytest.approx(sum(g for pos, g in pairs if pos >= 6)
+    assert m["early_gain"]["mean"] == pytest.approx(early / (len(pairs) * (tr.r_max - mean_sl)))
+    assert m["late_gain"]["mean"] == pytest.approx(sum(g for pos, g in pairs if pos >= 6)
                                                    / (len(pairs) * (tr.r_max - mean_sl)))
+    # stability: position 0 of each rollout (one variant); the rest is plasticity
+    assert m["stability"]["mean"] == pytest.approx(sum(g for pos, g in pairs if pos == 0)
+                                                   / (len(pairs) * (tr.r_max - mean_sl)))
+    assert m["stability"]["ci"][0] <= m["stability"]["mean"] <= m["stability"]["ci"][1]
 
 
 def test_noisy_r_max_gets_its_own_interval_and_widens_normalized_ones():
@@ -283,3 +298,43 @@ def test_run_card_validates_against_the_shipped_schema_and_bad_curves_fail_alike
             plain.validate(bad)
         assert (fast.value.message, list(fast.value.absolute_path)) == \
             (general.value.message, list(general.value.absolute_path))
+
+
+def test_paper_split_by_hand_on_upstream_records(tmp_path):
+    """The paper's split (Appendix C) recomputed from raw upstream records of two systems: f_B, the
+    boundary means and the headroom, straight from the formulas, against clbench.metrics."""
+    from clbench import upstream
+    from clbench.results import load_metadata, load_records
+
+    if upstream.default_dir() is None:
+        pytest.skip(f"upstream CL-Bench v1.0 results not found (../shared/upstream-clbench-v1 or ${upstream.ENV_VAR})")
+    for system in ("icl-gpt-5.4", "claude-code-sonnet-4.6"):
+        [run_dir] = upstream.import_upstream(upstream.default_dir() / "runs" / system, tmp_path / system)
+        records = [r for r in load_records(run_dir) if r["task"] == "blind_spectrum_monitoring"]
+        meta = load_metadata(run_dir)
+        r_max = meta["tasks"]["blind_spectrum_monitoring"]["r_max"]
+        sl = {r["instance_id"]: r["reward"] for r in records if r["mode"] == "stateless"}
+        mean_sl = np.mean(list(sl.values()))
+        stab, plas, n = 0.0, 0.0, 0
+        for k in sorted({r["rollout"] for r in records if r["mode"] == "stateful"}):
+            recs = sorted((r for r in records if r["mode"] == "stateful" and r["rollout"] == k),
+                          key=lambda r: r["position"])
+            first = {}
+            for r in recs:
+                first.setdefault(r["variant"], r["position"])
+            b = [r for r in recs if first[r["variant"]] == r["position"]]
+            w = [r for r in recs if first[r["variant"]] != r["position"]]
+            f_b = len(b) / len(recs)
+            gain_b = np.mean([r["reward"] - sl[r["instance_id"]] for r in b])
+            gain_w = np.mean([r["reward"] - sl[r["instance_id"]] for r in w])
+            stab += f_b * gain_b / (r_max - mean_sl)
+            plas += (1 - f_b) * gain_w / (r_max - mean_sl)
+            n += 1
+        [m] = [t for t in task_metrics_of(records, meta)]
+        assert m["stability"]["mean"] == pytest.approx(stab / n)
+        assert m["plasticity"]["mean"] == pytest.approx(plas / n)
+        assert m["boundary_share"] == pytest.approx(3 / 90)
+
+
+def task_metrics_of(records, meta):
+    return [task_metrics(tr, n_boot=100) for tr in group_records(records, meta["tasks"]).values()]

@@ -122,7 +122,7 @@ def test_a_first_task_env_works_on_the_first_try(tmp_path):
     assert task["normalized_reward"]["mean"] is None and "uncalibrated" in task["normalized_reward"]["undefined"]
     own = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests/test_coinbandit.py")],
               root)
-    assert re.search(r"4 passed, 1 skipped", own.stdout), own.stdout  # the calibration check waits for step 4
+    assert re.search(r"5 passed, 1 skipped", own.stdout), own.stdout  # the calibration check waits for step 4
 
     # 3. the documented first edit: one number in the task's YAML, no code
     text = spec_path.read_text()
@@ -154,7 +154,7 @@ def test_a_first_task_env_works_on_the_first_try(tmp_path):
     assert "coinbandit" in report.stdout
     own = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests/test_coinbandit.py")],
               root)
-    assert "5 passed" in own.stdout, own.stdout
+    assert "6 passed" in own.stdout, own.stdout
     if (REPO / "tests" / "test_contract.py").is_file():
         shared = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
                       str(REPO / "tests" / "test_contract.py"), "-k", "CoinBandit"], root, check=False, timeout=300, cwd=REPO)

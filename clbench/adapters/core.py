@@ -126,8 +126,8 @@ def rollout_specs(env_id: str, *, split: str = "train", schedule: str = "default
 
 
 def system_prompt(env) -> str:
-    """What the model is told about the task: brief, reward and action grammar (from the spec card)."""
-    card = env.spec_card
+    """What the model is told about the task: brief, reward and action grammar (from the agent card)."""
+    card = env.unwrapped.agent_card
     return (f"{card['brief']}\n\nReward: {card['reward']}\n\nAfter each instance: {card['feedback']}\n\n"
             f"Actions: {card['action_grammar']}")
 

@@ -2,6 +2,9 @@
 the default schedule, computed by playing them; then the mean of every degenerate agent
 (clbench.agents.degenerate), which must not beat r_reference.
 
+`--world-seed N` and `--env-arg schedule=NAME` calibrate another world or schedule: its numbers go
+to the calibration cache (clbench.calibration.store_baselines), never into default.yaml.
+
 `--write` puts the two numbers into the task's tasks/<task>/default.yaml, the file
 `clbench.env.load_task_spec` reads (the installed package data or a $CLBENCH_PATH root): only the
 `r_max:` and `r_reference:` lines change (or are appended), comments and everything else stay as
@@ -130,11 +133,23 @@ def warn_uncalibrated(env_id: str) -> None:
 
 def cmd_calibrate(args) -> int:
     from clbench.agents.degenerate import degenerate_agents
+    from clbench.calibration import store_baselines, world_label
+    from clbench.commands.rollout import env_kwargs_from_args
+    from clbench.runner import make_env
 
+    env_kwargs = env_kwargs_from_args(args)
+    env = make_env(args.env, **env_kwargs)
+    base = env.unwrapped
+    canonical, label = base.baselines_from_spec, world_label(base)
     degenerate = [] if args.no_degenerate else degenerate_agents(args.env)
-    means = stateless_means(args.env, ["oracle", "reference", *degenerate])  # one env built for all
-    r_max, r_ref = means["oracle"], means["reference"]
-    print(f"r_max: {r_max!r}\nr_reference: {r_ref!r}")
+    try:
+        means = stateless_means(args.env, ["oracle", "reference", *degenerate], env_kwargs)  # one env for all
+        r_max, r_ref = means["oracle"], means["reference"]
+        if not canonical:  # another world or schedule: its own baselines, cached (never default.yaml)
+            stored = store_baselines(base, {"r_max": r_max, "r_reference": r_ref})
+    finally:
+        env.close()
+    print(f"{args.env}, {label}\nr_max: {r_max!r}\nr_reference: {r_ref!r}")
     if degenerate:
         print("degenerate agents (must not beat r_reference):")
     for name in degenerate:
@@ -142,7 +157,11 @@ def cmd_calibrate(args) -> int:
     if r_max <= r_ref:
         print(f"warning: the oracle ({r_max:.6g}) does not beat the stateless reference ({r_ref:.6g}): "
               "normalized reward is undefined and the task shows no headroom")
-    if args.write:
+    if not canonical:
+        print(f"stored in the calibration cache: {stored}")
+        if args.write:
+            print("(--write applies to the canonical world's default schedule only: default.yaml is unchanged)")
+    elif args.write:
         path, diff = write_calibration(args.env, {"r_max": r_max, "r_reference": r_ref})
         if diff:
             print(f"{diff.rstrip()}\nwrote r_max and r_reference to {path}")
@@ -154,9 +173,15 @@ def cmd_calibrate(args) -> int:
 
 
 def register(sub) -> None:
+    from clbench.commands.rollout import add_world_arguments
+
     p = sub.add_parser("calibrate", help="compute r_max and r_reference of an env on its default schedule "
                                          "(--write: into its tasks/<task>/default.yaml)")
     p.add_argument("--env", required=True)
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="env keyword argument, e.g. schedule=NAME (every world or schedule but the canonical "
+                        "default is stored in the calibration cache)")
+    add_world_arguments(p, calibrate=False)
     p.add_argument("--no-degenerate", action="store_true", help="skip the degenerate agents' means")
     p.add_argument("--write", action="store_true",
                    help="write r_max and r_reference into the task's default.yaml (only those two lines change)")

@@ -167,8 +167,14 @@ def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int =
                 raise ValueError(f"{env_id}: {d['variant']!r} is the first variant; a drift needs one before it")
         if not drifts:
             raise ValueError(f"{env_id} declares no drift for schedule {base.schedule.name!r} (name one with --at)")
+        from clbench.calibration import ensure_baselines
+
+        undefined = ensure_baselines(env, env_kwargs)  # another world or schedule: calibrated (cached) first
+        if undefined:
+            raise ValueError(undefined)
         task, r_max, r_ref, schedule = base.task, base.r_max, base.r_reference, base.schedule
         parts = base.score_parts  # {} for envs whose score has no parts
+        world = base.world_key
     finally:
         env.close()
     with tempfile.TemporaryDirectory(prefix="clbench-drift-") as tmp:
@@ -184,7 +190,7 @@ def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int =
         records = [dict(r, system=REFERENCE) if r["system"] == STATELESS else r
                    for r in load_records(run_dir) if r["task"] == task]
     report = drift_report(records, task, r_max, r_ref, schedule, drifts, window=window, parts=parts)
-    report.update({"env_id": env_id, "rollouts": rollouts, "seed": seed})
+    report.update({"env_id": env_id, "rollouts": rollouts, "seed": seed, "world": world})
     return report
 
 
@@ -196,7 +202,7 @@ def _ci(e: dict, digits: int = 3) -> str:
 
 
 def format_report(rep: dict) -> str:
-    lines = [f"{rep['env_id']}: reference, {rep['rollouts']} rollouts; r_max {rep['r_max']:.4g}, "
+    lines = [f"{rep['env_id']} ({rep.get('world', 'canonical')}): reference, {rep['rollouts']} rollouts; r_max {rep['r_max']:.4g}, "
              f"r_reference {rep['r_reference']:.4g}; goal: drift cost >= {rep['goal_cost']:.4g} with CI above 0",
              f"normalized gain (unfrozen): {_ci(rep['normalized_gain'])}",
              "| drift at | position | reward before | after, unfrozen | after, frozen | drift cost [95% CI] "
@@ -222,17 +228,10 @@ def format_report(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def _kv(items: list[str]) -> dict:
-    from clbench.commands.rollout import _kv as parse
-
-    out: dict = {}
-    for item in items:
-        out.update(parse(item))
-    return out
-
-
 def cmd_drift_check(args) -> int:
-    rep = run_drift_check(args.env, _kv(args.env_arg), rollouts=args.rollouts, seed=args.seed,
+    from clbench.commands.rollout import env_kwargs_from_args
+
+    rep = run_drift_check(args.env, env_kwargs_from_args(args), rollouts=args.rollouts, seed=args.seed,
                           workers=args.workers, at=args.at or None, out=args.out or None, window=args.window,
                           quiet=not args.verbose)
     print(json.dumps(rep, indent=1, default=float) if args.json else format_report(rep))
@@ -246,6 +245,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="rollout k uses seed SEED+k")
     p.add_argument("--workers", type=int, default=1, help="parallel worker processes")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    p.add_argument("--world-seed", type=int, default=None, metavar="N",
+                   help="check a freshly drawn world N (calibrated first when not cached)")
     p.add_argument("--at", action="append", default=[], metavar="VARIANT",
                    help="check the boundary before VARIANT instead of the declared drifts (repeatable)")
     p.add_argument("--window", type=int, default=5, help="instances averaged for the recovery level (default 5)")

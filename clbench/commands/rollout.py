@@ -31,6 +31,7 @@ def add_run_arguments(p) -> None:
     p.add_argument("--stateless-passes", type=int, default=0, metavar="N",
                    help="stateless passes (default: one per rollout seed, one for a deterministic agent)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    add_world_arguments(p)
     p.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent keyword argument")
     p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR (its config.json decides)")
     p.add_argument("--executor", choices=["local", "ray"], default="local", help="local process pool or Ray")
@@ -48,10 +49,28 @@ def add_run_arguments(p) -> None:
     llm.add_argument("--cache-dir", help="on-disk response cache keyed by the full request")
 
 
-def config_from_args(args, env_id: str, out: str) -> RunConfig:
-    env_kwargs, agent_kwargs = {}, {}
-    for item in args.env_arg:
+def add_world_arguments(p, calibrate: bool = True) -> None:
+    """--world-seed (and --no-calibrate): which world to play, and whether to calibrate it first."""
+    p.add_argument("--world-seed", type=int, default=None, metavar="N",
+                   help="play a freshly drawn world N of the same kind and difficulty (default: the canonical world)")
+    if calibrate:
+        p.add_argument("--no-calibrate", action="store_true",
+                       help="do not compute r_max / r_reference of an uncalibrated world or schedule first: "
+                            "normalized metrics are then undefined, with the reason")
+
+
+def env_kwargs_from_args(args) -> dict:
+    """--env-arg KEY=VALUE items and --world-seed as env keyword arguments."""
+    env_kwargs: dict = {}
+    for item in getattr(args, "env_arg", None) or []:
         env_kwargs.update(_kv(item))
+    if getattr(args, "world_seed", None) is not None:
+        env_kwargs["world_seed"] = args.world_seed
+    return env_kwargs
+
+
+def config_from_args(args, env_id: str, out: str) -> RunConfig:
+    env_kwargs, agent_kwargs = env_kwargs_from_args(args), {}
     for item in args.agent_arg:
         agent_kwargs.update(_kv(item))
     for name in LLM_OPTIONS:
@@ -61,7 +80,7 @@ def config_from_args(args, env_id: str, out: str) -> RunConfig:
     return RunConfig(env_id=env_id, agent=args.agent, out=out, system=args.system, rollouts=args.rollouts,
                      mode=args.mode, seed=args.seed, workers=args.workers, env_kwargs=env_kwargs,
                      agent_kwargs=agent_kwargs, shocks=list(args.shock),
-                     stateless_passes=args.stateless_passes)
+                     stateless_passes=args.stateless_passes, calibrate=not getattr(args, "no_calibrate", False))
 
 
 def preflight(cfgs: list[RunConfig], probe: bool = False) -> None:
@@ -120,8 +139,10 @@ def cmd_rollout(args) -> int:
         raise ValueError("--env and --agent are required (or --resume DIR)")
     from clbench.commands.calibrate import warn_uncalibrated
 
-    warn_uncalibrated(args.env)  # normalized metrics need r_max/r_reference
-    out = args.out or f"runs/{args.env.split('/')[-1]}-{args.agent}"
+    world = getattr(args, "world_seed", None)
+    if world is None:
+        warn_uncalibrated(args.env)  # normalized metrics need r_max/r_reference (other worlds calibrate)
+    out = args.out or f"runs/{args.env.split('/')[-1]}-{args.agent}" + ("" if world is None else f"-world-{world}")
     return run_and_report(args, [config_from_args(args, args.env, out)])
 
 

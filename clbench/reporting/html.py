@@ -34,7 +34,8 @@ FORMULAS = (
     "g_t = r_sf,t - r_sl,t   (paired by instance_id)",
     "normalized gain = (mean r_sf - mean r_sl) / (r_max - mean r_sl)   (undefined if mean r_sl >= r_max)",
     "normalized reward = (mean r_sf - r_reference) / (r_max - r_reference)",
-    "plasticity + stability = normalized gain",
+    "stability + plasticity = normalized gain   (B = first instance of each variant, W = the rest)",
+    "early gain + late gain = normalized gain   (adaptation window: the first quarter of each variant)",
     "95% CI: paired bootstrap over instances, rollouts and stateless passes",
 )
 

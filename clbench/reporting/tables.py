@@ -30,8 +30,10 @@ stateless reward of the same instance (paired by instance id; r_sl,t = mean over
 normalized gain = (mean r_sf - mean r_sl) / (r_max - mean r_sl): the share of the headroom left by
 stateless play that the agent closed by learning (0 = no learning, 1 = reaches the oracle); it is
 undefined when mean r_sl >= r_max. normalized reward = (mean r_sf - r_reference) / (r_max -
-r_reference): 0 = the stateless reference agent, 1 = the oracle. plasticity + stability =
-normalized gain: the part earned in the adaptation window after each variant boundary, and the rest.
+r_reference): 0 = the stateless reference agent, 1 = the oracle. stability + plasticity =
+normalized gain (the paper's split): the part earned on the first instance of each variant, and the
+rest; early + late gain = normalized gain too: the part earned in the adaptation window (the first
+quarter of each variant), and the rest.
 Cumulative reward and gain are sums over the instances of one rollout, in the task's reward unit.
 [a, b] = 95% confidence interval from a paired bootstrap that resamples instances (one draw for both
 modes), rollouts and stateless passes; an agent that cannot learn gets an interval containing 0.
@@ -107,11 +109,11 @@ def aggregate_table(result: dict) -> Table | None:
         return None
     meta = result.get("metadata")
     rows = [[display_name(meta, s), str(len(a["tasks"])), fmt_est(a["normalized_gain"]), fmt_est(a["normalized_reward"]),
-             fmt_est(a["plasticity"]), fmt_est(a["stability"])] for s, a in sorted(aggs.items())]
+             fmt_est(a["stability"]), fmt_est(a["plasticity"])] for s, a in sorted(aggs.items())]
     left = sorted({t for a in aggs.values() for t in a.get("left_out", [])})
     return Table("Suite aggregate (clbench conventions)",
                  ["system", "tasks", "normalized gain [95% CI] (fraction)", "normalized reward [95% CI] (fraction)",
-                  "plasticity [95% CI] (fraction)", "stability [95% CI] (fraction)"], rows,
+                  "stability [95% CI] (fraction)", "plasticity [95% CI] (fraction)"], rows,
                  "Unweighted mean over the tasks every system here has; the interval combines the tasks' bootstrap "
                  "replicates." + (f" Left out (not shared by every system): {', '.join(left)}." if left else ""))
 
@@ -144,15 +146,19 @@ def sums_table(result: dict) -> Table:
 
 def split_table(result: dict) -> Table:
     meta = result.get("metadata")
-    rows = [[t["task"], display_name(meta, t["system"]), fmt_est(t["normalized_gain"]), fmt_est(t["plasticity"]),
-             fmt_est(t["stability"]), f"{t['split_window']:.2f}"] for t in result["tasks"]]
+    rows = [[t["task"], display_name(meta, t["system"]), fmt_est(t["normalized_gain"]), fmt_est(t["stability"]),
+             fmt_est(t["plasticity"]), fmt(t.get("boundary_share")), fmt_est(t["early_gain"]),
+             fmt_est(t["late_gain"]), f"{t['split_window']:.2f}"] for t in result["tasks"]]
     return Table("Stability/plasticity split of normalized gain",
-                 ["task", "system", "normalized gain [95% CI] (fraction)", "plasticity [95% CI] (fraction)",
-                  "stability [95% CI] (fraction)", "window (share of variant)"],
-                 rows, "Plasticity: gain earned in the adaptation window after each variant boundary (first "
-                       "`window` share of the variant's instances); stability: gain earned afterwards. "
-                       "Both share normalized gain's denominator, so they add up to it."
-                       + _undefined_notes(result, ("plasticity",)))
+                 ["task", "system", "normalized gain [95% CI] (fraction)", "stability [95% CI] (fraction)",
+                  "plasticity [95% CI] (fraction)", "f_B (share)", "early gain [95% CI] (fraction)",
+                  "late gain [95% CI] (fraction)", "window (share of variant)"],
+                 rows, "The paper's split (CL-Bench, Appendix C): stability = gain on the first instance of each "
+                       "variant (B, a share f_B of the instances: only what was carried over can help there), "
+                       "plasticity = gain on every other instance (after in-variant feedback). The adaptation "
+                       "window split: early gain = gain in the first `window` share of each variant's instances, "
+                       "late gain = the rest. Every term shares normalized gain's denominator, so each pair adds "
+                       "up to it." + _undefined_notes(result, ("stability",)))
 
 
 def variant_table(result: dict, t: dict) -> Table:
@@ -288,12 +294,12 @@ def changes(report: RunReport) -> Table:
         gap = _curve_gap(report, t)
         rows.append([t["task"], report.display_name(t["system"]), pm(u.get("normalized_reward")),
                      fmt_est(t["normalized_reward"]),
-                     pm(u.get("normalized_gain")), fmt_est(t["normalized_gain"]), fmt(t["plasticity"]["mean"]),
-                     fmt(t["stability"]["mean"]), fmt(gap), _scoring(report, t["task"], t["system"])])
+                     pm(u.get("normalized_gain")), fmt_est(t["normalized_gain"]), fmt(t["stability"]["mean"]),
+                     fmt(t["plasticity"]["mean"]), fmt(gap), _scoring(report, t["task"], t["system"])])
     return Table("What changes under clbench's conventions",
                  ["task", "system", "norm. reward (upstream ± SE)", "norm. reward (clbench [95% CI])",
-                  "norm. gain (upstream ± SE)", "norm. gain (clbench [95% CI])", "plasticity (fraction)",
-                  "stability (fraction)", "max gap of gain curves (reward unit)", "instance scoring"], rows,
+                  "norm. gain (upstream ± SE)", "norm. gain (clbench [95% CI])", "stability (fraction)",
+                  "plasticity (fraction)", "max gap of gain curves (reward unit)", "instance scoring"], rows,
                  "Gap: largest difference between the mean cumulative gain curve paired by instance id and the "
                  "one paired by position (upstream's curves); final values agree, since sums do not depend on "
                  "pairing. Cohort scores are recomputed in signed bits from the outcome metadata.")

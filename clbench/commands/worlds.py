@@ -1,0 +1,151 @@
+"""`clbench worlds`: difficulty across worlds, and a system's canonical vs fresh-world results.
+
+`clbench worlds --env ID --seeds 1-20` measures, on the canonical world and on each fresh world
+(`world_seed=N`): r_max (oracle mean) and r_reference (stateless reference mean) of that world
+(calibrated and cached when missing), the reference's normalized gain and each declared drift's
+cost (clbench drift-check), and the red team's best non-learning policy (clbench redteam); then
+the mean and range over the fresh worlds, and whether each world stays in the stated band of the
+canonical world's difficulty (BAND, docs/contract.md "Worlds"). Exit 1 when a world leaves it.
+
+`clbench worlds --runs RUN_A RUN_B ...` puts a system's results from run directories of different
+worlds side by side with 95% CIs (clbench.reporting.worlds): the canonical run and fresh-world runs.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+#: how far a fresh world's difficulty may be from the canonical world's. gain: the reference's
+#: normalized gain within max(abs, rel x |canonical|); headroom: (r_max - r_reference) as a ratio of
+#: the canonical world's; drift: the mean drift cost as a share of the headroom within
+#: max(abs, rel x |canonical|); red team: no non-learning policy may reach the world's r_reference
+BAND = {"gain_abs": 0.15, "gain_rel": 0.5, "headroom_ratio": (0.5, 2.0), "drift_abs": 0.05, "drift_rel": 0.5}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """"1-20", "3", "1,4,9" or "1-3,7" -> a sorted list of world seeds."""
+    seeds: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        seeds.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    if not seeds or min(seeds) < 0:
+        raise ValueError(f"world seeds must be integers >= 0, got {text!r}")
+    return sorted(seeds)
+
+
+def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = None, rollouts: int = 3,
+              workers: int = 1, redteam: bool = True) -> dict:
+    """One world's difficulty: baselines, the reference's gain, drift costs and the red team's best."""
+    from clbench import redteam as red
+    from clbench.commands.drift_check import run_drift_check
+
+    kwargs = dict(env_kwargs or {})
+    if world_seed is not None:
+        kwargs["world_seed"] = world_seed
+    rep = run_drift_check(env_id, kwargs, rollouts=rollouts, workers=workers)  # calibrates the world first
+    r_max, r_ref = rep["r_max"], rep["r_reference"]
+    costs = [d["cost"]["mean"] for d in rep["drifts"] if d["cost"]["mean"] is not None]
+    cost = float(np.mean(costs)) if costs else None
+    row = {"world_seed": world_seed, "world": rep.get("world", "canonical"), "r_max": r_max, "r_reference": r_ref,
+           "gain": rep["normalized_gain"]["mean"], "gain_ci": rep["normalized_gain"]["ci"], "drift_cost": cost,
+           "drift_share": None if cost is None or r_max <= r_ref else cost / (r_max - r_ref),
+           "best_policy": None, "best_mean": None, "redteam_failures": []}
+    if redteam:
+        report = red.run(env_id, kwargs, workers=workers)
+        played = [r for r in report["rows"] if r["mean"] is not None]
+        if played:
+            best = max(played, key=lambda r: r["mean"])
+            row.update(best_policy=best["policy"], best_mean=best["mean"])
+        row["redteam_failures"] = [r["policy"] for r in report["failures"]]
+    return row
+
+
+def band_violations(row: dict, canonical: dict, band: dict = BAND) -> list[str]:
+    """Why `row` (a fresh world) is out of the band of `canonical`'s difficulty ([] when it is in)."""
+    out = []
+    if row["gain"] is not None and canonical["gain"] is not None:
+        tol = max(band["gain_abs"], band["gain_rel"] * abs(canonical["gain"]))
+        if abs(row["gain"] - canonical["gain"]) > tol:
+            out.append(f"reference's normalized gain {row['gain']:.3f} vs canonical {canonical['gain']:.3f} (tolerance {tol:.3f})")
+    elif (row["gain"] is None) != (canonical["gain"] is None):
+        out.append("the reference's normalized gain is undefined in one world only")
+    h, hc = row["r_max"] - row["r_reference"], canonical["r_max"] - canonical["r_reference"]
+    lo, hi = band["headroom_ratio"]
+    if hc > 0 and not lo <= h / hc <= hi:
+        out.append(f"headroom r_max - r_reference {h:.4g} is {h / hc:.2f}x the canonical {hc:.4g} (band {lo}-{hi}x)")
+    if row["drift_share"] is not None and canonical["drift_share"] is not None:
+        tol = max(band["drift_abs"], band["drift_rel"] * abs(canonical["drift_share"]))
+        if abs(row["drift_share"] - canonical["drift_share"]) > tol:
+            out.append(f"drift cost {row['drift_share']:.3f} of the headroom vs canonical "
+                       f"{canonical['drift_share']:.3f} (tolerance {tol:.3f})")
+    if row["redteam_failures"]:
+        out.append(f"red team reaches r_reference: {', '.join(row['redteam_failures'])}")
+    return out
+
+
+def _f(x, digits: int = 4) -> str:
+    return "n/a" if x is None else f"{x:.{digits}g}"
+
+
+def format_worlds(env_id: str, canonical: dict, rows: list[dict]) -> str:
+    cols = ("r_max", "r_reference", "gain", "drift_cost", "best_mean")
+    lines = [f"{env_id}: canonical world and {len(rows)} fresh worlds",
+             "| world | r_max | r_reference | reference's normalized gain | drift cost | best red-team policy | "
+             "its mean | in band |", "|---|---|---|---|---|---|---|---|"]
+    for row in [canonical, *rows]:
+        bad = band_violations(row, canonical) if row is not canonical else []
+        lines.append(f"| {row['world']} | {_f(row['r_max'])} | {_f(row['r_reference'])} | {_f(row['gain'], 3)} | "
+                     f"{_f(row['drift_cost'])} | {row['best_policy'] or 'n/a'} | {_f(row['best_mean'])} | "
+                     f"{'-' if row is canonical else ('yes' if not bad else 'NO: ' + '; '.join(bad))} |")
+    if rows:
+        stats = []
+        for c in cols:
+            vals = [r[c] for r in rows if r[c] is not None]
+            stats.append(f"{np.mean(vals):.4g} [{min(vals):.4g}, {max(vals):.4g}]" if vals else "n/a")
+        lines.append(f"| fresh worlds: mean [range] | {stats[0]} | {stats[1]} | {stats[2]} | {stats[3]} | | {stats[4]} | |")
+    return "\n".join(lines)
+
+
+def cmd_worlds(args) -> int:
+    from clbench.commands.rollout import env_kwargs_from_args
+
+    if args.runs:
+        from clbench.reporting.tables import to_markdown
+        from clbench.reporting.worlds import world_comparison
+
+        print(to_markdown(world_comparison(args.runs, n_boot=args.n_boot)))
+        return 0
+    if not args.env:
+        raise ValueError("--env is required (or --runs RUN_DIR ...)")
+    kwargs = env_kwargs_from_args(args)
+    kwargs.pop("world_seed", None)
+    common = {"env_kwargs": kwargs, "rollouts": args.rollouts, "workers": args.workers, "redteam": not args.no_redteam}
+    canonical = world_row(args.env, None, **common)
+    rows = [world_row(args.env, s, **common) for s in parse_seeds(args.seeds)]
+    if args.json:
+        print(json.dumps({"env_id": args.env, "band": BAND, "canonical": canonical, "worlds": rows}, indent=1,
+                         default=float))
+    else:
+        print(format_worlds(args.env, canonical, rows))
+    return 1 if any(band_violations(r, canonical) for r in rows) or canonical["redteam_failures"] else 0
+
+
+def register(sub) -> None:
+    from clbench.runner import default_workers
+
+    p = sub.add_parser("worlds", help="difficulty on fresh worlds (--env ID --seeds 1-20) next to the canonical "
+                                      "world's, or a system's canonical vs fresh-world runs (--runs DIR ...)")
+    p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v1")
+    p.add_argument("--seeds", default="1-20", help="world seeds, e.g. 1-20 or 1,4,9 (default 1-20)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    p.add_argument("--rollouts", type=int, default=3, help="stateful rollouts of the reference per world (default 3)")
+    p.add_argument("--workers", type=int, default=default_workers(), help="parallel worker processes")
+    p.add_argument("--no-redteam", action="store_true", help="skip the red team (faster)")
+    p.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="compare these run directories' worlds instead")
+    p.add_argument("--n-boot", type=int, default=None, help="bootstrap replicates for --runs")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_worlds)

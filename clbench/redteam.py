@@ -1,0 +1,324 @@
+"""The red team in the box: non-learning adversaries that must not reach an env's r_reference.
+
+`clbench redteam --env ID` (clbench.commands.redteam) plays, on one world and schedule:
+
+- the degenerate agents (clbench.agents.degenerate: first-legal, submit, empty, fixed:NAME);
+- every point of every policy family the env declares (`policy_families`): memoryless,
+  observation-reading (or blind) parametric policies, played stateless; a family marked stateful
+  (an env's own feedback-only memorizer, say) is played as one stateful rollout;
+- `train-answers`: the oracle played on the train split (another world, the same kind of
+  structure), its actions per instance replayed blind on the test twin (the same id without the
+  "train-" prefix): what a train split that shared answers would pay;
+- `feedback-memorizer`: a stateful agent that reads nothing but the rewards its feedback reports;
+  it tries every constant reply once, then replays whichever action sequence it played scored
+  best so far in the instance's variant (overall, where the variant has no score yet); one
+  stateful rollout.
+
+Each is played through the runner (the process pool) into a temporary run directory; a policy
+whose mean reward reaches r_reference fails the env (tests/test_redteam.py).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from clbench.agent import Agent
+
+TRAIN_ANSWERS = "train-answers"
+MEMORIZER = "feedback-memorizer"
+
+
+def slow() -> bool:
+    """Whether the full search is asked for (CLBENCH_SLOW=1)."""
+    return os.environ.get("CLBENCH_SLOW", "") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class PolicyFamily:
+    """One family of `policy_families`: the agent class ("module:Class"), its parameter grid
+    (the default search), an optional larger grid (`full_grid`, searched with CLBENCH_SLOW=1 or
+    --full) and whether it keeps state across instances (then played as one stateful rollout)."""
+
+    cls: str
+    grid: dict = field(default_factory=dict)
+    stateful: bool = False
+    full_grid: dict | None = None
+
+    def points(self, full: bool = False) -> list[dict]:
+        """Every parameter combination of the grid (the full grid when asked and declared)."""
+        grid = self.full_grid if full and self.full_grid is not None else self.grid
+        names = sorted(grid)
+        return [dict(zip(names, values)) for values in itertools.product(*(list(grid[n]) for n in names))]
+
+
+def as_family(entry) -> PolicyFamily:
+    """A `policy_families` value as a PolicyFamily: ("module:Class", grid), ("module:Class", grid,
+    "stateful" | {"stateful": bool, "full_grid": {...}}) or a PolicyFamily itself."""
+    if isinstance(entry, PolicyFamily):
+        return entry
+    if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3) or not isinstance(entry[0], str):
+        raise TypeError(f"a policy family is ('module:Class', grid[, 'stateful' | options]), got {entry!r}")
+    cls, grid, *rest = entry
+    options = rest[0] if rest else {}
+    if isinstance(options, str):
+        if options not in ("stateful", "stateless"):
+            raise ValueError(f"a policy family's third element is 'stateful', 'stateless' or options, not {options!r}")
+        options = {"stateful": options == "stateful"}
+    return PolicyFamily(cls, dict(grid or {}), **options)
+
+
+def families(env_cls) -> dict[str, PolicyFamily]:
+    """The env class's declared policy families by name."""
+    return {name: as_family(entry) for name, entry in (env_cls.policy_families or {}).items()}
+
+
+@dataclass
+class Policy:
+    """One policy the red team plays: a row of its table."""
+
+    name: str  # unique label (the run's system name)
+    family: str
+    agent: str  # agent name or "module:Class"
+    params: dict
+    stateful: bool = False
+    mean: float | None = None
+    skipped: str | None = None  # why it was not played
+
+    def row(self, r_reference: float | None, r_max: float | None) -> dict:
+        return {"policy": self.name, "family": self.family, "params": self.params, "stateful": self.stateful,
+                "mean": self.mean, "r_reference": r_reference, "r_max": r_max,
+                "verdict": verdict(self.mean, r_reference, self.skipped)}
+
+
+def reaches(mean: float | None, r_reference: float | None) -> bool:
+    """Whether a mean reaches r_reference (up to rounding: a tie is a failure)."""
+    if mean is None or r_reference is None:
+        return False
+    return mean >= r_reference - 1e-9 * max(1.0, abs(r_reference))
+
+
+def verdict(mean, r_reference, skipped=None) -> str:
+    if skipped:
+        return f"skipped: {skipped}"
+    if r_reference is None:
+        return "no r_reference"
+    return "REACHES r_reference" if reaches(mean, r_reference) else "ok"
+
+
+def plan(env_id: str, full: bool = False, include: tuple[str, ...] = ("degenerate", "families", TRAIN_ANSWERS,
+                                                                       MEMORIZER)) -> list[Policy]:
+    """The policies the red team plays on `env_id` (degenerate agents, every family's grid points,
+    train-answers, the feedback memorizer)."""
+    from clbench.agents.degenerate import degenerate_agents
+    from clbench.registry import env_class
+
+    cls = env_class(env_id)
+    out: list[Policy] = []
+    if "degenerate" in include:
+        out += [Policy(name, "degenerate", name, {}) for name in degenerate_agents(env_id)]
+    if "families" in include:
+        for fam_name, fam in sorted(families(cls).items()):
+            points = fam.points(full or slow())
+            for params in points:
+                label = fam_name + ("" if not params else "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")")
+                out.append(Policy(label, fam_name, fam.cls, params, stateful=fam.stateful))
+    if TRAIN_ANSWERS in include:
+        pol = Policy(TRAIN_ANSWERS, "generic", f"{__name__}:ReplayAgent", {})
+        if cls.no_train_split:
+            pol.skipped = f"no train split ({cls.no_train_split})"
+        out.append(pol)
+    if MEMORIZER in include:
+        out.append(Policy(MEMORIZER, "generic", f"{__name__}:FeedbackMemorizer", {}, stateful=True))
+    return out
+
+
+def train_actions(env_id: str, env_kwargs: dict, workers: int, out: Path) -> dict[str, list[str]]:
+    """The oracle's actions per instance on the train split, keyed by its test twin's id."""
+    from clbench.results import iter_jsonl, reset_of, split_instances, stateless_trajectories
+    from clbench.rollout import run_many
+    from clbench.runner import RunConfig, cached_env
+
+    kwargs = {**env_kwargs, "split": "train"}
+    task = cached_env(env_id, kwargs).unwrapped.task
+    run_many([RunConfig(env_id=env_id, agent="oracle", out=str(out), system="train-oracle", mode="stateless",
+                        stateless_passes=1, workers=workers, env_kwargs=kwargs, calibrate=False)], quiet=True)
+    actions: dict[str, list[str]] = {}
+    for path in stateless_trajectories(out, task, "train-oracle", 0):
+        for group in split_instances(ev for _, ev in iter_jsonl(path)):
+            reset = reset_of(group)
+            if reset is not None:
+                twin = reset["instance_id"].removeprefix("train-")
+                actions[twin] = [ev["action"] for ev in group if ev.get("event") == "step"]
+    return actions
+
+
+def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers: int = 1,
+        policies: list[Policy] | None = None, out: str | None = None) -> dict:
+    """Play every policy of `plan` (or `policies`) on the world and schedule `env_kwargs` select;
+    return {"env_id", "world", "r_reference", "r_max", "rows", "failures", "families"}."""
+    from clbench.calibration import ensure_baselines, world_label
+    from clbench.results import load_records
+    from clbench.rollout import run_many
+    from clbench.runner import RunConfig, cached_env
+
+    env_kwargs = dict(env_kwargs or {})
+    env = cached_env(env_id, env_kwargs)
+    base = env.unwrapped
+    undefined = ensure_baselines(env, env_kwargs)
+    if undefined:
+        raise ValueError(undefined)
+    r_ref, r_max, task = base.r_reference, base.r_max, base.task
+    policies = plan(env_id, full) if policies is None else policies
+    with tempfile.TemporaryDirectory(prefix="clbench-redteam-") as tmp:
+        root = Path(out or tmp)
+        cfgs = []
+        for pol in policies:
+            if pol.skipped:
+                continue
+            params = dict(pol.params)
+            if pol.name == TRAIN_ANSWERS:
+                try:
+                    params = {"actions": train_actions(env_id, env_kwargs, workers, root / "train")}
+                except (RuntimeError, ValueError, TypeError) as exc:  # shown in the table, never hidden
+                    pol.skipped = f"the oracle could not play the train split ({type(exc).__name__}: {str(exc)[:160]})"
+                    continue
+            mode = "stateful" if pol.stateful else "stateless"
+            cfgs.append(RunConfig(env_id=env_id, agent=pol.agent, out=str(root / "play"), system=pol.name, mode=mode,
+                                  rollouts=1, stateless_passes=1, workers=workers, env_kwargs=env_kwargs,
+                                  agent_kwargs=params))
+        if cfgs:
+            run_many(cfgs, quiet=True)
+            records = [r for r in load_records(root / "play") if r["task"] == task]
+        else:
+            records = []
+    by_system: dict[str, list[float]] = {}
+    for rec in records:
+        by_system.setdefault(rec["system"], []).append(float(rec["reward"]))
+    for pol in policies:
+        if not pol.skipped:
+            pol.mean = float(np.mean(by_system[pol.name])) if by_system.get(pol.name) else None
+    rows = [p.row(r_ref, r_max) for p in policies]
+    return {"env_id": env_id, "world": world_label(base), "r_reference": r_ref, "r_max": r_max, "rows": rows,
+            "families": sorted(families(type(base))), "failures": [r for r in rows if reaches(r["mean"], r_ref)]}
+
+
+def format_table(report: dict) -> str:
+    """The red team's table as markdown, best policy first."""
+    rows = sorted(report["rows"], key=lambda r: -np.inf if r["mean"] is None else -r["mean"])
+    lines = [f"{report['env_id']} ({report['world']}): r_reference {report['r_reference']:.6g}, "
+             f"r_max {report['r_max']:.6g}; families: {', '.join(report['families']) or 'NONE DECLARED'}",
+             "| policy | family | params | mean | r_reference | r_max | verdict |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        params = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"
+        mean = "n/a" if r["mean"] is None else f"{r['mean']:.6g}"
+        lines.append(f"| {r['policy']}{' (stateful)' if r['stateful'] else ''} | {r['family']} | {params} | {mean} | "
+                     f"{report['r_reference']:.6g} | {report['r_max']:.6g} | {r['verdict']} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the generic adversaries
+class ReplayAgent(Agent):
+    """Replays, on each instance, the actions recorded for its id (`actions`: id -> replies), then
+    the empty reply: blind, memoryless. With the train oracle's actions it is `train-answers`."""
+
+    name = "replay"
+    deterministic = True
+
+    def __init__(self, card, seed: int = 0, latent=None, actions: dict | None = None):
+        super().__init__(card, seed=seed)
+        self.actions = dict(actions or {})
+        self._queue: list[str] = []
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        self._queue = list(self.actions.get(info["instance_id"], []))
+
+    def act(self, observation: str, info: dict) -> str:
+        return self._queue.pop(0) if self._queue else ""
+
+
+class FeedbackMemorizer(Agent):
+    """A stateful agent that learns from rewards only, never from what an observation says.
+
+    Candidates are action sequences: the constant replies every adversary tries first (the env's
+    degenerate answers, its first tool with the least arguments, the tool that ends an instance)
+    and every sequence it played before. Each candidate is played once; afterwards, on each
+    instance, the one with the best mean reward in this variant (overall, where this variant has
+    not scored it). It remembers every terminal observation (`seen`),
+    as a memorizer would, and replays an instance's own best sequence if the instance comes back.
+    """
+
+    name = "feedback-memorizer"
+    deterministic = True
+
+    def __init__(self, card, seed: int = 0, latent=None):
+        super().__init__(card, seed=seed)
+        from clbench.agents.degenerate import fixed_answers, tool_reply
+
+        constants = [*fixed_answers(card.env_id).values()]
+        tools = list(card.tools or [])
+        if tools:
+            constants.append(tool_reply(tools[0]))
+            ending = [t for t in tools if t["function"]["name"].startswith("submit") or t["function"]["name"] == "answer"]
+            if ending:
+                constants.append(tool_reply(ending[0]))
+        self.candidates: list[list[str]] = []
+        for c in constants:
+            if [c] not in self.candidates:
+                self.candidates.append([c])
+        self.scores: dict[str, dict[str, list[float]]] = {}  # variant ("*": all) -> candidate key -> rewards
+        self.by_instance: dict[str, tuple[float, list[str]]] = {}
+        self.seen: list[str] = []
+        self._plan: list[str] = []
+        self._played: list[str] = []
+
+    @staticmethod
+    def _key(seq: list[str]) -> str:
+        return "\x1e".join(seq)
+
+    def _choose(self, info: dict) -> list[str]:
+        iid, variant = info["instance_id"], info["variant"]
+        if iid in self.by_instance:  # the instance came back: its own best
+            return list(self.by_instance[iid][1])
+        everywhere = self.scores.setdefault("*", {})
+        for cand in self.candidates:  # each candidate once, then exploit
+            if self._key(cand) not in everywhere:
+                return list(cand)
+        here = self.scores.get(variant, {})
+
+        def value(key: str) -> tuple[float, int]:  # this variant's mean where known, else the overall mean
+            rewards = here.get(key) or everywhere[key]
+            return float(np.mean(rewards)), -len(key)
+
+        return max((list(c) for c in self.candidates), key=lambda c: value(self._key(c)))
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        self._plan, self._played = self._choose(info), []
+
+    def act(self, observation: str, info: dict) -> str:
+        action = self._plan.pop(0) if self._plan else ""
+        self._played.append(action)
+        return action
+
+    def end_instance(self, reward: float, info: dict, observation: str = "") -> None:
+        self.seen.append(observation)
+        seq, key = list(self._played), self._key(self._played)
+        for where in (info["variant"], "*"):
+            self.scores.setdefault(where, {}).setdefault(key, []).append(float(reward))
+        if [*seq] not in self.candidates:
+            self.candidates.append(seq)
+        best = self.by_instance.get(info["instance_id"])
+        if best is None or reward > best[0]:
+            self.by_instance[info["instance_id"]] = (float(reward), seq)
+
+    def state_dict(self) -> dict:
+        return {"candidates": self.candidates, "scores": self.scores, "seen": self.seen,
+                "by_instance": {k: [r, s] for k, (r, s) in self.by_instance.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.candidates, self.scores, self.seen = state["candidates"], state["scores"], state["seen"]
+        self.by_instance = {k: (float(r), list(s)) for k, (r, s) in state["by_instance"].items()}

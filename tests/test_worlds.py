@@ -1,0 +1,124 @@
+"""Worlds (issue 29): `world_seed` plumbing, per-world calibration, the canonical vs fresh-world
+report, and difficulty across worlds.
+
+The plumbing tests use a SpectrumMonitor subclass that is told its world seed (its draws are the
+canonical ones; what is checked is that the runner, the calibration cache, the run card and the
+report treat it as another world). The difficulty test plays every env that takes `world_seed`
+on a few fresh worlds (all 20 with CLBENCH_SLOW=1) and checks each stays in the band
+(clbench.commands.worlds.BAND) of the canonical world's difficulty.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+
+import gymnasium as gym
+import pytest
+
+import clbench  # noqa: F401  registers the envs
+from clbench.commands.worlds import BAND, band_violations, parse_seeds, world_row
+from clbench.envs.spectrummonitor.spectrummonitor_env import SpectrumMonitorEnv
+from clbench.registry import clbench_env_ids
+from clbench.rollout import run
+from clbench.runner import RunConfig
+
+TEST_ID = "clbenchtest/WorldSpectrum-v0"
+
+
+class WorldSpectrum(SpectrumMonitorEnv):
+    """SpectrumMonitor told a world seed (passed on when the env itself takes one)."""
+
+    def __init__(self, world_seed=None, **kwargs):
+        if "world_seed" in inspect.signature(SpectrumMonitorEnv.__init__).parameters:
+            kwargs["world_seed"] = world_seed
+        super().__init__(**kwargs)
+        self.world_seed = world_seed
+
+
+if TEST_ID not in gym.registry:
+    gym.register(TEST_ID, entry_point=WorldSpectrum)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def play(out, world_seed=None, calibrate=True):
+    kwargs = {"schedule": "short", **({} if world_seed is None else {"world_seed": world_seed})}
+    return run(RunConfig(env_id=TEST_ID, agent="reference", out=str(out), rollouts=2, workers=1, env_kwargs=kwargs,
+                         calibrate=calibrate), say=lambda m: None, quiet=True)
+
+
+def test_a_fresh_world_is_calibrated_on_the_fly_and_recorded(tmp_path, cache):
+    card = play(tmp_path / "w7", world_seed=7)
+    [t] = card["tasks"].values()
+    params = t["params"]
+    assert params["world_seed"] == 7 and params["world"] == "world-7" and params["baselines"] == "calibration cache"
+    cached = list(cache.rglob("*world-7.json"))
+    assert len(cached) == 1  # r_max and r_reference of that world and schedule, never the canonical ones
+    env = gym.make(TEST_ID, schedule="short", world_seed=7).unwrapped
+    assert params["r_max"] == env.r_max and params["r_reference"] == env.r_reference
+    assert gym.make(TEST_ID, schedule="short", world_seed=8).unwrapped.r_max is None  # another world: its own
+    assert t["normalized_gain"]["mean"] is not None
+
+
+def test_no_calibrate_leaves_normalized_metrics_undefined_with_the_reason(tmp_path, cache):
+    card = play(tmp_path / "w8", world_seed=8, calibrate=False)
+    [t] = card["tasks"].values()
+    assert t["params"]["r_max"] is None and "--no-calibrate" in t["params"]["baselines_undefined"]
+    for name in ("normalized_gain", "normalized_reward", "stability"):
+        assert t[name]["mean"] is None and "--no-calibrate" in t[name]["undefined"]
+    assert t["mean_reward"]["mean"] is not None
+
+
+def test_world_comparison_puts_canonical_and_fresh_runs_side_by_side(tmp_path, cache):
+    from clbench.reporting.worlds import world_comparison
+
+    play(tmp_path / "canon")
+    play(tmp_path / "w7", world_seed=7)
+    table = world_comparison([tmp_path / "canon", tmp_path / "w7"], n_boot=200)
+    rows = {r[2]: r for r in table.rows}
+    assert set(rows) == {"canonical", "world-7"}
+    assert rows["canonical"][-1] == "-" and "[" in rows["world-7"][-1]  # the gap with its interval
+
+
+def test_parse_seeds():
+    assert parse_seeds("1-3,7") == [1, 2, 3, 7] and parse_seeds("5") == [5]
+    with pytest.raises(ValueError):
+        parse_seeds("")
+
+
+def test_band_flags_worlds_of_another_difficulty():
+    canon = {"world": "canonical", "r_max": 1.0, "r_reference": 0.4, "gain": 0.5, "drift_share": 0.2,
+             "redteam_failures": []}
+    assert band_violations(dict(canon, world="world-1", gain=0.6, r_reference=0.5), canon) == []
+    bad = band_violations(dict(canon, world="world-2", gain=0.1, r_reference=0.9, drift_share=0.0,
+                               redteam_failures=["fixed:x"]), canon)
+    assert len(bad) == 4 and any("red team" in b for b in bad)
+    assert BAND["headroom_ratio"][0] < 1 < BAND["headroom_ratio"][1]
+
+
+def takes_world_seed(env_id: str) -> bool:
+    try:
+        gym.make(env_id, world_seed=1).close()
+    except TypeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("env_id", [e for e in clbench_env_ids() if "CodeRepair" not in e]
+                         + [pytest.param(e, marks=pytest.mark.slow) for e in clbench_env_ids() if "CodeRepair" in e])
+def test_difficulty_holds_across_worlds(env_id):
+    if not takes_world_seed(env_id):
+        pytest.skip("world_seed not supported yet")
+    seeds = range(1, 21) if os.environ.get("CLBENCH_SLOW") == "1" else range(1, 4)
+    canonical = world_row(env_id, None, rollouts=2, workers=2)
+    assert not canonical["redteam_failures"], canonical
+    bad = {}
+    for seed in seeds:
+        row = world_row(env_id, seed, rollouts=2, workers=2)
+        if band_violations(row, canonical):
+            bad[row["world"]] = band_violations(row, canonical)
+    assert not bad, bad
