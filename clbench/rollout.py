@@ -2,7 +2,9 @@
 
 `run_many` plans the jobs of several (env, system) configurations, runs them together on one
 executor (so tasks, rollouts and the stateless pass share the workers), then writes the run
-card. `resume_run(dir)` continues an interrupted run from its config.json.
+card. `resume_run(dir)` continues an interrupted run from its config.json (and plays errored
+instances again). The error policy (clbench.error_policy) stops a run whose model calls keep
+failing; a run that ends with errored instances raises `RunIncomplete` after writing what it has.
 """
 from __future__ import annotations
 
@@ -10,11 +12,40 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from clbench.error_policy import ErrorPolicy
 from clbench.executors import execute
 from clbench.progress import RunProgress
 from clbench.results import read_json, write_json_atomic
 from clbench.runcard import merge_metadata, task_params, write_run_card
-from clbench.runner import RunConfig, cached_env, config_dict, plan_jobs
+from clbench.runner import STOP_FILE, RunConfig, cached_env, config_dict, make_agent, plan_jobs
+
+
+class RunIncomplete(RuntimeError):
+    """The run ended with instances lost to infrastructure errors (or was stopped for them)."""
+
+    def __init__(self, message: str, card: dict | None = None, errored: int = 0, stopped: str | None = None):
+        super().__init__(message)
+        self.card, self.errored, self.stopped = card, errored, stopped
+
+
+def agent_settings(cfg: RunConfig, env) -> dict:
+    """What the agent says shapes its results (`settings()`, e.g. the LLM agent's model, sampling,
+    context budget, prompt hash and price source), for metadata and the run card."""
+    try:
+        agent = make_agent(cfg.agent, env, seed=cfg.seed, **cfg.agent_kwargs)
+    except Exception:  # the run itself reports a broken agent
+        return {}
+    settings = getattr(agent, "settings", None)
+    return settings() if callable(settings) else {}
+
+
+def count_errored(out: Path, cfgs: list[RunConfig]) -> tuple[int, int]:
+    """(instances recorded with an infrastructure error, instances recorded) of these configurations."""
+    from clbench.results import load_records
+
+    names = {cfg.system for cfg in cfgs}
+    recs = [r for r in load_records(out) if r["system"] in names]
+    return sum(r.get("error_kind") == "infrastructure" for r in recs), len(recs)
 
 
 def _say(msg: str) -> None:
@@ -34,8 +65,12 @@ def record_config(out: Path, cfgs: list[RunConfig], executor: str) -> dict:
 
 
 def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: bool = False,
-             executor: str = "local", ray_address: str | None = None, quiet: bool = False) -> dict:
-    """Play every configuration's jobs and return the run card (empty without both modes)."""
+             executor: str = "local", ray_address: str | None = None, quiet: bool = False,
+             policy: ErrorPolicy | None = None) -> dict:
+    """Play every configuration's jobs and return the run card (empty without both modes).
+
+    Raises RunIncomplete (after writing the run card when the metrics can be computed) when
+    instances errored on infrastructure or the error policy stopped the run."""
     if not cfgs:
         raise ValueError("nothing to run")
     outs = {cfg.out for cfg in cfgs}
@@ -43,12 +78,16 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
         raise ValueError(f"all configurations must write into one run directory, got {sorted(outs)}")
     out = Path(cfgs[0].out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / STOP_FILE).unlink(missing_ok=True)  # a stopped run's flag must not stop the resumed one
     jobs, expected = [], {}
     for cfg in cfgs:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
         base = env.unwrapped
-        merge_metadata(out, base.task, task_params(env),
-                       {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs})
+        system = {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs}
+        settings = agent_settings(cfg, env)
+        if settings:
+            system["settings"] = settings
+        merge_metadata(out, base.task, task_params(env), system)
         planned = plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable, resume=resume)
         jobs += planned
         for job in planned:
@@ -69,16 +108,40 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
             failures.append(error)
             say(f"  FAILED {error}")
 
+    policy = policy or ErrorPolicy()
+    policy.planned = sum(expected.values())
+    if not quiet:
+        say(f"error policy: {policy.describe()} (--fail-on-error, --max-consecutive-errors)")
+
+    def stop(reason: str) -> None:
+        (out / STOP_FILE).write_text(reason + "\n")
+        say(f"STOPPING: {reason}")
+
     # longest first: stateful rollouts of the biggest schedules keep the workers busy
     jobs.sort(key=lambda j: -j.remaining)
-    with RunProgress(out, expected, quiet=quiet):
+    with RunProgress(out, expected, quiet=quiet, policy=policy, on_stop=stop):
         execute(jobs, workers, on_done, executor=executor, ray_address=ray_address)
+    (out / STOP_FILE).unlink(missing_ok=True)
     if failures:
         raise RuntimeError(f"{len(failures)} job(s) failed: " + "; ".join(failures[:3]) +
                            f" (finished instances are saved; continue with --resume {out})")
-    if not any(cfg.mode == "both" for cfg in cfgs):  # resumed runs carry their modes in cfgs too
-        return {}
-    return write_run_card(out, conf)
+    errored, recorded = count_errored(out, cfgs)
+    card: dict = {}
+    if any(cfg.mode == "both" for cfg in cfgs):  # resumed runs carry their modes in cfgs too
+        try:
+            card = write_run_card(out, conf)
+        except ValueError as exc:  # a stopped run may lack whole instances: no metrics to write
+            if not (errored or policy.reason):
+                raise
+            say(f"run card not written: {exc}")
+    if errored or policy.reason:
+        planned = policy.planned
+        what = f"stopped by the error policy: {policy.reason}" if policy.reason else "finished"
+        raise RunIncomplete(f"INCOMPLETE run ({what}): {errored} of {recorded} recorded instances errored on "
+                            f"model calls ({planned} planned in this session); metrics over them are undefined. "
+                            f"Fix the cause, then re-play the errored and unplayed instances with "
+                            f"`clbench rollout --resume {out}`", card, errored, policy.reason)
+    return card
 
 
 def run(cfg: RunConfig, say: Callable[[str], None] = _say, resume: bool = False, **kwargs) -> dict:

@@ -21,7 +21,8 @@ from clbench.agent import make_agent
 from clbench.agents.llm import MEMORY_SYSTEMS
 from clbench.cli import main as cli_main
 from clbench.results import load_records
-from clbench.rollout import run
+from clbench.error_policy import ErrorPolicy
+from clbench.rollout import RunIncomplete, run
 from clbench.runner import RunConfig
 from tests.openai_server import Fault, ReferencePolicy, ScriptedServer
 
@@ -55,10 +56,15 @@ def agent_kwargs(server, memory: str, prices: str | None, **extra) -> dict:
 
 
 def rollout(server, out: Path, memory: str, prices: str | None, env_id=SPECTRUM, env_kwargs=SHORT,
-            mode="both", resume=False, **extra) -> tuple[dict, list[dict]]:
-    cfg = RunConfig(env_id=env_id, agent="llm", out=str(out), rollouts=1, mode=mode, workers=1,
+            mode="both", resume=False, policy=None, **extra) -> tuple[dict, list[dict]]:
+    cfg = RunConfig(env_id=env_id, agent="llm", system="llm", out=str(out), rollouts=1, mode=mode, workers=1,
                     env_kwargs=dict(env_kwargs), agent_kwargs=agent_kwargs(server, memory, prices, **extra))
-    card = run(cfg, say=lambda msg: None, resume=resume)
+    try:
+        card = run(cfg, say=lambda msg: None, resume=resume, policy=policy)
+    except RunIncomplete as exc:
+        if policy is None:
+            raise
+        card = exc.card
     records = sorted(load_records(out), key=lambda r: (r["mode"], r["position"]))
     return card, records
 
@@ -166,7 +172,8 @@ def test_faults_are_survived_and_recorded(tmp_path, prices, reference):
               Fault("malformed_tool_call"), Fault("empty")] + [Fault("server_error")] * 4
     with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
         server.faults.extend(faults)
-        _, records = rollout(server, tmp_path, "icl", prices, mode="stateful", timeout=0.5, max_retries=3)
+        _, records = rollout(server, tmp_path, "icl", prices, mode="stateful", timeout=0.5, max_retries=3,
+                             policy=ErrorPolicy(fail_on_error=1))
     first, second, *rest = records
     assert len(records) == 8
     # scan 1: three transport faults retried, then a malformed tool call and an empty reply, each
@@ -176,8 +183,10 @@ def test_faults_are_survived_and_recorded(tmp_path, prices, reference):
     traj = [json.loads(x) for x in (tmp_path / "trajectories/spectrummonitor/llm/stateful-r0.jsonl").read_text().splitlines()]
     steps = [e for e in traj if e["event"] == "step"][:2]
     assert "not valid JSON" in steps[0]["observation"] and steps[1]["action"] == ""
-    # scan 2: the call fails four times (max_retries=3): recorded, scored 0, the run goes on
+    # scan 2: the call fails four times (max_retries=3): recorded as an infrastructure error; within
+    # --fail-on-error 1 the run goes on
     assert second["reward"] == 0.0 and "HTTP 500" in second["error"] and "4 attempts" in second["error"]
+    assert second["error_kind"] == "infrastructure"
     assert all(r["error"] is None and r["reward"] > 0 for r in rest)
     ref = rewards(reference, "stateless")
     assert sum(r["reward"] for r in rest) > sum(ref[r["instance_id"]] for r in rest)  # icl still learns
@@ -291,9 +300,17 @@ def test_cli_rollout_and_agents_listing(tmp_path, prices, capsys):
                          "scripted", "--base-url", server.base_url, "--env-arg", "schedule=short", "--rollouts", "1",
                          "--workers", "1", "--out", str(tmp_path), "--temperature", "0", "--max-tokens", "512",
                          "--agent-arg", f"prices={prices}", "--agent-arg", "backoff=0.01"])
-    assert code == 0 and server.requests[0]["max_tokens"] == 512 and server.requests[0]["temperature"] == 0
+    preflight, first = server.requests[:2]  # one cheap pre-flight call before any job
+    assert preflight["max_tokens"] == 16 and "tools" not in preflight
+    assert code == 0 and first["max_tokens"] == 512 and first["temperature"] == 0
     card = json.loads((tmp_path / "run_card.json").read_text())
-    assert card["tasks"]["spectrummonitor/llm"]["usage"]["cost"] > 0
+    # the default system name says which model and memory ran; the settings that shape the result are kept
+    assert list(card["tasks"]) == ["spectrummonitor/llm-memory-bank-scripted"]
+    assert card["tasks"]["spectrummonitor/llm-memory-bank-scripted"]["usage"]["cost"] > 0
+    settings = card["systems"]["llm-memory-bank-scripted"]["settings"]
+    assert settings["max_tokens"] == 512 and settings["temperature"] == 0 and settings["context_tokens"] == 32768
+    assert settings["token_count"].startswith("estimate") and len(settings["prompt_templates_sha256"]) == 16
+    assert settings["price"]["source"].startswith("user file")
     assert "Tokens: prompt" in capsys.readouterr().out
     assert cli_main(["report", str(tmp_path), "--no-plots", "--n-boot", "100"]) == 0  # reports read the tokens
     assert "Cost and tokens" in capsys.readouterr().out
