@@ -91,12 +91,6 @@ class RunProgress:
         st["n"] += 1
         errored = bool(rec.get("error"))
         st["errors"] += errored
-        if self.policy is not None:
-            reason = self.policy.observe(rec)
-            if reason and not self._stopped:
-                self._stopped = True
-                if self.on_stop:
-                    self.on_stop(reason)
         st["reward"] += float(rec.get("reward") or 0.0)
         tokens = rec.get("tokens") or {}
         st["tokens"] += int(tokens.get("prompt", 0) or 0) + int(tokens.get("completion", 0) or 0)
@@ -118,3 +112,10 @@ class RunProgress:
             task, system, mode, k = key
             label = f"{task}/{system} {mode}" + (f" rollout {k}" if mode == "stateful" else " pass")
             print(f"  done {label}: {st['n']} instances, {extra}", file=sys.stderr, flush=True)
+        if self.policy is not None:
+            reason = self.policy.observe(rec)
+            if reason and not self._stopped:
+                self._stopped = True
+                if self.on_stop:
+                    self.on_stop(reason)
+

@@ -50,7 +50,10 @@ def cmd_report(args) -> int:
         print(json.dumps(_json_payload(report), indent=2, default=float))
     elif args.format == "html":
         out = Path(args.out) if args.out else Path(args.dir) / "report.html"
-        out.write_text(html.render(report, figures), encoding="utf-8")
+        from clbench.reporting import explorer
+
+        view = explorer.write(args.dir, out.with_name(explorer.EXPLORER_FILE))  # the report links it
+        out.write_text(html.render(report, figures, explorer=view.name), encoding="utf-8")
         print(out)
     else:
         tables.print_tables(*tables.report_tables(report, [str(p) for p in written]))

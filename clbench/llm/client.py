@@ -334,7 +334,7 @@ class ChatClient:
         raise LLMCallError(f"pre-flight: {where} kept rejecting the test call's parameters")
 
     def _preflight_hint(self, exc: LLMCallError, where: str) -> str:
-        text = str(exc).removeprefix(f"{self.model}: ")
+        text = exc.attempt_errors[-1] if exc.attempt_errors else str(exc).removeprefix(f"{self.model}: ")
         if exc.status in (401, 403):
             return (f"pre-flight: {where} rejected the API key in ${self.api_key_env} ({text.split(' (check')[0]}): "
                     f"set ${self.api_key_env} to a valid key, or name another variable with --api-key-env")
@@ -342,7 +342,8 @@ class ChatClient:
             return (f"pre-flight: model {self.model!r} not found at {where} ({text}): check --model"
                     + self._listed_models())
         if exc.status is None and ("connection failed" in text or "no reply within" in text):
-            return (f"pre-flight: cannot reach {where} ({text}): check --base-url and that the server is running")
+            return (f"pre-flight: cannot reach {where} ({text}, {len(exc.attempt_errors)} attempts): check --base-url "
+                    "and that the server is running")
         return f"pre-flight: the test call to {self.model!r} at {where} failed ({text})"
 
     def _listed_models(self) -> str:
