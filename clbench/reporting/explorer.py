@@ -322,7 +322,7 @@ function hl(text) {
 const pre = t => `<pre>${hl(t)}</pre>`;
 function msgText(m) {
   let t = m.content ?? '';
-  for (const c of m.tool_calls || []) t += (t ? '\n' : '') + '→ ' + c.function.name + ' ' + c.function.arguments;
+  for (const c of m.tool_calls || []) { const f = c.function || c; t += (t ? '\n' : '') + '→ ' + f.name + ' ' + f.arguments; }
   return t;
 }
 
