@@ -126,6 +126,13 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
         raise RuntimeError(f"{len(failures)} job(s) failed: " + "; ".join(failures[:3]) +
                            f" (finished instances are saved; continue with --resume {out})")
     errored, recorded = count_errored(out, cfgs)
+    if not quiet and (out / "transcripts").is_dir():
+        from clbench.llm.transcripts import transcript_bytes
+
+        size, n = transcript_bytes(out)
+        if n:
+            say(f"transcripts: {size:,} bytes for {n} instances ({size / n:,.0f} bytes per instance) in "
+                f"{out / 'transcripts'}; read them with `clbench view {out}`")
     card: dict = {}
     if any(cfg.mode == "both" for cfg in cfgs):  # resumed runs carry their modes in cfgs too
         try:

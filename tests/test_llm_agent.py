@@ -371,3 +371,111 @@ def test_dbexplore_icl_learns_like_the_stateful_reference(tmp_path, prices, db_k
 def test_dbexplore_every_memory_completes_both_modes(tmp_path, prices, db_kwargs, db_reference, memory):
     records = _db_rollout(tmp_path, prices, db_kwargs, memory)
     assert rewards(records, "stateless") == rewards(db_reference, "stateless")
+
+
+# ---------------------------------------------------------------------- issue 30: errors, transcripts, identity
+def _cli(server, out, *extra, memory="none") -> list[str]:
+    return ["rollout", "--env", SPECTRUM, "--agent", "llm", "--memory", memory, "--model", "scripted",
+            "--base-url", server.base_url, "--env-arg", "schedule=short", "--rollouts", "1", "--workers", "1",
+            "--out", str(out), "--agent-arg", "backoff=0.01", "--agent-arg", "max_retries=1", *extra]
+
+
+def test_a_wrong_key_fails_before_any_job_with_one_line(tmp_path, capsys):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend([Fault("unauthorized")] * 50)
+        code = cli_main(_cli(server, tmp_path / "run"))
+        sent = len(server.requests)
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and sent == 1 and not (tmp_path / "run").exists()
+    assert err.count("\n") == 0 and "pre-flight" in err and "--api-key-env" in err
+
+
+def test_a_dead_endpoint_mid_run_stops_the_run_invalidates_nothing_silently_and_resume_completes(tmp_path, capsys):
+    out = tmp_path / "run"
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        # the pre-flight call and the stateful rollout pass, then every call fails (500s)
+        server.faults.extend([Fault("none")] * 11 + [Fault("server_error")] * 400)
+        code = cli_main(_cli(server, out, "--max-consecutive-errors", "3", "--fail-on-error", "100"))
+        captured = capsys.readouterr()
+        assert code == 3
+        assert "STOPPING: 3 instances in a row failed" in captured.err and "INCOMPLETE run" in captured.err
+        assert "ERRORED spectrummonitor/llm-none-scripted stateless" in captured.err
+        records = load_records(out)
+        bad = [r for r in records if r.get("error")]
+        assert len(bad) >= 3 and all(r["error_kind"] == "infrastructure" and r["mode"] == "stateless" for r in bad)
+        assert "normalized gain" not in captured.out or "invalid:" in captured.out  # never numbers over errors
+        server.faults.clear()  # the endpoint is back: --resume plays the errored and unplayed instances
+        assert cli_main(["rollout", "--resume", str(out)]) == 0
+    records = load_records(out)
+    assert len(records) == 16 and not any(r.get("error") for r in records)
+    card = json.loads((out / "run_card.json").read_text())
+    task = card["tasks"]["spectrummonitor/llm-none-scripted"]
+    assert task["errors"]["infrastructure"] == 0 and task["mean_reward"]["mean"] is not None
+    assert task["cumulative_gain"]["mean"] == pytest.approx(0.0)  # memory none: no gain, as the clean run
+
+
+def test_errored_instances_make_metrics_invalid_and_the_exit_code_incomplete(tmp_path, capsys):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend([Fault("none")] * 12 + [Fault("server_error")] * 4)  # 2 stateless instances fail
+        code = cli_main(_cli(server, tmp_path, "--fail-on-error", "5"))
+    captured = capsys.readouterr()
+    assert code == 3 and "2 of 16 recorded instances errored" in captured.err
+    card = json.loads((tmp_path / "run_card.json").read_text())
+    task = card["tasks"]["spectrummonitor/llm-none-scripted"]
+    assert task["errors"] == {"infrastructure": 2, "agent": 0, "stateful": 0, "stateless": 2}
+    for name in ("normalized_gain", "normalized_reward", "mean_reward", "cumulative_gain"):
+        assert task[name]["mean"] is None and task[name]["undefined"].startswith("invalid: 2 of 16 instances")
+    assert "invalid: 2 of 16 instances failed on infrastructure errors" in captured.out  # the headline says why
+    assert cli_main(["report", str(tmp_path), "--format", "html", "--no-plots", "--n-boot", "100"]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "Errored instances: the run is incomplete" in page and "explorer.html" in page
+
+
+def test_transcripts_keep_every_prompt_reply_and_memory_update(tmp_path, prices, capsys):
+    from clbench.llm.transcripts import read_transcripts
+
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT), reasoning_tokens=2) as server:
+        assert cli_main(_cli(server, tmp_path, memory="icl")) == 0
+        sent = server.requests[1:]  # after the pre-flight call
+    assert "bytes per instance" in capsys.readouterr().err
+    calls, updates = [], []
+    files = sorted((tmp_path / "transcripts" / "spectrummonitor" / "llm-icl-scripted").glob("*.jsonl"))
+    assert [f.name.split("-")[0] for f in files] == ["stateful", "stateless", "stateless"]  # two stateless jobs
+    for f in files:  # stateful rollout first, then the stateless jobs: the order they were sent in
+        decoded = read_transcripts(f)
+        assert len(decoded) == (8 if f.name.startswith("stateful") else 4)
+        for entries in decoded.values():
+            calls += [e for e in entries if e["kind"] == "call"]
+            updates += [e for e in entries if e["kind"] == "memory_update"]
+    assert len(calls) == len(sent)
+    for call, body in zip(calls, sent):
+        assert call["messages"] == body["messages"]  # exactly as sent: system prompt, memory, history
+        assert call["tools"] == body.get("tools") and call["reply"]["content"] is not None or call["reply"]["tool_calls"]
+        assert call["usage"]["reasoning"] == 2 and call["latency"] >= 0 and call["action"]
+    assert len(updates) == 7  # icl learns from instances 1..7 before instances 2..8 of the rollout
+    for before, after in zip(updates, updates[1:]):
+        assert after["before"] == before["after"] and len(after["after"]) > len(after["before"])
+    raw = sum(len(json.dumps(c)) for c in calls)
+    assert sum(f.stat().st_size for f in files) < raw / 3  # stored compactly
+
+
+def test_run_identity_settings_and_token_counts(tmp_path):
+    from clbench.llm.tokens import ESTIMATE, TokenCounter
+
+    names = {RunConfig(env_id=SPECTRUM, agent="llm", out=str(tmp_path), agent_kwargs={"memory": m, "model": mod}).system
+             for m in ("none", "icl") for mod in ("gpt-4o-mini", "org/llama-3")}
+    assert names == {"llm-none-gpt-4o-mini", "llm-icl-gpt-4o-mini", "llm-none-llama-3", "llm-icl-llama-3"}
+    assert RunConfig(env_id=SPECTRUM, agent="reference", out=str(tmp_path)).system == "reference"
+    known, unknown = TokenCounter("openai/gpt-4o-mini"), TokenCounter("scripted")
+    assert known.method.startswith("tiktoken o200k_base") and known.count("hello world") == 2
+    assert unknown.method == ESTIMATE and unknown.count("x" * 40) == 10
+
+
+def test_a_non_default_schedule_is_not_normalized_with_the_default_baselines(tmp_path):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        card, _ = rollout(server, tmp_path, "none", None)
+    task = card["tasks"]["spectrummonitor/llm"]
+    if task["r_reference"] is not None:
+        pytest.skip("the short schedule has its own calibration in this checkout")
+    assert task["normalized_reward"]["mean"] is None
+    assert "not calibrated for schedule 'short'" in task["normalized_reward"]["undefined"]
