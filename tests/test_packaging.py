@@ -17,7 +17,7 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("clbench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
-    assert top <= {"clbench", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    assert top <= {"clbench", "clbench_verifiers.py", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     for needed in ("clbench/envs/spectrummonitor/spectrummonitor_env.py", "clbench/agents/spectrummonitor.py",
                    "clbench/tasks/spectrummonitor/default.yaml", "clbench/schemas/run_card.schema.json",
                    "clbench/containers/coderepair/Dockerfile", "clbench/containers/make-offline-base.sh",

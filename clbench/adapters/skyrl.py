@@ -122,6 +122,19 @@ class ClbenchTextEnv(BaseTextEnv):
             POOL.give(self.rollout, self._env)
 
 
+def write_parquet(rows: list[dict], path: str) -> str:
+    """Write `dataset_rows(...)` as the parquet dataset SkyRL's trainer reads (pyarrow comes with
+    `pip install clbench[skyrl]`); returns the path."""
+    try:
+        import pyarrow  # noqa: F401  pandas' parquet engine
+    except ImportError:
+        raise ImportError("writing parquet needs pyarrow: pip install 'clbench[skyrl]'") from None
+    import pandas as pd
+
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
 def dataset_rows(env_id: str, *, split: str = "train", schedule: str = "default", seeds=(0,),
                  unit: str = "instance", instances=None, env_kwargs: dict | None = None,
                  env_class: str = ENV_CLASS) -> list[dict]:
