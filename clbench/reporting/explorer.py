@@ -130,7 +130,10 @@ def explorer_data(run_dir: str | Path) -> dict:
             sf_recs = [d[iid] for d in sf.values() if iid in d]
             sl_recs = [d[iid] for d in sl.values() if iid in d]
             any_rec = (sf_recs or sl_recs)[0]
-            mean = (lambda xs: sum(float(x["reward"]) for x in xs) / len(xs) if xs else None)
+            def mean(xs: list[dict]) -> float | None:  # errored instances are no score: left out
+                ok = [float(x["reward"]) for x in xs if not x.get("error")]
+                return sum(ok) / len(ok) if ok else None
+
             r_sf, r_sl = mean(sf_recs), mean(sl_recs)
             errored = [x for x in sf_recs + sl_recs if x.get("error")]
             rows.append({"id": iid, "variant": any_rec.get("variant"),
@@ -345,9 +348,12 @@ function sideHtml(side, label) {
   for (const c of side.calls || []) {
     const msgs = c.m.map(i => side.messages[i]);
     const isMemory = c.purpose !== 'act';
-    const parts = [`<div class="card ${c.error ? 'errc' : 'call'}"><div class="label">${isMemory ? esc(c.purpose) : 'model call (step ' + (step + 1) + ')'}` +
-      ` · ${c.usage ? c.usage.prompt + ' prompt / ' + c.usage.completion + ' completion tokens' : ''}` +
-      `${c.latency !== undefined ? ' · ' + c.latency.toFixed(2) + ' s' : ''}${c.retries ? ' · ' + c.retries + ' retries' : ''}${c.from_cache ? ' · cached' : ''}</div>`];
+    const facts = [isMemory ? esc(c.purpose) : 'model call (step ' + (step + 1) + ')'];
+    if (c.usage) facts.push(c.usage.prompt + ' prompt / ' + c.usage.completion + ' completion tokens' + (c.usage.estimated ? ' (estimated)' : ''));
+    if (c.latency !== undefined) facts.push(c.latency.toFixed(2) + ' s');
+    if (c.retries) facts.push(c.retries + ' retries');
+    if (c.from_cache) facts.push('cached');
+    const parts = [`<div class="card ${c.error ? 'errc' : 'call'}"><div class="label">${facts.join(' · ')}</div>`];
     const sys = msgs[0] && msgs[0].role === 'system' ? msgs[0] : null;
     const shown = m => `<div class="role-${m.role}"><div class="label">${m.role}</div>${pre(msgText(m))}</div>`;
     if (isMemory || prevLen === 0) {
