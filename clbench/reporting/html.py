@@ -108,8 +108,9 @@ def render(report: RunReport, figures: "Figures", title: str | None = None, expl
     title = title or f"clbench report: {report.run_dir.name}"
     parts = [f"<h1>{escape(title)}</h1>", _meta_html(report)]
     if explorer:
-        parts.append(f'<p class="meta"><a href="{escape(explorer)}">Interaction Explorer</a>: every instance\'s '
-                     "prompts, memory, replies and observations, stateful and stateless side by side.</p>")
+        parts.append(f'<p class="meta">Interaction Explorer: <code>{escape(explorer)}</code> next to this file '
+                     "(every instance's prompts, memory, replies and observations, stateful and stateless side by "
+                     "side; this page stays self-contained, so it is named, not linked).</p>")
     tables, _ = T.report_tables(report)
     head, rest = tables[:1], [tb for tb in tables[1:] if tb.task is None]
     parts.append(_errors_html(report))
