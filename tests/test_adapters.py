@@ -335,3 +335,8 @@ def test_skyrl_dataset_rows_written_to_parquet(need_skyrl, tmp_path):
     back = pd.read_parquet(write_parquet(rows, str(tmp_path / "train.parquet")))
     assert len(back) == len(rows) == 8 and list(back["instance_id"]) == [r["instance_id"] for r in rows]
     assert set(back["env_class"]) == {"clbench"} and back["prompt"][0][0]["role"] == "system"
+    row = back.iloc[3].to_dict()  # a row read back from parquet still makes its env
+    env = skyrl_gym.make("clbench", env_config=row["env_config"], extras=row)
+    chat, meta = env.init(list(row["prompt"]))
+    assert meta["instance_id"] == rows[3]["instance_id"] and chat[-1]["role"] == "user"
+    env.close()
