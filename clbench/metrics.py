@@ -341,8 +341,9 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
         "rollouts": K,
         "stateless_passes": P,
         "instances": n,
-        "mean_reward_stateless": point["mean_reward_stateless"],
-        "cumulative_reward_stateless": float(m.sl.mean(axis=0).sum()),
+        # no number over errored instances (they count as zeros in the matrices)
+        "mean_reward_stateless": None if invalid else point["mean_reward_stateless"],
+        "cumulative_reward_stateless": None if invalid else float(m.sl.mean(axis=0).sum()),
         "split_window": window,
         "bootstrap": {"replicates": n_boot, "resampled": ["instances (paired by instance_id)", "rollouts",
                                                           "stateless passes"] + (["r_max"] if tr.r_max_se else [])},

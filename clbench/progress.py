@@ -91,12 +91,15 @@ class RunProgress:
         st["n"] += 1
         errored = bool(rec.get("error"))
         st["errors"] += errored
+        if errored:  # an errored instance is no score: the mean is over the others
+            st["reward"] -= float(rec.get("reward") or 0.0)
         st["reward"] += float(rec.get("reward") or 0.0)
         tokens = rec.get("tokens") or {}
         st["tokens"] += int(tokens.get("prompt", 0) or 0) + int(tokens.get("completion", 0) or 0)
         if rec.get("cost") is not None:
             st["cost"] = (st["cost"] or 0.0) + float(rec["cost"])
-        extra = f"mean reward {st['reward'] / st['n']:.3f} | {st['errors']} errored"
+        scored = st["n"] - st["errors"]
+        extra = (f"mean reward {st['reward'] / scored:.3f}" if scored else "mean reward n/a") + f" | {st['errors']} errored"
         if st["tokens"]:
             extra += f" | {st['tokens']} tok"
         if st["cost"] is not None:

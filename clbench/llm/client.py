@@ -318,7 +318,7 @@ class ChatClient:
                                 self._max_tokens_param: 16}
         for _ in range(3):
             try:
-                self._with_retries(lambda: sdk.chat.completions.create(**body), attempts=min(self.max_retries, 2) + 1)
+                self._with_retries(lambda: sdk.chat.completions.create(**body), attempts=min(self.max_retries, 1) + 1)
                 return
             except openai.BadRequestError as exc:
                 if self._adapt(exc, body):
