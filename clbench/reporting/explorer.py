@@ -339,10 +339,15 @@ function sideHtml(side, label) {
   const out = [`<div class="side"><h3>${label}: reward ${fmt(side.reward)}${side.solved ? ' (solved)' : ''}, position ${side.position}</h3>`];
   if (side.error) out.push(`<div class="card errc"><div class="label">error (${esc(side.error_kind || 'agent')})</div>${pre(side.error)}</div>`);
   for (const s of side.shocks || []) out.push(`<div class="card errc"><div class="label">lifecycle shock</div>${pre(JSON.stringify(s))}</div>`);
-  for (const u of side.memory_updates || [])
-    out.push(`<div class="card mem"><div class="label">memory update from ${esc(u.episode)}</div>` +
+  for (const u of side.memory_updates || []) {
+    const had = new Set((u.before || '').split('\n'));
+    const added = (u.after || '').split('\n').filter(l => !had.has(l));
+    const dropped = (u.before || '').split('\n').filter(l => !new Set((u.after || '').split('\n')).has(l)).length;
+    out.push(`<div class="card mem"><div class="label">memory update from ${esc(u.episode)}: +${added.length} / -${dropped} lines</div>` +
+      `<details open><summary>what the update added</summary><pre class="add">${hl(added.join('\n'))}</pre></details>` +
       `<details><summary>memory before (${(u.before || '').length} chars)</summary>${pre(u.before)}</details>` +
-      `<details open><summary>memory after (${(u.after || '').length} chars; new lines highlighted)</summary><pre>${diffLines(u.before, u.after)}</pre></details></div>`);
+      `<details><summary>memory after (${(u.after || '').length} chars; new lines highlighted)</summary><pre>${diffLines(u.before, u.after)}</pre></details></div>`);
+  }
   out.push(`<div class="card"><div class="label">first observation</div>${pre(side.observation)}</div>`);
   let prevLen = 0, step = 0;
   for (const c of side.calls || []) {
