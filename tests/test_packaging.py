@@ -32,7 +32,9 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
     py = env_dir / "bin" / "python"
     purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    borrowed = [p for p in site.getsitepackages() + [site.getusersitepackages()] if Path(p).is_dir()]
+    # (and the site dirs those add through .pth files, e.g. a shared dependency folder)
+    borrowed = [p for p in dict.fromkeys(site.getsitepackages() + [site.getusersitepackages()] + sys.path)
+                if p and Path(p).is_dir() and ("site-packages" in p or "dist-packages" in p) and not p.startswith(str(REPO))]
     (Path(purelib) / "_borrowed_deps.pth").write_text("".join(p + "\n" for p in borrowed))
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
     code = ("import clbench, gymnasium as gym, pathlib; "

@@ -108,15 +108,7 @@ def preflight(cfgs: list[RunConfig], probe: bool = False) -> None:
             raise ValueError(f"--agent {cfg.agent}: {exc}") from None
         if probe and type(agent).probe is Agent.probe:
             raise ValueError(f"agent {cfg.agent!r} does not support the probe ladder (it has no memory to probe)")
-        check = getattr(agent, "preflight", None)  # e.g. the LLM agent: one cheap call to its endpoint
-        if callable(check):
-            key = (cfg.agent_kwargs.get("base_url"), cfg.agent_kwargs.get("model"), cfg.agent_kwargs.get("api_key_env"))
-            if key not in checked:
-                checked.add(key)
-                try:
-                    check()
-                except Exception as exc:  # LLMCallError: one line that names the fix
-                    raise ValueError(str(exc)) from None
+        check_endpoint(cfg, agent, checked)
 
 
 def run_and_report(args, cfgs) -> int:
@@ -154,6 +146,20 @@ def run_and_report(args, cfgs) -> int:
     return 0
 
 
+def check_endpoint(cfg: RunConfig, agent, checked: set) -> None:
+    """The agent's pre-flight call (the LLM agent: one cheap call to its endpoint), once per
+    endpoint, model and key; a failure is a one-line ValueError that names the fix."""
+    check = getattr(agent, "preflight", None)
+    key = (cfg.agent_kwargs.get("base_url"), cfg.agent_kwargs.get("model"), cfg.agent_kwargs.get("api_key_env"))
+    if not callable(check) or key in checked:
+        return
+    checked.add(key)
+    try:
+        check()
+    except Exception as exc:  # LLMCallError
+        raise ValueError(str(exc)) from None
+
+
 def preflight_resumed(cfgs: list[RunConfig]) -> None:
     """Before a resumed run plays anything: the agents' endpoints answer (the pre-flight call)."""
     from clbench.agent import make_agent
@@ -161,17 +167,8 @@ def preflight_resumed(cfgs: list[RunConfig]) -> None:
 
     checked: set = set()
     for cfg in cfgs:
-        key = (cfg.agent_kwargs.get("base_url"), cfg.agent_kwargs.get("model"), cfg.agent_kwargs.get("api_key_env"))
-        if key in checked:
-            continue
-        checked.add(key)
-        agent = make_agent(cfg.agent, cached_env(cfg.env_id, cfg.env_kwargs), seed=cfg.seed, **cfg.agent_kwargs)
-        check = getattr(agent, "preflight", None)
-        if callable(check):
-            try:
-                check()
-            except Exception as exc:
-                raise ValueError(str(exc)) from None
+        check_endpoint(cfg, make_agent(cfg.agent, cached_env(cfg.env_id, cfg.env_kwargs), seed=cfg.seed,
+                                       **cfg.agent_kwargs), checked)
 
 
 def cmd_rollout(args) -> int:
