@@ -31,7 +31,11 @@ class RunIncomplete(RuntimeError):
 def agent_settings(cfg: RunConfig, env) -> dict:
     """What the agent says shapes its results (`settings()`, e.g. the LLM agent's model, sampling,
     context budget, prompt hash and price source), for metadata and the run card."""
+    from clbench.runner import agent_class
+
     try:
+        if not callable(getattr(agent_class(cfg.env_id, cfg.agent), "settings", None)):
+            return {}  # most agents have none: not built twice for nothing
         agent = make_agent(cfg.agent, env, seed=cfg.seed, **cfg.agent_kwargs)
     except Exception:  # the run itself reports a broken agent
         return {}
