@@ -7,6 +7,21 @@
 `gym.make("clbench:clbench/DBExplore-v1")` and `gym.register_envs(clbench)` work too.
 """
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path as _Path
+
+
+def _source_checkout() -> None:
+    """Imported from a source checkout (e.g. `python -c "import clbench"` or `python -m pytest` in
+    the repository after `pip install .`, where the checkout's clbench/ shadows the installed one):
+    the root folders envs/, agents/, tasks/ and containers/ are clbench.envs, clbench.agents, ...
+    (setup.py maps them so when installing), so the root joins this package's search path."""
+    here = _Path(__file__).resolve().parent
+    root = here.parent
+    if not (here / "envs").is_dir() and (root / "envs" / "__init__.py").is_file() and (root / "setup.py").is_file():
+        __path__.append(str(root))
+
+
+_source_checkout()
 
 try:
     __version__ = version("clbench")

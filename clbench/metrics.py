@@ -74,10 +74,51 @@ class TaskRecords:
     uncalibrated: str | None = None  # why r_max / r_reference are missing (None: the generic reason)
     stateful: dict[int, list[dict]] = field(default_factory=dict)  # rollout -> records by position
     stateless: dict[int, dict[str, dict]] = field(default_factory=dict)  # pass -> instance_id -> record
+    uncalibrated: str | None = None  # why r_max / r_reference are missing (which schedule, world)
 
 
 #: why normalized metrics of a task without r_max / r_reference are undefined
 UNCALIBRATED = "the task is uncalibrated (no r_max / r_reference): run `clbench calibrate --env ID --write`"
+
+
+def uncalibrated_reason(params: dict) -> str:
+    """Why a task's normalized metrics are undefined for want of r_max / r_reference: on a schedule
+    or world other than the canonical default, its own calibration is missing (the default's
+    baselines never stand in for it)."""
+    schedule, world = params.get("schedule") or "default", params.get("world") or "canonical"
+    if schedule == "default" and world == "canonical":
+        return UNCALIBRATED
+    return (f"undefined: not calibrated for schedule {schedule!r} (world {world}); the default schedule's "
+            f"r_max / r_reference do not apply: calibrate it with `clbench calibrate --env ID --env-arg "
+            f"schedule={schedule} --write`")
+
+
+#: error kinds that make a record no measurement of the agent (a failed model call, a dead endpoint)
+INFRASTRUCTURE = "infrastructure"
+
+
+def invalid_reason(tr: TaskRecords) -> str | None:
+    """Why no metric of this task may be computed: instances lost to infrastructure errors (a
+    failed model call scores nothing about the agent, and an errored stateful instance changes
+    what the memory carries forward), so they are never averaged in as zeros."""
+    recs = [*(x for v in tr.stateful.values() for x in v), *(x for v in tr.stateless.values() for x in v.values())]
+    bad = [x for x in recs if x.get("error_kind") == INFRASTRUCTURE]
+    if not bad:
+        return None
+    return (f"invalid: {len(bad)} of {len(recs)} instances failed on infrastructure errors (model calls), "
+            f"e.g. {str(bad[0].get('error'))[:160]}; re-play them with `clbench rollout --resume RUN_DIR`")
+
+
+def errors_summary(tr: TaskRecords) -> dict:
+    """Errored instances per mode (infrastructure and agent errors), for run cards and reports."""
+    out = {"infrastructure": 0, "agent": 0, "stateful": 0, "stateless": 0}
+    for mode, recs in (("stateful", [x for v in tr.stateful.values() for x in v]),
+                       ("stateless", [x for v in tr.stateless.values() for x in v.values()])):
+        for x in recs:
+            if x.get("error"):
+                out[mode] += 1
+                out[INFRASTRUCTURE if x.get("error_kind") == INFRASTRUCTURE else "agent"] += 1
+    return out
 
 
 def _calibration(value) -> float:
@@ -98,7 +139,7 @@ def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[st
             se = p.get("r_max_se")
             tr = groups[(task, system)] = TaskRecords(task, system, _calibration(p["r_max"]),
                                                       _calibration(p["r_reference"]), float(se) if se else None,
-                                                      uncalibrated=p.get("baselines_undefined"))
+                                                      uncalibrated=p.get("baselines_undefined") or uncalibrated_reason(p))
         if rec["mode"] == "stateless":
             tr.stateless.setdefault(int(rec.get("rollout") or 0), {})[rec["instance_id"]] = rec
         else:
@@ -301,7 +342,10 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     draws = _replicates(m, r_max_draws, tr.r_reference, ck, ci, cp)
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
     calibrated = math.isfinite(tr.r_max) and math.isfinite(tr.r_reference)
-    if not calibrated:  # normalized gain and reward both need r_max
+    invalid = invalid_reason(tr)
+    if invalid:
+        reason = reward_reason = invalid
+    elif not calibrated:  # normalized gain and reward both need r_max
         reason = reward_reason = tr.uncalibrated or UNCALIBRATED
     else:
         reward_reason = None
@@ -316,8 +360,9 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
         "rollouts": K,
         "stateless_passes": P,
         "instances": n,
-        "mean_reward_stateless": point["mean_reward_stateless"],
-        "cumulative_reward_stateless": float(m.sl.mean(axis=0).sum()),
+        # no number over errored instances (they count as zeros in the matrices)
+        "mean_reward_stateless": None if invalid else point["mean_reward_stateless"],
+        "cumulative_reward_stateless": None if invalid else float(m.sl.mean(axis=0).sum()),
         "split_window": window,
         "bootstrap": {"replicates": n_boot, "resampled": ["instances (paired by instance_id)", "rollouts",
                                                           "stateless passes"] + (["r_max"] if tr.r_max_se else [])},
@@ -329,7 +374,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     for name in ("mean_reward", "cumulative_reward", "cumulative_gain", "normalized_gain", "normalized_reward",
                  *SPLIT, *WINDOW_SPLIT):
         undefined = reason if name in ("normalized_gain", *SPLIT, *WINDOW_SPLIT) \
-            else reward_reason if name == "normalized_reward" else None
+            else reward_reason if name == "normalized_reward" else invalid
         out[name] = summarize(None if undefined else point[name], draws[name], n, undefined)
     if reason is None and math.isfinite(point["normalized_gain"]):
         # each split is exact in every replicate too; keep it exact in the reported means
@@ -340,6 +385,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     out["curves"] = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
                             n_boot=min(n_boot, CURVE_BOOT))
     out["usage"] = _usage(tr)
+    out["errors"] = errors_summary(tr)
     if keep_draws:
         out["draws"] = {name: draws[name] for name in AGGREGATED}
     return out

@@ -21,13 +21,17 @@ def plain_output() -> bool:
 class RunProgress:
     """Tracks (task, system, mode, rollout) streams; `expected` gives each stream's instance count."""
 
-    def __init__(self, out: Path, expected: dict[tuple, int], quiet: bool = False):
+    def __init__(self, out: Path, expected: dict[tuple, int], quiet: bool = False, policy=None,
+                 on_stop=None):
         self.out = Path(out)
+        self.policy = policy  # clbench.error_policy.ErrorPolicy: sees every record, may stop the run
+        self.on_stop = on_stop  # called once with the reason when the policy trips
         self.expected = expected
         self.quiet = quiet
         self.plain = plain_output()
         self.offset = (self.out / RESULTS_FILE).stat().st_size if (self.out / RESULTS_FILE).exists() else 0
-        self.stats = {k: {"n": 0, "reward": 0.0, "tokens": 0, "cost": None} for k in expected}
+        self.stats = {k: {"n": 0, "reward": 0.0, "tokens": 0, "cost": None, "errors": 0} for k in expected}
+        self._stopped = False
         self._stop = threading.Event()
         self._thread = None
         self._progress = None
@@ -44,7 +48,7 @@ class RunProgress:
                 task, system, mode, k = key
                 label = f"{task}/{system} {mode}" + (f" r{k}" if mode == "stateful" else "")
                 self._bars[key] = self._progress.add_task(label, total=total, extra="")
-        if not self.quiet:
+        if not self.quiet or self.policy is not None:
             self._thread = threading.Thread(target=self._follow, daemon=True)
             self._thread.start()
         return self
@@ -53,7 +57,7 @@ class RunProgress:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=5)
-        if not self.quiet:  # quiet shows nothing: reading back every record would be wasted
+        if not self.quiet or self.policy is not None:  # quiet without a policy: nothing to read back for
             self._poll()
         if self._progress is not None:
             self._progress.stop()
@@ -85,19 +89,36 @@ class RunProgress:
     def _update(self, key, rec):
         st = self.stats[key]
         st["n"] += 1
+        errored = bool(rec.get("error"))
+        st["errors"] += errored
+        if errored:  # an errored instance is no score: the mean is over the others
+            st["reward"] -= float(rec.get("reward") or 0.0)
         st["reward"] += float(rec.get("reward") or 0.0)
         tokens = rec.get("tokens") or {}
         st["tokens"] += int(tokens.get("prompt", 0) or 0) + int(tokens.get("completion", 0) or 0)
         if rec.get("cost") is not None:
             st["cost"] = (st["cost"] or 0.0) + float(rec["cost"])
-        extra = f"mean reward {st['reward'] / st['n']:.3f}"
+        scored = st["n"] - st["errors"]
+        extra = (f"mean reward {st['reward'] / scored:.3f}" if scored else "mean reward n/a") + f" | {st['errors']} errored"
         if st["tokens"]:
             extra += f" | {st['tokens']} tok"
         if st["cost"] is not None:
             extra += f" | ${st['cost']:.4f}"
         if self._progress is not None:
             self._progress.update(self._bars[key], completed=st["n"], extra=extra)
-        elif st["n"] == self.expected[key] and not self.quiet:
+        elif errored and not self.quiet:  # plain output: every errored instance gets its line
+            task, system, mode, k = key
+            print(f"  ERRORED {task}/{system} {mode} r{k} {rec.get('instance_id')} ({st['errors']} errored in this "
+                  f"stream, {st['n']}/{self.expected[key]} done): {str(rec.get('error'))[:240]}",
+                  file=sys.stderr, flush=True)
+        if self._progress is None and st["n"] == self.expected[key] and not self.quiet:
             task, system, mode, k = key
             label = f"{task}/{system} {mode}" + (f" rollout {k}" if mode == "stateful" else " pass")
             print(f"  done {label}: {st['n']} instances, {extra}", file=sys.stderr, flush=True)
+        if self.policy is not None:
+            reason = self.policy.observe(rec)
+            if reason and not self._stopped:
+                self._stopped = True
+                if self.on_stop:
+                    self.on_stop(reason)
+

@@ -2,7 +2,9 @@
 
 `run_many` plans the jobs of several (env, system) configurations, runs them together on one
 executor (so tasks, rollouts and the stateless pass share the workers), then writes the run
-card. `resume_run(dir)` continues an interrupted run from its config.json.
+card. `resume_run(dir)` continues an interrupted run from its config.json (and plays errored
+instances again). The error policy (clbench.error_policy) stops a run whose model calls keep
+failing; a run that ends with errored instances raises `RunIncomplete` after writing what it has.
 """
 from __future__ import annotations
 
@@ -11,12 +13,45 @@ from pathlib import Path
 from typing import Callable
 
 from clbench.calibration import ensure_baselines, world_label
+from clbench.error_policy import ErrorPolicy
 from clbench.executors import execute
 from clbench.locking import run_directory_writer
 from clbench.progress import RunProgress
 from clbench.results import read_json, write_json_atomic
 from clbench.runcard import merge_metadata, task_params, write_run_card
-from clbench.runner import RunConfig, cached_env, config_dict, plan_jobs
+from clbench.runner import STOP_FILE, RunConfig, cached_env, config_dict, make_agent, plan_jobs
+
+
+class RunIncomplete(RuntimeError):
+    """The run ended with instances lost to infrastructure errors (or was stopped for them)."""
+
+    def __init__(self, message: str, card: dict | None = None, errored: int = 0, stopped: str | None = None):
+        super().__init__(message)
+        self.card, self.errored, self.stopped = card, errored, stopped
+
+
+def agent_settings(cfg: RunConfig, env) -> dict:
+    """What the agent says shapes its results (`settings()`, e.g. the LLM agent's model, sampling,
+    context budget, prompt hash and price source), for metadata and the run card."""
+    from clbench.runner import agent_class
+
+    try:
+        if not callable(getattr(agent_class(cfg.env_id, cfg.agent), "settings", None)):
+            return {}  # most agents have none: not built twice for nothing
+        agent = make_agent(cfg.agent, env, seed=cfg.seed, **cfg.agent_kwargs)
+    except Exception:  # the run itself reports a broken agent
+        return {}
+    settings = getattr(agent, "settings", None)
+    return settings() if callable(settings) else {}
+
+
+def count_errored(out: Path, cfgs: list[RunConfig]) -> tuple[int, int]:
+    """(instances recorded with an infrastructure error, instances recorded) of these configurations."""
+    from clbench.results import load_records
+
+    names = {cfg.system for cfg in cfgs}
+    recs = [r for r in load_records(out) if r["system"] in names]
+    return sum(r.get("error_kind") == "infrastructure" for r in recs), len(recs)
 
 
 def _say(msg: str) -> None:
@@ -36,8 +71,12 @@ def record_config(out: Path, cfgs: list[RunConfig], executor: str) -> dict:
 
 
 def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: bool = False,
-             executor: str = "local", ray_address: str | None = None, quiet: bool = False) -> dict:
-    """Play every configuration's jobs and return the run card (empty without both modes)."""
+             executor: str = "local", ray_address: str | None = None, quiet: bool = False,
+             policy: ErrorPolicy | None = None) -> dict:
+    """Play every configuration's jobs and return the run card (empty without both modes).
+
+    Raises RunIncomplete (after writing the run card when the metrics can be computed) when
+    instances errored on infrastructure or the error policy stopped the run."""
     if not cfgs:
         raise ValueError("nothing to run")
     outs = {cfg.out for cfg in cfgs}
@@ -50,10 +89,12 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
 
         check_ray_address(ray_address)  # before any work: a dead address fails in one line
     with run_directory_writer(out):
-        return _run_many(cfgs, out, say, resume, executor, ray_address, quiet)
+        return _run_many(cfgs, out, say, resume, executor, ray_address, quiet, policy)
 
 
-def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, quiet: bool) -> dict:
+def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, quiet: bool,
+              policy: ErrorPolicy | None) -> dict:
+    (out / STOP_FILE).unlink(missing_ok=True)  # a stopped run's flag must not stop the resumed one
     jobs, expected = [], {}
     for cfg in cfgs:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
@@ -62,8 +103,11 @@ def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, qu
             say(f"{cfg.env_id}: {world_label(base)} has no r_max / r_reference yet" +
                 (": calibrating it (oracle and stateless reference)" if cfg.calibrate else ""))
         undefined = ensure_baselines(env, cfg.env_kwargs, cfg.calibrate)
-        merge_metadata(out, base.task, task_params(env, undefined),
-                       {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs})
+        system = {"name": cfg.system, "agent": cfg.agent, "agent_kwargs": cfg.agent_kwargs}
+        settings = agent_settings(cfg, env)
+        if settings:
+            system["settings"] = settings
+        merge_metadata(out, base.task, task_params(env, undefined), system)
         check_shocks(cfg.shocks, len(base.schedule), cfg.env_id)
         planned = plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable, resume=resume)
         jobs += planned
@@ -85,16 +129,47 @@ def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, qu
             failures.append(error)
             say(f"  FAILED {error}")
 
+    policy = policy or ErrorPolicy()
+    policy.planned = sum(expected.values())
+    if not quiet:
+        say(f"error policy: {policy.describe()} (--fail-on-error, --max-consecutive-errors)")
+
+    def stop(reason: str) -> None:
+        (out / STOP_FILE).write_text(reason + "\n")
+        say(f"STOPPING: {reason}")
+
     # longest first: stateful rollouts of the biggest schedules keep the workers busy
     jobs.sort(key=lambda j: -j.remaining)
-    with RunProgress(out, expected, quiet=quiet):
+    with RunProgress(out, expected, quiet=quiet, policy=policy, on_stop=stop):
         execute(jobs, workers, on_done, executor=executor, ray_address=ray_address)
+    (out / STOP_FILE).unlink(missing_ok=True)
     if failures:
         raise RuntimeError(f"{len(failures)} job(s) failed: " + "; ".join(failures[:3]) +
                            f" (finished instances are saved; continue with --resume {out})")
-    if not any(cfg.mode == "both" for cfg in cfgs):  # resumed runs carry their modes in cfgs too
-        return {}
-    return write_run_card(out, conf)
+    errored, recorded = count_errored(out, cfgs)
+    if not quiet and (out / "transcripts").is_dir():
+        from clbench.llm.transcripts import transcript_bytes
+
+        size, n = transcript_bytes(out)
+        if n:
+            say(f"transcripts: {size:,} bytes for {n} instances ({size / n:,.0f} bytes per instance) in "
+                f"{out / 'transcripts'}; read them with `clbench view {out}`")
+    card: dict = {}
+    if any(cfg.mode == "both" for cfg in cfgs):  # resumed runs carry their modes in cfgs too
+        try:
+            card = write_run_card(out, conf)
+        except ValueError as exc:  # a stopped run may lack whole instances: no metrics to write
+            if not (errored or policy.reason):
+                raise
+            say(f"run card not written: {exc}")
+    if errored or policy.reason:
+        planned = policy.planned
+        what = f"stopped by the error policy: {policy.reason}" if policy.reason else "finished"
+        raise RunIncomplete(f"INCOMPLETE run ({what}): {errored} of {recorded} recorded instances errored on "
+                            f"model calls ({planned} planned in this session); metrics over them are undefined. "
+                            f"Fix the cause, then re-play the errored and unplayed instances with "
+                            f"`clbench rollout --resume {out}`", card, errored, policy.reason)
+    return card
 
 
 def check_shocks(shocks: list[str], instances: int, env_id: str) -> None:

@@ -7,6 +7,12 @@ stateless pass (each instance played by a fresh agent on an env jumped to that i
 Ray. Every finished instance is appended at once to results.jsonl with its step trajectory, and a
 stateful agent's `state_dict()` is appended to a journal at instance boundaries (see
 CHECKPOINT_SHARE) so an interrupted rollout resumes from there (agents without one restart it).
+
+An instance lost to an exception is recorded with `error` and `error_kind` ("infrastructure"
+when the exception says so, e.g. a model call that failed for good; "agent" otherwise). The
+driver's error policy (clbench.error_policy) stops a run by writing STOP_FILE into the run
+directory; jobs check it before each instance. Agents that keep transcripts (`pop_transcript`)
+have them written per instance next to the trajectories (clbench.llm.transcripts).
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ class RunConfig:
     calibrate: bool = True
 
     def __post_init__(self):
+        self.system = self.system or default_system_name(self.env_id, self.agent, self.agent_kwargs)
         if self.mode not in ("both", "stateful", "stateless"):
             raise ValueError(f"mode must be both, stateful or stateless, not {self.mode!r}")
         if self.rollouts < 1 and self.mode != "stateless":
@@ -61,7 +68,24 @@ class RunConfig:
             raise ValueError("seed must be >= 0")
         if self.stateless_passes < 0:
             raise ValueError("stateless_passes must be >= 0 (0 = the default)")
-        self.system = self.system or self.agent
+
+
+def default_system_name(env_id: str, agent: str, agent_kwargs: dict) -> str:
+    """The agent's own name for a configuration (`default_system_name(kwargs)`, e.g. the LLM
+    agent's `llm-MEMORY-MODEL`), else the agent name."""
+    try:
+        name = getattr(agent_class(env_id, agent), "default_system_name", None)
+    except Exception:  # an unknown env or agent fails later, with its own message
+        name = None
+    return name(agent_kwargs) if callable(name) else agent
+
+
+#: written into a run directory by the driver's error policy: jobs stop before their next instance
+STOP_FILE = "STOP"
+
+
+def stop_requested(out: str | Path) -> bool:
+    return os.path.exists(os.path.join(out, STOP_FILE))
 
 
 @dataclass
@@ -127,7 +151,7 @@ def close_cached_envs() -> None:
 def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
     """Play one instance to its end; agent errors end it with reward 0 and the error kept."""
     start = time.perf_counter()
-    error = None
+    error = error_kind = None
     reward, steps, truncated = 0.0, 0, False
     final_info = dict(info)
     traj.append({"event": "reset", "instance_id": info["instance_id"], "position": info["position"],
@@ -146,8 +170,11 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
         end_instance(agent, reward, final_info, obs)  # obs: the terminal observation (feedback)
     except Exception as exc:  # a crashing agent loses the instance, not the run
         error = f"{type(exc).__name__}: {exc}"
-        traj.append({"event": "error", "error": error, "traceback": traceback.format_exc(limit=8)})
+        error_kind = "infrastructure" if getattr(exc, "infrastructure", False) else "agent"
+        traj.append({"event": "error", "error": error, "error_kind": error_kind,
+                     "traceback": traceback.format_exc(limit=8)})
     usage = agent.pop_usage()
+    transcript = agent.pop_transcript() if hasattr(agent, "pop_transcript") else None
     if usage is not None and usage.errors and error is None:
         traj.append({"event": "model_errors", "errors": usage.errors})
     pop_trace = getattr(agent, "pop_trace", None)  # an external harness's command, output and exit status
@@ -171,6 +198,8 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
         "model_faults": list(usage.faults) or None if usage is not None else None,
         "details": final_info.get("details"),
         "error": error,
+        "error_kind": error_kind if error is not None else None,
+        "transcript": transcript or None,  # taken off by the caller, never part of the record
     }
 
 
@@ -190,6 +219,25 @@ def _record(job: Job, env, info: dict, outcome: dict) -> dict:
         "variant_position": info["variant_position"],
         **{k: v for k, v in outcome.items() if v is not None or k in ("error", "tokens", "cost")},
     }
+
+
+class TranscriptSink:
+    """One job's transcript file (the trajectory file's twin under transcripts/), encoded compactly
+    by clbench.llm.transcripts; opened on the first instance that has a transcript."""
+
+    def __init__(self, sink, out: Path, trajectory_rel: str):
+        self.sink, self.out, self.trajectory_rel = sink, out, trajectory_rel
+        self.encoder = None
+
+    def write(self, info: dict, transcript: list[dict] | None) -> None:
+        if not transcript:
+            return
+        from clbench.llm.transcripts import Encoder, transcript_rel
+
+        if self.encoder is None:
+            self.encoder = Encoder()
+            self.rel = transcript_rel(self.trajectory_rel)
+        self.sink.append(self.rel, [self.encoder.encode(info["instance_id"], info["position"], transcript)])
 
 
 def rel(path: Path, out: Path) -> str:
@@ -278,7 +326,10 @@ def _run_stateful(job: Job, env, sink) -> list[dict]:
     spath = rel(state_path(out, task, cfg.system, job.rollout), out)
     records = []
     played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
+    transcripts = TranscriptSink(sink, out, tpath)
     for pos in range(start, n):
+        if stop_requested(out):
+            break
         begun = time.perf_counter()
         if pos > start:
             obs, info = env.reset()
@@ -287,10 +338,12 @@ def _run_stateful(job: Job, env, sink) -> list[dict]:
             agent.probe(cfg.probe, gold_facts(env, info["instance_id"]))
         traj: list[dict] = [{"event": "shock", **e} for e in events]
         outcome = play_instance(env, agent, obs, info, traj)
+        transcript = outcome.pop("transcript")
         rec = _record(job, env, info, outcome)
         if events:
             rec["shocks"] = [e["event"] for e in events]
         sink.append(tpath, traj)
+        transcripts.write(info, transcript)
         sink.append(RESULTS_FILE, [rec])
         records.append(rec)
         now = time.perf_counter()
@@ -311,13 +364,18 @@ def _run_stateless(job: Job, env, sink) -> list[dict]:
     # one file per job, not per instance (creating it cost more than playing the instance); per
     # job, not per pass: jobs of a pass run in parallel, and a file's bytes must not depend on that
     tpath = rel(stateless_trajectory(out, task, cfg.system, job.rollout, job.instance_ids[0]), out)
+    transcripts = TranscriptSink(sink, out, tpath)
     for iid in job.instance_ids:
+        if stop_requested(out):
+            break
         agent = make_agent(cfg.agent, env, seed=stateless_agent_seed(seed, iid), **cfg.agent_kwargs)
         obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
         traj: list[dict] = []
         outcome = play_instance(env, agent, obs, info, traj)
+        transcript = outcome.pop("transcript")
         rec = _record(job, env, info, outcome)
         sink.append(tpath, traj)
+        transcripts.write(info, transcript)
         sink.append(RESULTS_FILE, [rec])
         records.append(rec)
     return records
@@ -406,6 +464,7 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
                 spath.unlink(missing_ok=True)
                 spath.with_suffix(".json").unlink(missing_ok=True)
                 tpath.unlink(missing_ok=True)
+                (out / "transcripts" / rel(tpath, out / "trajectories")).unlink(missing_ok=True)
             else:
                 last = int(resume_state["position"])
                 _keep_instances(tpath, lambda reset: reset.get("position", 1 << 30) <= last)

@@ -1,9 +1,10 @@
 """The verifiers plugin id `clbench-verifiers` as an importable top-level module.
 
-verifiers finds a taskset/env/harness by importing the module its id names. clbench installs no
-top-level module besides `clbench`, so put this folder on the path to use verifiers' own CLI:
+verifiers finds a taskset/env/harness by importing the module its id names, so clbench installs
+this module next to the `clbench` package (setup.py's py_modules) and verifiers' own CLI works
+after `pip install clbench[verifiers]`:
 
-    PYTHONPATH=examples vf-eval clbench-verifiers -m MODEL --client.base-url URL --no-push \
+    vf-eval clbench-verifiers -m MODEL --client.base-url URL --no-push \
         --env.taskset.env-id clbench/Poker-v1 --env.taskset.split train -n 8
 """
 import sys

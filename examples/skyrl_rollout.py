@@ -17,7 +17,7 @@ import argparse
 import skyrl_gym
 from openai import OpenAI
 
-from clbench.adapters.skyrl import dataset_rows, register, text_agent_loop
+from clbench.adapters.skyrl import dataset_rows, register, text_agent_loop, write_parquet
 
 
 def main() -> None:
@@ -37,9 +37,7 @@ def main() -> None:
     rows = dataset_rows(args.env, split=args.split, schedule=args.schedule, unit=args.unit,
                         instances=instances if args.unit == "instance" else None)
     if args.write_parquet:
-        import pandas as pd
-
-        pd.DataFrame(rows).to_parquet(args.write_parquet)  # needs pyarrow
+        write_parquet(rows, args.write_parquet)
         print(f"wrote {len(rows)} rows to {args.write_parquet}")
     client = OpenAI(base_url=args.base_url, api_key=args.api_key)
     for row in rows:

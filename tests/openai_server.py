@@ -49,8 +49,9 @@ def tokens(text: str) -> int:
 @dataclass
 class Fault:
     """One injected fault: rate_limit, server_error, unauthorized, garbage (an HTML page sent with
-    200), hang, malformed_tool_call, empty, reply (a fixed text) or none (a normal reply: lets a
-    later fault hit a chosen request)."""
+    200), null (a `null` body sent with 200), no_choices (200 with an empty choices list), hang,
+    malformed_tool_call, empty, reply (a fixed text) or none (a normal reply: lets a later fault
+    hit a chosen request)."""
 
     kind: str
     retry_after: str = "0"
@@ -193,12 +194,13 @@ class ScriptedServer:
     """Start with `with ScriptedServer(policy) as server:`; point clients at `server.base_url`."""
 
     def __init__(self, policy=None, *, supports_tools: bool = True, reject_max_tokens: bool = False,
-                 reasoning_tokens: int = 0, report_usage: bool = True):
+                 reasoning_tokens: int = 0, report_usage: bool = True, models: tuple[str, ...] | None = None):
         self.policy = policy or FixedPolicy()
         self.supports_tools = supports_tools
         self.reject_max_tokens = reject_max_tokens
         self.reasoning_tokens = reasoning_tokens
         self.report_usage = report_usage
+        self.models = models  # when given, other model names get 404 like a real endpoint
         self.faults: deque[Fault] = deque()
         self.requests: list[dict] = []
         self.embedding_requests: list[dict] = []
@@ -237,8 +239,15 @@ class ScriptedServer:
             return 429, {"Retry-After": fault.retry_after}, _error("Rate limit reached", "rate_limit_exceeded")
         if fault and fault.kind == "server_error":
             return 500, {}, _error("The server had an error while processing your request", "server_error")
+        if self.models is not None and body.get("model") not in self.models:
+            return 404, {}, _error(f"The model `{body.get('model')}` does not exist or you do not have access to it.",
+                                   "model_not_found")
         if fault and fault.kind == "garbage":
             return 200, {}, None
+        if fault and fault.kind == "null":
+            return 200, {}, "null"
+        if fault and fault.kind == "no_choices":
+            return 200, {}, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "choices": []}
         if fault and fault.kind == "unauthorized":
             return 401, {}, _error("Incorrect API key provided", "invalid_api_key")
         if fault and fault.kind == "hang":
@@ -303,7 +312,8 @@ class ScriptedServer:
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, {}, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+                    names = server.models or ("scripted",)
+                    self._send(200, {}, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
                 else:
                     self._send(404, {}, _error(f"no route {self.path}", "not_found"))
 
@@ -327,7 +337,8 @@ class ScriptedServer:
                         server.inflight -= 1
 
             def _send(self, status: int, headers: dict, payload: dict):
-                data = json.dumps(payload).encode() if payload is not None else b"<html>Bad gateway</html>"
+                data = b"null" if payload == "null" else json.dumps(payload).encode() if payload is not None \
+                    else b"<html>Bad gateway</html>"
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

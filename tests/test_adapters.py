@@ -24,7 +24,7 @@ from clbench.runner import make_env, play_instance
 from tests.openai_server import ScriptedServer
 
 #: two tasks x two instances (positions in rollout 0's order of the train split)
-CASES = {"clbench/SpectrumMonitor-v1": [0, 5], "clbench/Poker-v1": [3, 8]}
+CASES = {"clbench/SpectrumMonitor-v1": [0, 5], "clbench/Poker-v1": [3, 9]}
 SPLIT = "train"
 MODEL = "scripted"
 
@@ -212,13 +212,12 @@ def test_verifiers_stateful_schedule_matches_runner(need_verifiers, stateful_res
 
 
 def test_verifiers_cli_eval_matches_runner(need_verifiers, runner_results, server, tmp_path):
-    """verifiers' own CLI (`vf-eval clbench-verifiers ...`, with examples/ on the path for the
-    plugin module) rolls out the same instances; its traces carry the runner's rewards."""
+    """verifiers' own CLI (`vf-eval clbench-verifiers ...`; the plugin module `clbench_verifiers`
+    is installed with clbench, no PYTHONPATH needed) rolls out the same instances; its traces carry
+    the runner's rewards."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    examples = Path(__file__).resolve().parent.parent / "examples"
     got: dict[str, float] = {}
     for env_id, per_env in runner_results.items():
         out = tmp_path / env_id.split("/")[-1]
@@ -226,8 +225,8 @@ def test_verifiers_cli_eval_matches_runner(need_verifiers, runner_results, serve
                "-m", MODEL, "--client.base-url", server.base_url, "--client.api-key-var", "CLBENCH_TEST_KEY",
                "--no-push", "--rich", "None", "-o", str(out), "--env.taskset.env-id", env_id,
                "--env.taskset.split", SPLIT, "--env.taskset.instances", json.dumps(list(per_env))]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(examples), os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         (traces,) = out.rglob("traces.jsonl")
         for line in traces.read_text().splitlines():
@@ -320,4 +319,24 @@ def test_skyrl_turn_cap_ends_the_instance_with_zero(need_skyrl):
     out = env.step("CALL")
     assert out["done"] and out["reward"] == 0.0 and out["observations"] == []
     assert out["metadata"]["clbench"]["instance_rewards"] == {"train-1-Mara-h09": 0.0}
+    env.close()
+
+
+def test_skyrl_dataset_rows_written_to_parquet(need_skyrl, tmp_path):
+    """`pip install clbench[skyrl]` brings what SkyRL's trainer needs: registration and the parquet dataset."""
+    import pandas as pd
+    import skyrl_gym
+
+    from clbench.adapters.skyrl import dataset_rows, register, write_parquet
+
+    register()
+    assert "clbench" in skyrl_gym.registry
+    rows = dataset_rows("clbench/SpectrumMonitor-v1", schedule="short")
+    back = pd.read_parquet(write_parquet(rows, str(tmp_path / "train.parquet")))
+    assert len(back) == len(rows) == 8 and list(back["instance_id"]) == [r["instance_id"] for r in rows]
+    assert set(back["env_class"]) == {"clbench"} and back["prompt"][0][0]["role"] == "system"
+    row = back.iloc[3].to_dict()  # a row read back from parquet still makes its env
+    env = skyrl_gym.make("clbench", env_config=row["env_config"], extras=row)
+    chat, meta = env.init(list(row["prompt"]))
+    assert meta["instance_id"] == rows[3]["instance_id"] and chat[-1]["role"] == "user"
     env.close()

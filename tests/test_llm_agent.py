@@ -21,7 +21,8 @@ from clbench.agent import make_agent
 from clbench.agents.llm import MEMORY_SYSTEMS
 from clbench.cli import main as cli_main
 from clbench.results import load_records
-from clbench.rollout import run
+from clbench.error_policy import ErrorPolicy
+from clbench.rollout import RunIncomplete, run
 from clbench.runner import RunConfig
 from tests.openai_server import Fault, ReferencePolicy, ScriptedServer
 
@@ -55,10 +56,15 @@ def agent_kwargs(server, memory: str, prices: str | None, **extra) -> dict:
 
 
 def rollout(server, out: Path, memory: str, prices: str | None, env_id=SPECTRUM, env_kwargs=SHORT,
-            mode="both", resume=False, **extra) -> tuple[dict, list[dict]]:
-    cfg = RunConfig(env_id=env_id, agent="llm", out=str(out), rollouts=1, mode=mode, workers=1,
+            mode="both", resume=False, policy=None, **extra) -> tuple[dict, list[dict]]:
+    cfg = RunConfig(env_id=env_id, agent="llm", system="llm", out=str(out), rollouts=1, mode=mode, workers=1,
                     env_kwargs=dict(env_kwargs), agent_kwargs=agent_kwargs(server, memory, prices, **extra))
-    card = run(cfg, say=lambda msg: None, resume=resume)
+    try:
+        card = run(cfg, say=lambda msg: None, resume=resume, policy=policy)
+    except RunIncomplete as exc:
+        if policy is None:
+            raise
+        card = exc.card
     records = sorted(load_records(out), key=lambda r: (r["mode"], r["position"]))
     return card, records
 
@@ -166,7 +172,8 @@ def test_faults_are_survived_and_recorded(tmp_path, prices, reference):
               Fault("malformed_tool_call"), Fault("empty")] + [Fault("server_error")] * 4
     with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
         server.faults.extend(faults)
-        _, records = rollout(server, tmp_path, "icl", prices, mode="stateful", timeout=0.5, max_retries=3)
+        _, records = rollout(server, tmp_path, "icl", prices, mode="stateful", timeout=0.5, max_retries=3,
+                             policy=ErrorPolicy(fail_on_error=1))
     first, second, *rest = records
     assert len(records) == 8
     # scan 1: three transport faults retried, then a malformed tool call and an empty reply, each
@@ -176,8 +183,10 @@ def test_faults_are_survived_and_recorded(tmp_path, prices, reference):
     traj = [json.loads(x) for x in (tmp_path / "trajectories/spectrummonitor/llm/stateful-r0.jsonl").read_text().splitlines()]
     steps = [e for e in traj if e["event"] == "step"][:2]
     assert "not valid JSON" in steps[0]["observation"] and steps[1]["action"] == ""
-    # scan 2: the call fails four times (max_retries=3): recorded, scored 0, the run goes on
+    # scan 2: the call fails four times (max_retries=3): recorded as an infrastructure error; within
+    # --fail-on-error 1 the run goes on
     assert second["reward"] == 0.0 and "HTTP 500" in second["error"] and "4 attempts" in second["error"]
+    assert second["error_kind"] == "infrastructure"
     assert all(r["error"] is None and r["reward"] > 0 for r in rest)
     ref = rewards(reference, "stateless")
     assert sum(r["reward"] for r in rest) > sum(ref[r["instance_id"]] for r in rest)  # icl still learns
@@ -291,9 +300,17 @@ def test_cli_rollout_and_agents_listing(tmp_path, prices, capsys):
                          "scripted", "--base-url", server.base_url, "--env-arg", "schedule=short", "--rollouts", "1",
                          "--workers", "1", "--out", str(tmp_path), "--temperature", "0", "--max-tokens", "512",
                          "--agent-arg", f"prices={prices}", "--agent-arg", "backoff=0.01"])
-    assert code == 0 and server.requests[0]["max_tokens"] == 512 and server.requests[0]["temperature"] == 0
+    preflight, first = server.requests[:2]  # one cheap pre-flight call before any job
+    assert preflight["max_tokens"] == 16 and "tools" not in preflight
+    assert code == 0 and first["max_tokens"] == 512 and first["temperature"] == 0
     card = json.loads((tmp_path / "run_card.json").read_text())
-    assert card["tasks"]["spectrummonitor/llm"]["usage"]["cost"] > 0
+    # the default system name says which model and memory ran; the settings that shape the result are kept
+    assert list(card["tasks"]) == ["spectrummonitor/llm-memory-bank-scripted"]
+    assert card["tasks"]["spectrummonitor/llm-memory-bank-scripted"]["usage"]["cost"] > 0
+    settings = card["systems"]["llm-memory-bank-scripted"]["settings"]
+    assert settings["max_tokens"] == 512 and settings["temperature"] == 0 and settings["context_tokens"] == 32768
+    assert settings["token_count"].startswith("estimate") and len(settings["prompt_templates_sha256"]) == 16
+    assert settings["price"]["source"].startswith("user file")
     assert "Tokens: prompt" in capsys.readouterr().out
     assert cli_main(["report", str(tmp_path), "--no-plots", "--n-boot", "100"]) == 0  # reports read the tokens
     assert "Cost and tokens" in capsys.readouterr().out
@@ -354,3 +371,111 @@ def test_dbexplore_icl_learns_like_the_stateful_reference(tmp_path, prices, db_k
 def test_dbexplore_every_memory_completes_both_modes(tmp_path, prices, db_kwargs, db_reference, memory):
     records = _db_rollout(tmp_path, prices, db_kwargs, memory)
     assert rewards(records, "stateless") == rewards(db_reference, "stateless")
+
+
+# ---------------------------------------------------------------------- issue 30: errors, transcripts, identity
+def _cli(server, out, *extra, memory="none") -> list[str]:
+    return ["rollout", "--env", SPECTRUM, "--agent", "llm", "--memory", memory, "--model", "scripted",
+            "--base-url", server.base_url, "--env-arg", "schedule=short", "--rollouts", "1", "--workers", "1",
+            "--out", str(out), "--agent-arg", "backoff=0.01", "--agent-arg", "max_retries=1", *extra]
+
+
+def test_a_wrong_key_fails_before_any_job_with_one_line(tmp_path, capsys):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend([Fault("unauthorized")] * 50)
+        code = cli_main(_cli(server, tmp_path / "run"))
+        sent = len(server.requests)
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and sent == 1 and not (tmp_path / "run").exists()
+    assert err.count("\n") == 0 and "pre-flight" in err and "--api-key-env" in err
+
+
+def test_a_dead_endpoint_mid_run_stops_the_run_invalidates_nothing_silently_and_resume_completes(tmp_path, capsys):
+    out = tmp_path / "run"
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        # the pre-flight call and the stateful rollout pass, then every call fails (500s)
+        server.faults.extend([Fault("none")] * 11 + [Fault("server_error")] * 400)
+        code = cli_main(_cli(server, out, "--max-consecutive-errors", "3", "--fail-on-error", "100"))
+        captured = capsys.readouterr()
+        assert code == 3
+        assert "STOPPING: 3 instances in a row failed" in captured.err and "INCOMPLETE run" in captured.err
+        assert "ERRORED spectrummonitor/llm-none-scripted stateless" in captured.err
+        records = load_records(out)
+        bad = [r for r in records if r.get("error")]
+        assert len(bad) >= 3 and all(r["error_kind"] == "infrastructure" and r["mode"] == "stateless" for r in bad)
+        assert "normalized gain" not in captured.out or "invalid:" in captured.out  # never numbers over errors
+        server.faults.clear()  # the endpoint is back: --resume plays the errored and unplayed instances
+        assert cli_main(["rollout", "--resume", str(out)]) == 0
+    records = load_records(out)
+    assert len(records) == 16 and not any(r.get("error") for r in records)
+    card = json.loads((out / "run_card.json").read_text())
+    task = card["tasks"]["spectrummonitor/llm-none-scripted"]
+    assert task["errors"]["infrastructure"] == 0 and task["mean_reward"]["mean"] is not None
+    assert task["cumulative_gain"]["mean"] == pytest.approx(0.0)  # memory none: no gain, as the clean run
+
+
+def test_errored_instances_make_metrics_invalid_and_the_exit_code_incomplete(tmp_path, capsys):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend([Fault("none")] * 12 + [Fault("server_error")] * 4)  # 2 stateless instances fail
+        code = cli_main(_cli(server, tmp_path, "--fail-on-error", "5"))
+    captured = capsys.readouterr()
+    assert code == 3 and "2 of 16 recorded instances errored" in captured.err
+    card = json.loads((tmp_path / "run_card.json").read_text())
+    task = card["tasks"]["spectrummonitor/llm-none-scripted"]
+    assert task["errors"] == {"infrastructure": 2, "agent": 0, "stateful": 0, "stateless": 2}
+    for name in ("normalized_gain", "normalized_reward", "mean_reward", "cumulative_gain"):
+        assert task[name]["mean"] is None and task[name]["undefined"].startswith("invalid: 2 of 16 instances")
+    assert "invalid: 2 of 16 instances failed on infrastructure errors" in captured.out  # the headline says why
+    assert cli_main(["report", str(tmp_path), "--format", "html", "--no-plots", "--n-boot", "100"]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "Errored instances: the run is incomplete" in page and "explorer.html" in page
+
+
+def test_transcripts_keep_every_prompt_reply_and_memory_update(tmp_path, prices, capsys):
+    from clbench.llm.transcripts import read_transcripts
+
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT), reasoning_tokens=2) as server:
+        assert cli_main(_cli(server, tmp_path, memory="icl")) == 0
+        sent = server.requests[1:]  # after the pre-flight call
+    assert "bytes per instance" in capsys.readouterr().err
+    calls, updates = [], []
+    files = sorted((tmp_path / "transcripts" / "spectrummonitor" / "llm-icl-scripted").glob("*.jsonl"))
+    assert [f.name.split("-")[0] for f in files] == ["stateful", "stateless", "stateless"]  # two stateless jobs
+    for f in files:  # stateful rollout first, then the stateless jobs: the order they were sent in
+        decoded = read_transcripts(f)
+        assert len(decoded) == (8 if f.name.startswith("stateful") else 4)
+        for entries in decoded.values():
+            calls += [e for e in entries if e["kind"] == "call"]
+            updates += [e for e in entries if e["kind"] == "memory_update"]
+    assert len(calls) == len(sent)
+    for call, body in zip(calls, sent):
+        assert call["messages"] == body["messages"]  # exactly as sent: system prompt, memory, history
+        assert call["tools"] == body.get("tools") and call["reply"]["content"] is not None or call["reply"]["tool_calls"]
+        assert call["usage"]["reasoning"] == 2 and call["latency"] >= 0 and call["action"]
+    assert len(updates) == 7  # icl learns from instances 1..7 before instances 2..8 of the rollout
+    for before, after in zip(updates, updates[1:]):
+        assert after["before"] == before["after"] and len(after["after"]) > len(after["before"])
+    raw = sum(len(json.dumps(c)) for c in calls)
+    assert sum(f.stat().st_size for f in files) < raw / 3  # stored compactly
+
+
+def test_run_identity_settings_and_token_counts(tmp_path):
+    from clbench.llm.tokens import ESTIMATE, TokenCounter
+
+    names = {RunConfig(env_id=SPECTRUM, agent="llm", out=str(tmp_path), agent_kwargs={"memory": m, "model": mod}).system
+             for m in ("none", "icl") for mod in ("gpt-4o-mini", "org/llama-3")}
+    assert names == {"llm-none-gpt-4o-mini", "llm-icl-gpt-4o-mini", "llm-none-llama-3", "llm-icl-llama-3"}
+    assert RunConfig(env_id=SPECTRUM, agent="reference", out=str(tmp_path)).system == "reference"
+    known, unknown = TokenCounter("openai/gpt-4o-mini"), TokenCounter("scripted")
+    assert known.method.startswith("tiktoken o200k_base") and known.count("hello world") == 2
+    assert unknown.method == ESTIMATE and unknown.count("x" * 40) == 10
+
+
+def test_a_non_default_schedule_is_not_normalized_with_the_default_baselines(tmp_path):
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        card, _ = rollout(server, tmp_path, "none", None)
+    task = card["tasks"]["spectrummonitor/llm"]
+    if task["r_reference"] is not None:
+        pytest.skip("the short schedule has its own calibration in this checkout")
+    assert task["normalized_reward"]["mean"] is None
+    assert "not calibrated for schedule 'short'" in task["normalized_reward"]["undefined"]

@@ -170,3 +170,42 @@ def test_needs_a_key_for_hosted_apis(monkeypatch):
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     with pytest.raises(ValueError, match=r"\$NO_SUCH_KEY_VAR"):
         ChatClient("gpt-4o", api_key_env="NO_SUCH_KEY_VAR")
+
+
+# ---------------------------------------------------------------------- issue 30: failures never pass for results
+def test_retry_after_is_honoured_up_to_the_cap_and_a_longer_one_fails_saying_so(server):
+    waits = []
+    c = client(server, sleep=waits.append, max_retry_wait=120)
+    server.faults.extend([Fault("rate_limit", retry_after="90")])
+    assert c.chat(MESSAGES).content == "pong" and waits == [90.0]  # not cut to max_backoff (60)
+    server.faults.extend([Fault("rate_limit", retry_after="3600")])
+    with pytest.raises(LLMCallError, match=r"retry after 3600 s, more than max_retry_wait 120 s"):
+        c.chat(MESSAGES)
+    assert waits == [90.0]  # no silent shorter wait
+
+
+@pytest.mark.parametrize("kind", ["null", "no_choices", "garbage"])
+def test_a_200_reply_without_a_body_is_retried(server, kind):
+    server.faults.extend([Fault(kind), Fault(kind)])
+    reply = client(server).chat(MESSAGES)
+    assert reply.content == "pong" and reply.retries == 2 and len(reply.attempt_errors) == 2
+    server.faults.extend([Fault(kind)] * 3)
+    with pytest.raises(LLMCallError, match="gave up after 3 attempts") as info:
+        client(server, max_retries=2).chat(MESSAGES)
+    assert len(info.value.attempt_errors) == 3
+
+
+def test_preflight_names_the_fix_for_key_model_and_url():
+    with ScriptedServer(FixedPolicy("OK"), models=("scripted", "other")) as srv:
+        client(srv).check()  # a working endpoint: one call, no error
+        assert len(srv.requests) == 1 and srv.requests[0]["max_tokens"] == 16
+        srv.faults.extend([Fault("unauthorized")])
+        with pytest.raises(LLMCallError, match=r"rejected the API key in \$OPENAI_API_KEY .*--api-key-env") as info:
+            client(srv).check()
+        assert "\n" not in str(info.value)
+        with pytest.raises(LLMCallError, match=r"model 'nope' not found .*check --model \(the endpoint lists: scripted, other\)"):
+            client(srv, model="nope").check()
+    start = time.monotonic()
+    with pytest.raises(LLMCallError, match=r"cannot reach http://127.0.0.1:9/v1 .*check --base-url"):
+        ChatClient("scripted", base_url="http://127.0.0.1:9/v1", backoff=0.01).check()
+    assert time.monotonic() - start < 10

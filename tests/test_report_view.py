@@ -238,3 +238,78 @@ def test_terminal_tables_with_long_task_and_system_names(tmp_path, width):
     assert max(len(line) for line in text.splitlines()) <= width
     flat = re.sub(r"\s+", " ", text)
     assert not [n for n in numbers(summary_tables(result) + task_tables(result)) if n not in flat]
+
+
+# ---------------------------------------------------------------------- the Interaction Explorer (issue 30)
+def explorer_dom(page: Path, fragment: str, tmp: Path, png: Path | None = None) -> str:
+    """The page's DOM after its scripts ran (and a screenshot when `png` is given), in headless Chromium."""
+    profile = tmp / f"profile-{abs(hash(fragment))}"
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+            "--hide-scrollbars", "--window-size=1500,950", "--virtual-time-budget=15000"]
+    url = f"{page.as_uri()}#{fragment}"
+    if png is not None:
+        subprocess.run([*base, f"--screenshot={png}", url], check=True, capture_output=True, timeout=120)
+    return subprocess.run([*base, "--dump-dom", url], check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+@pytest.fixture(scope="module")
+def llm_run(tmp_path_factory):
+    """A short LLM run (icl memory, scripted server) whose stateless pass loses one instance to a 500."""
+    from tests.openai_server import Fault, ReferencePolicy, ScriptedServer
+
+    out = tmp_path_factory.mktemp("explorer") / "run"
+    spectrum = "clbench/SpectrumMonitor-v1"
+    with ScriptedServer(ReferencePolicy(spectrum, schedule="short")) as server:
+        server.faults.extend([Fault("none")] * 12 + [Fault("server_error")] * 2)
+        code = main(["rollout", "--env", spectrum, "--agent", "llm", "--memory", "icl", "--model", "scripted",
+                     "--base-url", server.base_url, "--env-arg", "schedule=short", "--rollouts", "1", "--workers", "1",
+                     "--quiet", "--out", str(out), "--agent-arg", "backoff=0.01", "--agent-arg", "max_retries=1",
+                     "--fail-on-error", "3"])
+    assert code == 3  # one errored instance: incomplete
+    return out
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/system-setup.sh installs it)")
+def test_explorer_shows_every_instance_its_steps_and_both_modes_side_by_side(llm_run, tmp_path):
+    assert main(["view", str(llm_run)]) == 0
+    page = llm_run / "explorer.html"
+    shots = Path(os.environ.get("CLBENCH_SCREENSHOTS", tmp_path))
+    table = explorer_dom(page, "", tmp_path, shots / "explorer-table.png")
+    assert "8 of 8 instances · 1 errored" in table and table.count('class="row') == 8
+    detail = explorer_dom(page, "open=scan-004", tmp_path, shots / "explorer-instance.png")
+    for text in ("Stateful rollout 0: reward", "Stateless pass 0: reward", "memory update from scan-003",
+                 "carried conversation from earlier instances", "model call (step 1)", "system prompt (with the memory text",
+                 "Instance 4 of 8: scan-004", "action", "observation · reward"):
+        assert text in detail, text
+    errored = explorer_dom(page, "errored=1", tmp_path, shots / "explorer-errored.png")
+    assert "1 of 8 instances" in errored and errored.count('class="row err') == 1
+    bad_id = re.search(r'class="row err"[^>]*><div title="([^"]+)"', errored).group(1)
+    side = explorer_dom(page, f"open={bad_id}&errored=1", tmp_path, shots / "explorer-error-side.png")
+    assert "error (infrastructure)" in side and "HTTP 500" in side
+    found = explorer_dom(page, "q=Instance%203%20of%208", tmp_path)  # search over the prompts' text
+    assert "of 8 instances" in found and 0 < found.count('class="row') < 8
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/system-setup.sh installs it)")
+def test_explorer_stays_responsive_at_thousands_of_instances(tmp_path):
+    import json
+    import time
+
+    from clbench.reporting import explorer
+
+    n = 1500
+    recs = [{"format": 2, "task": "big", "env_id": "clbench/Big-v1", "system": "s", "mode": mode, "rollout": 0,
+             "seed": 0, "instance_id": f"i{i:04d}", "position": i, "variant": f"v{i // 500}", "variant_position": i % 500,
+             "reward": (i % 7) / 7 if mode == "stateful" else (i % 5) / 5, "steps": 1, "error": None}
+            for mode in ("stateful", "stateless") for i in range(n)]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    start = time.perf_counter()
+    page = explorer.write(tmp_path)
+    assert time.perf_counter() - start < 10
+    dom = explorer_dom(page, "", tmp_path)
+    assert f"{n} of {n} instances" in dom
+    assert 10 < dom.count('class="row') < 120  # only the rows in view are in the document
+    jumped = explorer_dom(page, "open=i1234&variant=v2", tmp_path)
+    assert "500 of 1500 instances" in jumped and '<h2 id="title">i1234</h2>' in jumped
+    assert 'data-i="1234"' in jumped  # scrolled to it: its row is rendered

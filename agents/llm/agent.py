@@ -10,15 +10,24 @@ terminal observation (the score, its parts and the grader's feedback) arrives wi
 it: the transcript memories show it, the others learn from it in their updates.
 
 Failures: a call that fails after the client's retries raises `LLMCallError` from `act()`; the
-runner scores that instance 0 with the error kept and goes on. An empty reply or a tool call
+runner records the instance as errored (an infrastructure error: metrics are not computed over
+it, `--resume` plays it again) and its error policy decides whether the run goes on. An empty reply or a tool call
 with malformed JSON is passed to the env, which answers with what was wrong (it shows in the
 trajectory) and is counted as a fault. Memory updates are model calls too: their tokens and cost
 count, and a failed one leaves the memory as it was (a fault, not an error). The update from an
 instance runs when the next instance begins, so the stateless pass (a fresh agent per instance)
 and the last instance of a rollout make no update calls that could never be used.
+
+Transcripts: every model call is logged (messages exactly as sent, the raw reply and reasoning
+text, the parsed action, tokens, latency, retries, errors), and every memory update with the
+memory before and after; the runner takes the log per instance (`pop_transcript`) and stores it
+compactly (clbench.llm.transcripts). `settings()` lists everything that shapes a result for the
+run card; `default_system_name` names a run after its model and memory.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import re
 from typing import Any
@@ -31,7 +40,8 @@ from clbench.agent import Agent
 from clbench.agents.llm.memory import memory_class
 from clbench.agents.llm.memory.base import Episode
 from clbench.agents.llm.usage import LLMUsage
-from clbench.llm import ChatClient, ChatReply, LLMCallError, ToolsUnsupported, estimate_tokens, messages_tokens
+from clbench.llm import ChatClient, ChatReply, LLMCallError, ToolsUnsupported
+from clbench.llm.tokens import TokenCounter
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 #: agent-side memory tool calls allowed before an action must come
@@ -60,13 +70,14 @@ class MemoryModel:
     def __init__(self, agent: "LLMAgent"):
         self.agent = agent
         self.brief = agent.card.brief
+        self.count_messages = agent.tokens.messages  # the context budget's token count
 
     def ask(self, kind: str, instructions: str, material: str) -> str | None:
         system = (f"Memory task: {kind}\nYou maintain the memory of an agent that works through a sequence of "
                   f"instances of this task: {self.brief}\n\n{instructions}")
         try:
             reply = self.agent.call([{"role": "system", "content": system}, {"role": "user", "content": material}],
-                                    tools=None, memory=True)
+                                    tools=None, memory=True, purpose=f"memory:{kind}")
         except LLMCallError as exc:
             self.agent.usage.faults.append(f"memory update {kind} failed: {exc}")
             return None
@@ -104,18 +115,27 @@ class LLMAgent(Agent):
     Arguments: `memory` (see `clbench agents`), `memory_args` (dict of the memory's options),
     `model`, `base_url`, `api_key_env`, `temperature`, `max_tokens`, `cache_dir` (response cache),
     `max_concurrency` (calls in flight per endpoint and process), `timeout` (seconds per call),
-    `max_retries`, `backoff` (first retry delay, doubled each time), `tools` ("auto", "native" or
-    "text"), `context_tokens` (the model's context window, for memories that fill it), `prices`
+    `max_retries`, `backoff` (first retry delay, doubled each time), `max_retry_wait` (the longest
+    Retry-After honoured, seconds), `tools` ("auto", "native" or "text"), `context_tokens` (the
+    prompt budget: system prompt + carried history + this instance + max_tokens stay within it;
+    counted with the model's tokenizer when known, else estimated; `--context-tokens`), `prices`
     (extra price table: YAML path or mapping).
     """
 
     name = "llm"
 
+    @classmethod
+    def default_system_name(cls, kwargs: dict) -> str:
+        """`llm-MEMORY-MODEL`: runs of different models or memories get different names."""
+        model = str(kwargs.get("model") or "model").rsplit("/", 1)[-1]
+        return f"llm-{kwargs.get('memory') or 'none'}-{model}"
+
     def __init__(self, card, seed: int = 0, latent: Any = None, memory: str = "none", model: str | None = None,
                  base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", temperature: float | None = 0.0,
                  max_tokens: int = 2048, cache_dir: str | None = None, max_concurrency: int = 4,
                  timeout: float = 120.0, max_retries: int = 5, backoff: float = 1.0, tools: str = "auto",
-                 context_tokens: int = 32768, prices: str | dict | None = None, memory_args: dict | None = None):
+                 context_tokens: int = 32768, prices: str | dict | None = None, memory_args: dict | None = None,
+                 max_retry_wait: float = 300.0):
         super().__init__(card, seed=seed, latent=latent)
         if tools not in ("auto", "native", "text"):
             raise ValueError(f"tools must be auto, native or text, not {tools!r}")
@@ -123,7 +143,9 @@ class LLMAgent(Agent):
             raise ValueError("need max_tokens >= 1 and context_tokens > max_tokens")
         self.client = ChatClient(model, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                                  max_retries=max_retries, backoff=backoff, max_concurrency=max_concurrency,
-                                 cache_dir=cache_dir, prices=prices, seed=seed)
+                                 cache_dir=cache_dir, prices=prices, seed=seed, max_retry_wait=max_retry_wait)
+        self.tokens = TokenCounter(model)
+        self._log: list[dict] = []  # this instance's transcript entries (pop_transcript)
         self.temperature, self.max_tokens, self.context_tokens = temperature, int(max_tokens), int(context_tokens)
         self.native = tools != "text" and bool(card.tools)
         self.tools_option = tools
@@ -165,11 +187,15 @@ class LLMAgent(Agent):
             reply = self._step_call(memory_tools)
             action, message, internal = self._interpret(reply, {t["function"]["name"] for t in memory_tools})
             self._transcript.append(message)
+            self._log[-1]["action"] = action if internal is None else None
+            if internal is not None:
+                self._log[-1]["memory_tool"] = {"name": internal[0], "arguments": internal[1]}
             if internal is None:
                 self.usage.step_prompt.append(reply.usage.prompt)  # what the model saw when it chose
                 break
             name, arguments, call_id = internal
             result = self.memory.call_tool(name, arguments)
+            self._log[-1]["memory_tool"]["result"] = result
             self._transcript.append({"role": "tool", "tool_call_id": call_id, "content": result} if call_id
                                     else {"role": "user", "content": f"[{name} result]\n{result}"})
             memory_calls += 1
@@ -187,7 +213,41 @@ class LLMAgent(Agent):
     def _learn(self) -> None:
         if self._pending is not None:
             episode, self._pending = self._pending, None
+            before = self.memory_snapshot()
             self.memory.update(episode)
+            self._log.append({"kind": "memory_update", "episode": episode.instance_id, "memory": self.memory_name,
+                              "before": before, "after": self.memory_snapshot()})
+
+    def memory_snapshot(self) -> str:
+        """The memory's whole state as text (what it can carry forward)."""
+        return json.dumps(self.memory.state_dict(), indent=1, sort_keys=True, ensure_ascii=False, default=str)
+
+    def pop_transcript(self) -> list[dict]:
+        """This instance's model calls and memory updates, in order (the runner stores them)."""
+        log, self._log = self._log, []
+        return log
+
+    def settings(self) -> dict:
+        """Everything about this agent that shapes a result (the run card and report header show it)."""
+        price, source = self.client.prices.lookup_with_source(self.client.model, self.client.base_url)
+        return {"model": self.client.model, "base_url": self.client.base_url, "temperature": self.temperature,
+                "max_tokens": self.max_tokens, "context_tokens": self.context_tokens,
+                "token_count": self.tokens.method, "memory": self.memory_name, "memory_args": self.memory_args,
+                "tools": self.tools_option, "timeout": self.client.timeout, "max_retries": self.client.max_retries,
+                "max_retry_wait": self.client.max_retry_wait, "prompt_templates_sha256": self.prompt_hash(),
+                "price": None if price is None else {"input": price.input, "output": price.output,
+                                                     "cached_input": price.cached_input, "source": source}}
+
+    def prompt_hash(self) -> str:
+        """SHA-256 (first 16 hex digits) of the code that writes the prompts: the agent's system
+        prompt and memory-task templates and the memory system's own instructions."""
+        parts = [inspect.getsource(f) for f in (LLMAgent._system_prompt, MemoryModel.ask, LLMAgent._interpret)]
+        parts.append(inspect.getsource(type(self.memory)))
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+    def preflight(self) -> None:
+        """One cheap call to the endpoint: a wrong key, model or URL fails here, before any job."""
+        self.client.check()
 
     def probe(self, mode: str, facts: list[dict]) -> None:
         from clbench.probes import PROBE_MODES
@@ -246,17 +306,29 @@ class LLMAgent(Agent):
             self.memory.compact()
 
     # ------------------------------------------------------------------ model calls
-    def call(self, messages: list[dict], tools: list[dict] | None, memory: bool = False) -> ChatReply:
-        """One accounted model call; failures are recorded in usage.errors and re-raised."""
+    def call(self, messages: list[dict], tools: list[dict] | None, memory: bool = False,
+             purpose: str = "act") -> ChatReply:
+        """One accounted model call, logged for the transcript; failures are recorded in
+        usage.errors and re-raised."""
+        entry = {"kind": "call", "purpose": purpose, "messages": messages, "tools": tools or None,
+                 "params": {"temperature": self.temperature, "max_tokens": self.max_tokens}}
+        self._log.append(entry)
         try:
             reply = self.client.chat(messages, tools=tools or None, temperature=self.temperature,
                                      max_tokens=self.max_tokens)
-        except ToolsUnsupported:
-            raise
         except LLMCallError as exc:
-            if not memory:
+            entry.update(error=str(exc), attempt_errors=exc.attempt_errors, retries=max(0, exc.attempts - 1))
+            if not memory and not isinstance(exc, ToolsUnsupported):
                 self.usage.errors.append(str(exc))
             raise
+        u = reply.usage
+        entry.update(reply={"content": reply.content, "reasoning": reply.reasoning or None,
+                            "tool_calls": [vars(c) for c in reply.tool_calls] or None,
+                            "finish_reason": reply.finish_reason},
+                     usage={"prompt": u.prompt, "completion": u.completion, "cached": u.cached,
+                            "reasoning": u.reasoning, "cost": u.cost, "estimated": u.estimated},
+                     latency=reply.latency, retries=reply.retries, attempt_errors=reply.attempt_errors or None,
+                     from_cache=reply.from_cache)
         self.usage.record(reply.usage, memory=memory, from_cache=reply.from_cache, retries=reply.retries)
         return reply
 
@@ -264,7 +336,7 @@ class LLMAgent(Agent):
         while True:
             system = self._system_prompt(memory_tools)
             tools = (list(self.card.tools) + memory_tools) if self.native else None
-            fixed = messages_tokens([system, *self._transcript]) + (estimate_tokens(json.dumps(tools)) if tools else 0)
+            fixed = self.tokens.messages([system, *self._transcript]) + (self.tokens.count(json.dumps(tools)) if tools else 0)
             history = [] if getattr(self, "_history_off", False) else \
                 self.memory.history(max(0, self.context_tokens - self.max_tokens - fixed))
             messages = [system, *merge_user_turns(history + self._transcript)]

@@ -122,6 +122,29 @@ class ClbenchTextEnv(BaseTextEnv):
             POOL.give(self.rollout, self._env)
 
 
+def write_parquet(rows: list[dict], path: str) -> str:
+    """Write `dataset_rows(...)` as the parquet dataset SkyRL's trainer reads (pyarrow comes with
+    `pip install clbench[skyrl]`); returns the path."""
+    try:
+        import pyarrow  # noqa: F401  pandas' parquet engine
+    except ImportError:
+        raise ImportError("writing parquet needs pyarrow: pip install 'clbench[skyrl]'") from None
+    import pandas as pd
+
+    pd.DataFrame([_no_empty_dicts(r) for r in rows]).to_parquet(path)
+    return path
+
+
+def _no_empty_dicts(value):
+    """Parquet has no struct without fields: an empty mapping (env_kwargs {}) is written as null,
+    which the env reads back as "none given"."""
+    if isinstance(value, dict):
+        return {k: _no_empty_dicts(v) for k, v in value.items()} or None
+    if isinstance(value, list):
+        return [_no_empty_dicts(v) for v in value]
+    return value
+
+
 def dataset_rows(env_id: str, *, split: str = "train", schedule: str = "default", seeds=(0,),
                  unit: str = "instance", instances=None, env_kwargs: dict | None = None,
                  env_class: str = ENV_CLASS) -> list[dict]:
@@ -143,7 +166,7 @@ def dataset_rows(env_id: str, *, split: str = "train", schedule: str = "default"
         rows.append({"data_source": f"clbench/{env_id.split('/')[-1]}/{split}", "env_class": env_class,
                      "prompt": [{"role": "system", "content": system}],
                      "reward_spec": {"method": "env", "ground_truth": None},
-                     "env_config": {}, "rollout": rollout, "instance_id": spec.instance_id,
+                     "env_config": {"env_id": env_id}, "rollout": rollout, "instance_id": spec.instance_id,
                      "extra_info": {"rollout": rollout}})
     return rows
 

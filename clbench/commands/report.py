@@ -57,7 +57,10 @@ def cmd_report(args) -> int:
         print(json.dumps({**_json_payload(report), "problems": problems}, indent=2, default=float))
     elif args.format == "html":
         out = Path(args.out) if args.out else Path(args.dir) / "report.html"
-        page = html.render(report, figures)
+        from clbench.reporting import explorer
+
+        view = explorer.write(args.dir, out.with_name(explorer.EXPLORER_FILE))  # the report links it
+        page = html.render(report, figures, explorer=view.name)
         if banner:  # first thing in the page, before any number
             import html as escape
 

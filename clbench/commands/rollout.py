@@ -18,12 +18,14 @@ def _kv(text: str) -> dict:
 
 
 #: command-line options passed to the agent as keyword arguments when given
-LLM_OPTIONS = ("memory", "model", "base_url", "api_key_env", "temperature", "max_tokens", "cache_dir")
+LLM_OPTIONS = ("memory", "model", "base_url", "api_key_env", "temperature", "max_tokens", "cache_dir",
+               "context_tokens", "max_retry_wait")
 
 
 def add_run_arguments(p) -> None:
     p.add_argument("--agent", help="agent name (see `clbench list`)")
-    p.add_argument("--system", default="", help="name of the system in results (default: the agent name)")
+    p.add_argument("--system", default="", help="name of the system in results (default: the agent's name for "
+                   "its configuration, e.g. llm-MEMORY-MODEL for the LLM agent)")
     p.add_argument("--rollouts", type=int, default=5, help="stateful rollouts (default 5)")
     p.add_argument("--mode", choices=["both", "stateful", "stateless"], default="both")
     p.add_argument("--seed", type=int, default=0, help="rollout k uses seed SEED+k; seed 0 is the canonical order")
@@ -39,6 +41,14 @@ def add_run_arguments(p) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--shock", action="append", default=[], metavar="EVENT@K",
                    help="lifecycle shock before instance position K: flush@K, recompact@K, partial-reset[:F]@K")
+    from clbench.error_policy import DEFAULT_FAIL_ON_ERROR, DEFAULT_MAX_CONSECUTIVE
+
+    p.add_argument("--fail-on-error", default=str(DEFAULT_FAIL_ON_ERROR), metavar="N|F",
+                   help="stop the run once more than N instances (N >= 1) or this fraction F of the planned "
+                        "instances (0 <= F < 1; 0 = the first) failed on model-call errors (default "
+                        f"{DEFAULT_FAIL_ON_ERROR}); any errored instance makes the run incomplete (exit 3)")
+    p.add_argument("--max-consecutive-errors", type=int, default=DEFAULT_MAX_CONSECUTIVE, metavar="K",
+                   help=f"stop the run after K errored instances in a row (default {DEFAULT_MAX_CONSECUTIVE})")
     llm = p.add_argument_group("LLM agent (--agent llm)")
     llm.add_argument("--memory", help="memory system (see `clbench agents`)")
     llm.add_argument("--model", help="model name at the endpoint")
@@ -47,6 +57,14 @@ def add_run_arguments(p) -> None:
     llm.add_argument("--temperature", type=float)
     llm.add_argument("--max-tokens", type=int)
     llm.add_argument("--cache-dir", help="on-disk response cache keyed by the full request")
+    llm.add_argument("--context-tokens", type=int,
+                     help="prompt budget in tokens (default 32768): system prompt, carried history, the instance "
+                          "and max_tokens stay within it; the oldest history is dropped first. Counted with the "
+                          "model's tokenizer when known (OpenAI models), else estimated at 4 characters a token; "
+                          "the run card says which")
+    llm.add_argument("--max-retry-wait", type=float,
+                     help="longest Retry-After (seconds) a rate-limited call waits (default 300); a server asking "
+                          "for more fails the call with that message")
 
 
 def add_world_arguments(p, calibrate: bool = True) -> None:
@@ -92,6 +110,7 @@ def preflight(cfgs: list[RunConfig], probe: bool = False) -> None:
     from clbench.shocks import parse_shock
 
     check_out_dir(cfgs[0].out, [(cfg.env_id, cfg.system) for cfg in cfgs])
+    checked: set = set()
     for cfg in cfgs:
         for shock in cfg.shocks:
             parse_shock(shock)
@@ -108,28 +127,67 @@ def preflight(cfgs: list[RunConfig], probe: bool = False) -> None:
             raise ValueError(f"--agent {cfg.agent}: {exc}") from None
         if probe and type(agent).probe is Agent.probe:
             raise ValueError(f"agent {cfg.agent!r} does not support the probe ladder (it has no memory to probe)")
+        check_endpoint(cfg, agent, checked)
 
 
 def run_and_report(args, cfgs) -> int:
     """Run (or resume) and print the metrics table."""
-    from clbench.rollout import configs_from_dir, resume_run, run_many
+    import sys
+
+    from clbench.error_policy import EXIT_INCOMPLETE, ErrorPolicy
+    from clbench.rollout import RunIncomplete, configs_from_dir, resume_run, run_many
     from clbench.runcard import compute
     from clbench.reporting.tables import print_metrics
 
-    opts = {"executor": args.executor, "ray_address": args.ray_address, "quiet": args.quiet}
-    if args.resume:
-        out = args.resume
-        cfgs = configs_from_dir(out)[0]
-        resume_run(out, **{k: v for k, v in opts.items() if k != "executor" or v != "local"})
-    else:
-        preflight(cfgs)
-        out = cfgs[0].out
-        run_many(cfgs, **opts)
-    if any(c.mode == "both" for c in cfgs):
+    policy = ErrorPolicy(getattr(args, "fail_on_error", None) or 0.1, getattr(args, "max_consecutive_errors", 5))
+    opts = {"executor": args.executor, "ray_address": args.ray_address, "quiet": args.quiet, "policy": policy}
+    incomplete = None
+    try:
+        if args.resume:
+            out = args.resume
+            cfgs = configs_from_dir(out)[0]
+            preflight_resumed(cfgs)
+            resume_run(out, **{k: v for k, v in opts.items() if k != "executor" or v != "local"})
+        else:
+            preflight(cfgs)
+            out = cfgs[0].out
+            run_many(cfgs, **opts)
+    except RunIncomplete as exc:
+        incomplete = exc
+    if any(c.mode == "both" for c in cfgs) and (incomplete is None or incomplete.card):
         print_metrics(compute(out))
-    else:
+    elif incomplete is None:
         print(f"records written to {out}/results.jsonl")
+    if incomplete is not None:
+        print(str(incomplete), file=sys.stderr)
+        print(f"exit {EXIT_INCOMPLETE}: the run is incomplete", file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
+
+
+def check_endpoint(cfg: RunConfig, agent, checked: set) -> None:
+    """The agent's pre-flight call (the LLM agent: one cheap call to its endpoint), once per
+    endpoint, model and key; a failure is a one-line ValueError that names the fix."""
+    check = getattr(agent, "preflight", None)
+    key = (cfg.agent_kwargs.get("base_url"), cfg.agent_kwargs.get("model"), cfg.agent_kwargs.get("api_key_env"))
+    if not callable(check) or key in checked:
+        return
+    checked.add(key)
+    try:
+        check()
+    except Exception as exc:  # LLMCallError
+        raise ValueError(str(exc)) from None
+
+
+def preflight_resumed(cfgs: list[RunConfig]) -> None:
+    """Before a resumed run plays anything: the agents' endpoints answer (the pre-flight call)."""
+    from clbench.agent import make_agent
+    from clbench.runner import cached_env
+
+    checked: set = set()
+    for cfg in cfgs:
+        check_endpoint(cfg, make_agent(cfg.agent, cached_env(cfg.env_id, cfg.env_kwargs), seed=cfg.seed,
+                                       **cfg.agent_kwargs), checked)
 
 
 def cmd_rollout(args) -> int:

@@ -1,11 +1,15 @@
 """A chat-completions client over the official `openai` SDK, for any OpenAI-compatible endpoint.
 
-What it adds to the SDK: retries with exponential backoff that honour `Retry-After` (and
-`retry-after-ms`) on 429, 5xx, timeouts and dropped connections; a per-call time limit; a
-per-process limit on concurrent calls to one endpoint; token accounting per call (prompt,
-completion, cached, reasoning) with cost from a `PriceTable`; an optional on-disk response
-cache; and adaptation to endpoints that reject a parameter (`max_tokens` ->
-`max_completion_tokens`, no `temperature`). A call that still fails raises `LLMCallError`.
+What it adds to the SDK: retries (tenacity) with exponential backoff that honour `Retry-After`
+(and `retry-after-ms`) on 429, 5xx, timeouts, dropped connections and 200 replies without a
+body or choices; a server asking to wait longer than `max_retry_wait` seconds (default 300,
+`--agent-arg max_retry_wait=S`) fails the call and says so instead of being cut short
+silently; a per-call time limit; a per-process limit on concurrent calls to one endpoint; token
+accounting per call (prompt, completion, cached, reasoning) with cost from a `PriceTable`; an
+optional on-disk response cache; adaptation to endpoints that reject a parameter (`max_tokens`
+-> `max_completion_tokens`, no `temperature`); and `check()`, the one cheap pre-flight call that
+tells a wrong key, model or URL apart before a run starts. A call that still fails raises
+`LLMCallError`.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import openai
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from clbench.llm.cache import ResponseCache, request_key
 from clbench.llm.prices import PriceTable
@@ -51,10 +56,23 @@ def messages_tokens(messages: list[dict]) -> int:
 class LLMCallError(RuntimeError):
     """A model call that failed for good (after retries, or with an error retrying cannot fix)."""
 
-    def __init__(self, message: str, status: int | None = None, attempts: int = 1):
+    #: the runner records an instance lost to this as an infrastructure error (not the agent's score)
+    infrastructure = True
+
+    def __init__(self, message: str, status: int | None = None, attempts: int = 1,
+                 attempt_errors: list[str] | None = None):
         super().__init__(message)
         self.status = status
         self.attempts = attempts
+        self.attempt_errors = list(attempt_errors or [])
+
+
+class _Retryable(Exception):
+    """One failed attempt worth another: `wait` is the server's Retry-After, if it sent one."""
+
+    def __init__(self, message: str, wait: float | None = None):
+        super().__init__(message)
+        self.wait = wait
 
 
 class ToolsUnsupported(LLMCallError):
@@ -86,8 +104,13 @@ class ChatReply:
     finish_reason: str | None = None
     usage: CallUsage = field(default_factory=CallUsage)
     from_cache: bool = False
-    #: retries this call needed (0 when the first attempt succeeded)
+    #: retries this call needed (0 when the first attempt succeeded) and why each attempt failed
     retries: int = 0
+    attempt_errors: list[str] = field(default_factory=list)
+    #: reasoning text when the endpoint returns it (`reasoning_content` / `reasoning`)
+    reasoning: str = ""
+    #: seconds from the first attempt to the reply (retries and their waits included)
+    latency: float = 0.0
 
 
 def retry_after(headers) -> float | None:
@@ -129,7 +152,9 @@ def _reply_from_dict(data: dict, model: str, prices: PriceTable, messages: list[
                           cached=int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
                           reasoning=int((raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0))
     usage.cost = prices.cost(model, usage.prompt, usage.completion, usage.cached)
-    return ChatReply(content, calls, choices[0].get("finish_reason") if choices else None, usage)
+    reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+    return ChatReply(content, calls, choices[0].get("finish_reason") if choices else None, usage,
+                     reasoning=reasoning if isinstance(reasoning, str) else json.dumps(reasoning))
 
 
 class ChatClient:
@@ -138,11 +163,11 @@ class ChatClient:
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 120.0, max_retries: int = 5, backoff: float = 1.0, max_backoff: float = 60.0,
                  max_concurrency: int = 4, cache_dir: str | None = None, prices: PriceTable | str | dict | None = None,
-                 seed: int = 0, sleep: Callable[[float], None] = time.sleep):
+                 seed: int = 0, sleep: Callable[[float], None] = time.sleep, max_retry_wait: float = 300.0):
         if not model:
             raise ValueError("a model name is required (--model)")
-        if timeout <= 0 or max_retries < 0 or max_concurrency < 1:
-            raise ValueError("timeout must be > 0, max_retries >= 0 and max_concurrency >= 1")
+        if timeout <= 0 or max_retries < 0 or max_concurrency < 1 or max_retry_wait < 0:
+            raise ValueError("timeout must be > 0, max_retries >= 0, max_concurrency >= 1 and max_retry_wait >= 0")
         key = os.environ.get(api_key_env)
         if not key:
             if base_url is None:
@@ -156,6 +181,7 @@ class ChatClient:
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
+        self.max_retry_wait = float(max_retry_wait)
         self.prices = prices if isinstance(prices, PriceTable) else PriceTable.load(prices)
         self.cache = ResponseCache(cache_dir) if cache_dir else None
         self.seed = seed
@@ -176,6 +202,7 @@ class ChatClient:
     def chat(self, messages: list[dict], tools: list[dict] | None = None, temperature: float | None = None,
              max_tokens: int | None = None) -> ChatReply:
         """One chat completion; raises LLMCallError when it fails for good."""
+        start = time.monotonic()
         while True:
             body: dict[str, Any] = {"model": self.model, "messages": messages}
             if tools:
@@ -185,13 +212,14 @@ class ChatClient:
             if max_tokens is not None:
                 body[self._max_tokens_param] = max_tokens
             try:
-                data, retries, hit = self._cached_call(body, lambda: self._sdk.chat.completions.create(**body))
+                data, errors, hit = self._cached_call(body, lambda: self._sdk.chat.completions.create(**body))
             except openai.BadRequestError as exc:
                 if not self._adapt(exc, body):
                     raise self._bad_request(exc, bool(tools)) from None
                 continue
             reply = _reply_from_dict(data, self.model, self.prices, messages)
-            reply.retries, reply.from_cache = retries, hit
+            reply.retries, reply.attempt_errors, reply.from_cache = len(errors), errors, hit
+            reply.latency = round(time.monotonic() - start, 4)
             if hit and reply.usage.cost is not None:
                 reply.usage.cost = 0.0  # a cached reply is not paid again
             return reply
@@ -212,47 +240,118 @@ class ChatClient:
         return [list(map(float, r["embedding"])) for r in rows], usage
 
     # ------------------------------------------------------------------ internals
-    def _cached_call(self, body: dict, send: Callable[[], Any]) -> tuple[dict, int, bool]:
+    def _cached_call(self, body: dict, send: Callable[[], Any]) -> tuple[dict, list[str], bool]:
         key = request_key({"request": body, "seed": self.seed}) if self.cache is not None else ""
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                return hit, 0, True
-        data, retries = self._with_retries(send)
+                return hit, [], True
+        data, errors = self._with_retries(send)
         if self.cache is not None:
             self.cache.put(key, data)
-        return data, retries, False
+        return data, errors, False
 
-    def _with_retries(self, send: Callable[[], Any]) -> tuple[dict, int]:
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            wait = None
+    def _wait(self, state) -> float:
+        """tenacity's wait: the server's Retry-After when it sent one (the cap is checked when the
+        attempt fails), else exponential backoff with jitter up to max_backoff."""
+        hint = getattr(state.outcome.exception(), "wait", None)
+        if hint is not None:
+            return hint
+        return min(self.backoff * 2 ** (state.attempt_number - 1) * (0.5 + 0.5 * self._jitter.random()),
+                   self.max_backoff)
+
+    def _with_retries(self, send: Callable[[], Any], attempts: int | None = None) -> tuple[dict, list[str]]:
+        """(reply as a dict, why each failed attempt failed) or LLMCallError."""
+        errors: list[str] = []
+        retrying = Retrying(stop=stop_after_attempt((self.max_retries if attempts is None else attempts - 1) + 1),
+                            wait=self._wait, retry=retry_if_exception_type(_Retryable), sleep=self.sleep,
+                            reraise=True)
+        try:
+            for attempt in retrying:
+                with attempt:
+                    try:
+                        return self._attempt(send, len(errors) + 1), errors
+                    except _Retryable as exc:
+                        errors.append(str(exc))
+                        raise
+        except _Retryable as exc:
+            raise LLMCallError(f"{self.model}: {exc} (gave up after {len(errors)} attempts)",
+                               attempts=len(errors), attempt_errors=errors) from None
+        raise AssertionError("unreachable")
+
+    def _attempt(self, send: Callable[[], Any], number: int) -> dict:
+        """One attempt: the reply, or _Retryable for a failure another attempt may not repeat."""
+        try:
+            with self._slots:
+                result = send()
+        except openai.BadRequestError:
+            raise
+        except openai.APITimeoutError:
+            raise _Retryable(f"no reply within {self.timeout:g} s") from None
+        except openai.APIConnectionError as exc:
+            raise _Retryable(f"connection failed ({exc.__cause__ or exc})") from None
+        except openai.APIResponseValidationError as exc:
+            raise _Retryable(f"malformed response ({exc.message})") from None
+        except json.JSONDecodeError as exc:  # e.g. a gateway's HTML error page sent with 200
+            raise _Retryable(f"reply is not JSON ({exc})") from None
+        except openai.APIStatusError as exc:
+            if exc.status_code not in RETRY_STATUSES:
+                raise self._fatal(exc, number) from None
+            wait = retry_after(exc.response.headers)
+            if wait is not None and wait > self.max_retry_wait:
+                raise LLMCallError(f"{self.model}: HTTP {exc.status_code}: the server asks to retry after "
+                                   f"{wait:g} s, more than max_retry_wait {self.max_retry_wait:g} s (raise it with "
+                                   "--agent-arg max_retry_wait=SECONDS, or retry later)",
+                                   status=exc.status_code, attempts=number) from None
+            raise _Retryable(f"HTTP {exc.status_code}: {_brief(exc)}", wait) from None
+        data = result.model_dump(mode="json", exclude_unset=False) if hasattr(result, "model_dump") else result
+        if not isinstance(data, dict) or not (data.get("choices") or data.get("data")):
+            raise _Retryable("HTTP 200 with an empty reply (no body or no choices)")
+        return data
+
+    def check(self, timeout: float = 30.0) -> None:
+        """The pre-flight call: one tiny completion (no retries on a connection error). Raises
+        LLMCallError with one line naming the fix: the key, the model name or the base URL."""
+        where = self.base_url or "the OpenAI API"
+        sdk = self._sdk.with_options(timeout=min(self.timeout, timeout))
+        body: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": "Reply with OK."}],
+                                self._max_tokens_param: 16}
+        for _ in range(3):
             try:
-                with self._slots:
-                    result = send()
-                return result.model_dump(mode="json", exclude_unset=False), attempt
-            except openai.BadRequestError:
-                raise
-            except openai.APITimeoutError:
-                last = f"no reply within {self.timeout:g} s"
-            except openai.APIConnectionError as exc:
-                last = f"connection failed ({exc.__cause__ or exc})"
-            except openai.APIResponseValidationError as exc:
-                last = f"malformed response ({exc.message})"
-            except json.JSONDecodeError as exc:  # e.g. a gateway's HTML error page sent with 200
-                last = f"reply is not JSON ({exc})"
-            except openai.APIStatusError as exc:
-                if exc.status_code not in RETRY_STATUSES:
-                    raise self._fatal(exc, attempt + 1) from None
-                last = f"HTTP {exc.status_code}: {_brief(exc)}"
-                wait = retry_after(exc.response.headers)
-            if attempt == self.max_retries:
-                break
-            if wait is None:
-                wait = self.backoff * 2 ** attempt * (0.5 + 0.5 * self._jitter.random())
-            self.sleep(min(wait, self.max_backoff))
-        raise LLMCallError(f"{self.model}: {last} (gave up after {self.max_retries + 1} attempts)",
-                           attempts=self.max_retries + 1)
+                self._with_retries(lambda: sdk.chat.completions.create(**body), attempts=min(self.max_retries, 1) + 1)
+                return
+            except openai.BadRequestError as exc:
+                if self._adapt(exc, body):
+                    body[self._max_tokens_param] = body.pop("max_tokens", None) or body.get(self._max_tokens_param)
+                    body.pop("temperature", None)
+                    continue
+                text = _brief(exc)
+                hint = " (check --model)" if "model" in text.lower() else ""
+                raise LLMCallError(f"pre-flight: {where} rejected a test call to {self.model!r}: HTTP 400: "
+                                   f"{text}{hint}", status=400) from None
+            except LLMCallError as exc:
+                raise LLMCallError(self._preflight_hint(exc, where), status=exc.status) from None
+        raise LLMCallError(f"pre-flight: {where} kept rejecting the test call's parameters")
+
+    def _preflight_hint(self, exc: LLMCallError, where: str) -> str:
+        text = exc.attempt_errors[-1] if exc.attempt_errors else str(exc).removeprefix(f"{self.model}: ")
+        if exc.status in (401, 403):
+            return (f"pre-flight: {where} rejected the API key in ${self.api_key_env} ({text.split(' (check')[0]}): "
+                    f"set ${self.api_key_env} to a valid key, or name another variable with --api-key-env")
+        if exc.status == 404:
+            return (f"pre-flight: model {self.model!r} not found at {where} ({text}): check --model"
+                    + self._listed_models())
+        if exc.status is None and ("connection failed" in text or "no reply within" in text):
+            return (f"pre-flight: cannot reach {where} ({text}, {len(exc.attempt_errors)} attempts): check --base-url "
+                    "and that the server is running")
+        return f"pre-flight: the test call to {self.model!r} at {where} failed ({text})"
+
+    def _listed_models(self) -> str:
+        try:
+            names = [m.id for m in self._sdk.with_options(timeout=10).models.list()]
+        except Exception:  # a listing is a courtesy; many endpoints have none
+            return ""
+        return f" (the endpoint lists: {', '.join(names[:12])})" if names else ""
 
     def _adapt(self, exc: openai.BadRequestError, body: dict) -> bool:
         """Switch away from a parameter the endpoint says it does not support; False if none applies."""

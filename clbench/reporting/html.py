@@ -72,14 +72,51 @@ def how_to_read_html() -> str:
             + "<ul>" + "".join(f"<li><code>{escape(f)}</code></li>" for f in FORMULAS) + "</ul></div>")
 
 
-def render(report: RunReport, figures: "Figures", title: str | None = None) -> str:
+def _settings_html(report: RunReport) -> str:
+    """Every setting that shapes a system's result (the agent's `settings()`, e.g. the LLM agent's
+    model, sampling, context budget, token count, prompt hash and price source)."""
+    rows = []
+    for name, system in sorted((report.metadata.get("systems") or {}).items()):
+        for key, value in sorted((system.get("settings") or {}).items()):
+            rows.append(f"<tr><td>{escape(report.display_name(name))}</td><td>{escape(key)}</td>"
+                        f"<td>{escape(str(value))}</td></tr>")
+    if not rows:
+        return ""
+    return ("<h3>Settings</h3><table><thead><tr><th>system</th><th>setting</th><th>value</th></tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
+
+
+def _errors_html(report: RunReport) -> str:
+    """The headline's warning when instances errored: their metrics are not computed over them."""
+    if "clbench" not in report.conventions:
+        return ""
+    lines = []
+    for t in report.task_results():
+        e = t.get("errors") or {}
+        if e.get("infrastructure") or e.get("agent"):
+            lines.append(f"{t['task']} / {report.display_name(t['system'])}: {e.get('infrastructure', 0)} instance(s) "
+                         f"errored on infrastructure (model calls), {e.get('agent', 0)} on the agent; "
+                         + (t["normalized_gain"].get("undefined") or ""))
+    if not lines:
+        return ""
+    return ('<div class="howto" style="background:#fff3f0;border-color:#e0a39a"><h2>Errored instances: '
+            'the run is incomplete</h2><ul>' + "".join(f"<li>{escape(x)}</li>" for x in lines) + "</ul></div>")
+
+
+def render(report: RunReport, figures: "Figures", title: str | None = None, explorer: str | None = None) -> str:
     """The report's tables (tables.report_tables, as markdown and the terminal show them): the
     headline, the reading guide, the tables over every task, then per task its figures and tables."""
     title = title or f"clbench report: {report.run_dir.name}"
     parts = [f"<h1>{escape(title)}</h1>", _meta_html(report)]
+    if explorer:
+        parts.append(f'<p class="meta">Interaction Explorer: <code>{escape(explorer)}</code> next to this file '
+                     "(every instance's prompts, memory, replies and observations, stateful and stateless side by "
+                     "side; this page stays self-contained, so it is named, not linked).</p>")
     tables, _ = T.report_tables(report)
     head, rest = tables[:1], [tb for tb in tables[1:] if tb.task is None]
+    parts.append(_errors_html(report))
     parts.append('<div class="headline">' + "".join(table_html(tb) for tb in head) + "</div>")
+    parts.append(_settings_html(report))
     parts.append(how_to_read_html())
     parts += [table_html(tb) for tb in rest]
     per_task: dict[str, list[T.Table]] = {}

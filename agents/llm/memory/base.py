@@ -17,7 +17,7 @@ failed call into None (a counted fault), so a memory update never ends a run.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -156,13 +156,19 @@ def keep_share(items: list, fraction: float, rng: np.random.Generator) -> list:
     return [x for i, x in enumerate(items) if i not in gone]
 
 
-def newest_within(episodes: list[Episode], budget: int) -> list[dict]:
+def prompt_counter(model) -> Callable[[list[dict]], int]:
+    """How the agent counts prompt tokens for its context budget (a tokenizer where the model's is
+    known, else the estimate): memories that fill the context window count with it."""
+    return getattr(model, "count_messages", None) or messages_tokens
+
+
+def newest_within(episodes: list[Episode], budget: int, count: Callable[[list[dict]], int] = messages_tokens) -> list[dict]:
     """Messages of the newest whole episodes that fit in `budget` tokens, oldest first."""
     picked: list[list[dict]] = []
     used = 0
     for ep in reversed(episodes):
         msgs = ep.messages()
-        cost = messages_tokens(msgs)
+        cost = count(msgs)
         if used + cost > budget:
             break
         picked.append(msgs)

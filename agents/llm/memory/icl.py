@@ -1,7 +1,7 @@
 """`icl`: full in-context memory, every earlier instance's transcript in the prompt."""
 from __future__ import annotations
 
-from clbench.agents.llm.memory.base import EpisodeLog, newest_within
+from clbench.agents.llm.memory.base import EpisodeLog, newest_within, prompt_counter
 
 
 class InContextMemory(EpisodeLog):
@@ -13,4 +13,4 @@ class InContextMemory(EpisodeLog):
     bounded = False
 
     def history(self, budget: int) -> list[dict]:
-        return newest_within(self.episodes, budget)
+        return newest_within(self.episodes, budget, prompt_counter(self.model))

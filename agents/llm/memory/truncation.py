@@ -1,7 +1,7 @@
 """`truncation`: the most recent conversation only, cut to a fixed token window."""
 from __future__ import annotations
 
-from clbench.agents.llm.memory.base import Episode, EpisodeLog
+from clbench.agents.llm.memory.base import Episode, EpisodeLog, prompt_counter
 from clbench.llm import messages_tokens
 
 
@@ -22,9 +22,10 @@ class TruncationMemory(EpisodeLog):
     def history(self, budget: int) -> list[dict]:
         msgs = [m for ep in self.episodes for m in ep.messages()]
         limit, used, start = min(budget, self.window_tokens), 0, len(msgs)
-        while start > 0 and used + messages_tokens(msgs[start - 1:start]) <= limit:
+        count = prompt_counter(self.model)
+        while start > 0 and used + count(msgs[start - 1:start]) <= limit:
             start -= 1
-            used += messages_tokens(msgs[start:start + 1])
+            used += count(msgs[start:start + 1])
         while start < len(msgs) and msgs[start]["role"] != "user":  # a conversation resumes with the user
             start += 1
         return msgs[start:]
