@@ -99,6 +99,7 @@ def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, qu
     for cfg in cfgs:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
         base = env.unwrapped
+        check_shocks(cfg.shocks, len(base.schedule), cfg.env_id)  # before any work, calibration included
         if not base.calibrated and not base.baselines_from_spec and not quiet:
             say(f"{cfg.env_id}: {world_label(base)} has no r_max / r_reference yet" +
                 (": calibrating it (oracle and stateless reference)" if cfg.calibrate else ""))
@@ -108,7 +109,6 @@ def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, qu
         if settings:
             system["settings"] = settings
         merge_metadata(out, base.task, task_params(env, undefined), system)
-        check_shocks(cfg.shocks, len(base.schedule), cfg.env_id)
         planned = plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable, resume=resume)
         jobs += planned
         for job in planned:
