@@ -1,4 +1,4 @@
-"""DBExplore-v1 speed: cold database build, cached load and query-step latency.
+"""DBExplore-v2 speed: cold database build, cached load and query-step latency.
 
     python benchmarks/bench_dbexplore.py [--quick]
 
@@ -24,9 +24,9 @@ from _ratio import Ratio, env_id, interleaved, table, run_script  # noqa: E402
 
 CATALOG_QUERIES = [
     "SELECT table_name, comment FROM duckdb_tables()",
-    "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE table_name = 'fdbk_g2'",
-    "DESCRIBE items_g1",
-    "SELECT * FROM items_g3 LIMIT 5",
+    "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE table_name = 'rvw_q4'",
+    "DESCRIBE prod_m2",
+    "SELECT * FROM prod_k7 LIMIT 5",
 ]
 
 
@@ -161,7 +161,7 @@ def main(quick: bool = False) -> list[Ratio]:
         print(_row("cached load (make + 2 releases)", statistics.median(load), 1.0, "s", len(load)))
         cat = step_latency(scale, 10 if quick else 50, cache, CATALOG_QUERIES)
         print(_row("step, catalog queries", statistics.median(cat) * 1e3, 10.0, "ms", len(cat)))
-        summ = step_latency(scale, 2 if quick else 5, cache, ["SUMMARIZE fdbk_g1", "SUMMARIZE items_g2"])
+        summ = step_latency(scale, 2 if quick else 5, cache, ["SUMMARIZE rvw_m2", "SUMMARIZE prod_q4"])
         print(_row("step, SUMMARIZE of a 150k-row table", statistics.median(summ) * 1e3, None, "ms", len(summ)))
     out = ratios(quick)
     print(table(out))
