@@ -1,4 +1,4 @@
-"""DBExplore-v2 speed: cold database build, cached load and query-step latency.
+"""DBExplore speed: cold database build, cached load and query-step latency.
 
     python benchmarks/bench_dbexplore.py [--quick]
 
@@ -37,10 +37,12 @@ def _row(what: str, median: float, target: float | None, unit: str, n: int) -> s
 
 
 def cold_build(scale: float, repeats: int) -> list[float]:
-    from clbench.env import load_task_spec
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
     from clbench.envs.dbexplore.cache import database_paths
 
-    spec = load_task_spec("dbexplore")
+    spec = gym.make(env_id("DBExplore")).unwrapped.build_spec  # the canonical world's generator spec
     times = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:

@@ -533,7 +533,7 @@ def test_must_show_reference_rollout(kwargs, tmp_path):
                say=lambda m: None)
     t = card["tasks"]["dbexplore/reference"]
     assert t["normalized_gain"]["mean"] >= 0.3 and t["normalized_gain"]["ci"][0] > 0
-    assert t["mean_reward_stateless"] <= 0.6 * t["r_max"]
+    assert t["mean_reward_stateless"] <= 0.6 * t["r_max"] + 1e-9
     curve = t["curves"]["stateful"]["mean"]
     assert t["curves"]["boundaries"] == [0, 20]
     assert curve[20] < np.mean(curve[15:20]) - 0.1  # a dip right after the migration, then recovery

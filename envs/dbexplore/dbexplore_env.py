@@ -1,6 +1,7 @@
 """DBExplore-v2: answer questions about an unfamiliar, obfuscated DuckDB database with SQL."""
 from __future__ import annotations
 
+import calendar
 import os
 import re
 
@@ -131,12 +132,13 @@ class DBExploreEnv(InstanceSequenceEnv):
     }
     #: memoryless families the red team searches (agents/dbexplore_redteam.py); the reference's own
     #: stateless play (catalog, one answer query, generic rules) is the best point we know. A fixed
-    #: fiscal-month guess scores by luck in a world whose calendar it happens to hit; CLBENCH_SLOW=1
-    #: searches every month
+    #: fiscal-month guess other than the reference's scores by luck in a world whose calendar it
+    #: happens to hit (at most the fiscal questions of the groups it hits); CLBENCH_SLOW=1 tries
+    #: every month
     policy_families = {
         "catalog_reader": ("clbench.agents.dbexplore_redteam:CatalogReader",
                            {"price_rule": ["int_is_cents", "as_stored"],
-                            "fiscal_start": list(range(1, 13)) if SLOW else [1, 4, 7, 10]}),
+                            "fiscal_start": list(range(1, 13)) if SLOW else [1, 7]}),
         "explorer": ("clbench.agents.dbexplore_redteam:Explorer", {"fiscal_start": [1, 7]}),
         "keyword_status": ("clbench.agents.dbexplore_redteam:KeywordStatus", {"keyword": ["delet", "remov"]}),
     }
@@ -204,7 +206,7 @@ class DBExploreEnv(InstanceSequenceEnv):
 
     @classmethod
     def public_secrets(cls) -> list[str]:
-        """The canonical world's table names, lookup name, price units and codes' texts."""
+        """The canonical world's table names, lookup name, price units, codes' texts and fiscal calendars."""
         from clbench.env import load_task_spec
 
         world = load_task_spec("dbexplore")["world"]
@@ -214,7 +216,10 @@ class DBExploreEnv(InstanceSequenceEnv):
                  if world["groups"][g]["price"]["unit"] == "foreign"]
         rates.append(f"{float(world['migration']['redenominate']['rate']):g}")
         descr = [c[3] for s in world["status"].values() for c in s["codes"] if " " in c[3]]
-        return sorted(set(names + [world["lookup"], f"itm_{worlds.table(world, 'attributes', 'g3')}"] + rates + descr))
+        starts = [world["groups"][g]["fiscal_start"] for g in worlds.GROUPS] + [world["migration"]["fiscal"]["start"]]
+        fiscal = [f"starts in {calendar.month_name[m]}" for m in starts] + [f"fiscal_start: {m}" for m in starts]
+        return sorted(set(names + [world["lookup"], f"itm_{worlds.table(world, 'attributes', 'g3')}"] + rates + descr
+                          + fiscal))
 
     def instance_facts(self, instance_id: str) -> list[dict]:
         """Latent facts the question depends on (from the true group maps); for the runner only.

@@ -198,7 +198,7 @@ def _write_taxonomy(con, spec: dict, g: str, cfg: dict, tops: list, leaves: list
 def price_sql(price: dict) -> str:
     """The stored price column from the dollar price `prc` of the frame: its unit and type."""
     rate = float(price["rate"])
-    if price["type"] in ("BIGINT", "INTEGER"):
+    if price["type"] in ("BIGINT", "INTEGER") or price["type"].endswith(",0)"):  # whole units
         return f"CAST(round(prc * {rate:g}) AS {price['type']}) AS prc"
     return f"round(prc * {rate:g}, 2)::DOUBLE AS prc"
 

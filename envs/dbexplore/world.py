@@ -35,8 +35,9 @@ def _choice(rng: np.random.Generator, pool: list):
     return pool[int(rng.integers(len(pool)))]
 
 
-def _codes(rng: np.random.Generator, d: dict, kind: str) -> dict:
-    """Three status codes (active, kept, deleted) with drawn tokens, type and descriptions."""
+def _codes(rng: np.random.Generator, d: dict, kind: str, mention: bool) -> dict:
+    """Three status codes (active, kept, deleted) with drawn tokens, type and descriptions; the kept
+    code's description mentions deletion when `mention`."""
     published = kind == "reviews"
     if rng.random() < 0.5:
         ctype, tokens = "INTEGER", [str(t) for t in rng.choice(np.arange(0, 10), size=3, replace=False)]
@@ -45,7 +46,7 @@ def _codes(rng: np.random.Generator, d: dict, kind: str) -> dict:
     active = rng.uniform(0.66, 0.82)
     deleted = rng.uniform(0.05, 0.12)
     descr = [_choice(rng, d["active_published" if published else "active_listed"]),
-             _choice(rng, d["kept_published" if published else "kept_listed"]),
+             _choice(rng, d[("kept_published" if published else "kept_listed") + ("_deletion" if mention else "")]),
              _choice(rng, d["deleted_descriptions"])]
     shares = [round(active, 3), round(1 - active - deleted, 3), round(deleted, 3)]
     return {"column": "st", "type": ctype,
@@ -84,14 +85,16 @@ def draw(spec: dict, rng_for) -> dict:
         if unit == "foreign":
             price = {"unit": unit, "rate": _rate(conv, *d["foreign_rate"], d["foreign_avoid"]), "type": "DOUBLE"}
         elif unit == "cents":
-            price = {"unit": unit, "rate": 100, "type": _choice(conv, ["DOUBLE", "BIGINT"])}
+            price = {"unit": unit, "rate": 100, "type": _choice(conv, ["DOUBLE", "DECIMAL(12,0)"])}
         else:
             price = {"unit": unit, "rate": 1, "type": "DOUBLE"}
         world["groups"][g] = {"suffix": suffixes[k], "price": price, "ts": str(ts[k]), "vrf": list(flags[k]),
                               "fiscal_start": fiscal[k], "taxonomy": base["groups"][c]["taxonomy"],
                               "attributes": base["groups"][c]["attributes"]}
     codes = rng_for("status")
-    world["status"] = {f"{kind}.{g}": _codes(codes, d, kind) for kind in ("items", "reviews") for g in GROUPS}
+    keys = [f"{kind}.{g}" for kind in ("items", "reviews") for g in GROUPS]
+    mention = set(codes.choice(keys, size=len(keys) // 2, replace=False).tolist())
+    world["status"] = {key: _codes(codes, d, key.split(".")[0], key in mention) for key in keys}
     m = base["migration"]
     mig = rng_for("migration")
     old = world["groups"][perm[m["redenominate"]["group"]]]["price"]["rate"]
