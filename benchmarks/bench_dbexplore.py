@@ -152,6 +152,36 @@ def ratios(quick: bool = False) -> list[Ratio]:
             Ratio("dbexplore: catalog query via env.step / the same query on DuckDB", steps, 1.2, "lower")]
 
 
+def vector_steps(scale: float, cache_dir: str, n_envs: int = 8, steps: int = 120) -> dict[str, float]:
+    """Env steps per second of one env, `gym.make_vec` sync(n) and async(n) (issue 31), stepping
+    through instance boundaries with a mix of queries and answers."""
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
+
+    actions = ["QUERY: SELECT count(*) FROM duckdb_tables()", "QUERY: SELECT 1", "ANSWER: 0"]
+    kw = {"scale": scale, "cache_dir": cache_dir, "cycle": True}
+    out = {}
+    env = gym.make(env_id("DBExplore"), **kw)
+    env.reset(seed=0)
+    t = time.perf_counter()
+    for i in range(steps):
+        if env.step(actions[i % 3])[2]:
+            env.reset()
+    out["single"] = steps / (time.perf_counter() - t)
+    env.close()
+    for mode in ("sync", "async"):
+        vec = gym.make_vec(env_id("DBExplore"), n_envs, vectorization_mode=mode,
+                           vector_kwargs={"shared_memory": False} if mode == "async" else {}, **kw)
+        vec.reset(seed=0)
+        t = time.perf_counter()
+        for i in range(steps // n_envs):
+            vec.step(tuple(actions[(i + k) % 3] for k in range(n_envs)))
+        out[f"{mode}({n_envs})"] = (steps // n_envs) * n_envs / (time.perf_counter() - t)
+        vec.close()
+    return out
+
+
 def main(quick: bool = False) -> list[Ratio]:
     scale = 1.0
     repeats = 1 if quick else 3
@@ -165,6 +195,9 @@ def main(quick: bool = False) -> list[Ratio]:
         print(_row("step, catalog queries", statistics.median(cat) * 1e3, 10.0, "ms", len(cat)))
         summ = step_latency(scale, 2 if quick else 5, cache, ["SUMMARIZE rvw_m2", "SUMMARIZE prod_q4"])
         print(_row("step, SUMMARIZE of a 150k-row table", statistics.median(summ) * 1e3, None, "ms", len(summ)))
+        vec = vector_steps(scale, cache)
+        for name, rate in vec.items():
+            print(f"| env steps/s, {name} | - | {rate:.4g} /s | - | {rate / vec['single']:.2f}x single |")
     out = ratios(quick)
     print(table(out))
     return out

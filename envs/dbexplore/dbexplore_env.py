@@ -206,7 +206,8 @@ class DBExploreEnv(InstanceSequenceEnv):
 
     @classmethod
     def public_secrets(cls) -> list[str]:
-        """The canonical world's table names, lookup name, price units, codes' texts and fiscal calendars."""
+        """The canonical world's table names, lookup name, price units, codes' texts, fiscal calendars and
+        the names the migration adds."""
         from clbench.env import load_task_spec
 
         world = load_task_spec("dbexplore")["world"]
@@ -218,8 +219,8 @@ class DBExploreEnv(InstanceSequenceEnv):
         descr = [c[3] for s in world["status"].values() for c in s["codes"] if " " in c[3]]
         starts = [world["groups"][g]["fiscal_start"] for g in worlds.GROUPS] + [world["migration"]["fiscal"]["start"]]
         fiscal = [f"starts in {calendar.month_name[m]}" for m in starts] + [f"fiscal_start: {m}" for m in starts]
-        return sorted(set(names + [world["lookup"], f"itm_{worlds.table(world, 'attributes', 'g3')}"] + rates + descr
-                          + fiscal))
+        migration = ["prc_cur", "vrf_st", "attr_nm", "attr_val", f"itm_{worlds.table(world, 'attributes', 'g3')}"]
+        return sorted(set(names + [world["lookup"]] + rates + descr + fiscal + migration))
 
     def instance_facts(self, instance_id: str) -> list[dict]:
         """Latent facts the question depends on (from the true group maps); for the runner only.

@@ -1,18 +1,13 @@
-"""The migration from release 1 to release 2: a copy of release 1 changed by these steps.
+"""The migration from release 1 to release 2: a copy of release 1 changed in place.
 
-Which product group each step touches is part of the world (envs/dbexplore/world.py).
-
-1. One group's items gain `prc_cur DECIMAL(10,2)`: the current price in dollars, the old
-   dollar price times a lognormal factor (prices went up). The old `prc` stays, stale.
-2. One group's reviews gain `vrf_st VARCHAR` ('verified' / 'unverified') for the re-audited
-   share of the reviews, NULL elsewhere; where it is set it overrides the old flag.
-3. One group's reviews gain `yr SMALLINT` and `mo TINYINT` (calendar year and month of the review,
-   UTC), after which the time stamp is set to NULL for a share of the reviews.
-4. One group's attributes table is renamed `<name>_legacy` and loses a share of its rows; a new
-   canonical attributes table `itm_<name> (itm_id, attr_nm, attr_val)` holds every attribute.
-5. One group's prices are re-stated in place in another unit (same column, nothing in the catalog
-   changes), and one group's fiscal calendar moves to another start month (no data changes; only
-   which reviews belong to which fiscal year).
+Which product group each step touches, and the new units and calendars, are part of the world
+(envs/dbexplore/world.py). The kinds of change: one group's items gain a current-price column
+(prices went up; the old column stays, stale); one group's reviews gain a re-audit column, set
+for part of the reviews, that overrides the old verified flag where set; one group's reviews gain
+calendar year and month columns, after which the time stamp is nulled for a share of the
+reviews; one group's attributes table is renamed as legacy and loses rows, a new canonical table
+holding them all; one group's prices are re-stated in place in another unit, and one group's
+fiscal calendar moves to another start month, neither visible in the catalog.
 
 All random choices come from numpy generators seeded from the task spec.
 """
