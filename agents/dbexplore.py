@@ -89,11 +89,14 @@ def _number(text: str) -> float | None:
 
 
 def _same(a: str, b: str) -> bool:
-    """Whether two answers shown as text agree (numbers within the env's 0.1% float tolerance)."""
+    """Whether an answer the agent computed (`a`) equals the expected one the feedback shows (`b`,
+    six significant digits): integers exactly, other numbers within that rounding, text as text."""
     x, y = _number(a), _number(b)
     if x is None or y is None:
         return a.strip().casefold() == b.strip().casefold()
-    return abs(x - y) <= max(1e-9, 1e-3 * abs(y))
+    if re.fullmatch(r"-?\d+", a.strip()) and re.fullmatch(r"-?\d+", b.strip()):
+        return int(a) == int(b)
+    return f"{x:.6g}" == f"{y:.6g}"  # how the feedback shows a float
 
 
 # ---------------------------------------------------------------------- a group map from the catalog
