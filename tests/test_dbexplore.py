@@ -331,7 +331,10 @@ def test_memoryless_families_stay_below_the_reference(env):
     # keyword reading of the codes, over their grids: none reaches the stateless reference.
     means = _family_means(env)
     best = max(means, key=means.get)
-    assert means[best] < env.r_reference, (best, means[best], env.r_reference)
+    # the full grid (CLBENCH_SLOW=1) also guesses every fiscal month: a guess that happens to hit a
+    # group's calendar gains that group's fiscal questions (at most 0.8 * 5/40 = 0.1) by luck
+    bound = env.r_reference + 0.1 if SLOW else env.r_reference - 1e-9
+    assert means[best] < bound, (best, means[best], env.r_reference)
     assert max(means.values()) < 0.8 * env.r_max  # and no memoryless play is near 0.8 per question
 
 
