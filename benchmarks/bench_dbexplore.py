@@ -1,4 +1,4 @@
-"""DBExplore-v1 speed: cold database build, cached load and query-step latency.
+"""DBExplore speed: cold database build, cached load and query-step latency.
 
     python benchmarks/bench_dbexplore.py [--quick]
 
@@ -24,9 +24,9 @@ from _ratio import Ratio, env_id, interleaved, table, run_script  # noqa: E402
 
 CATALOG_QUERIES = [
     "SELECT table_name, comment FROM duckdb_tables()",
-    "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE table_name = 'fdbk_g2'",
-    "DESCRIBE items_g1",
-    "SELECT * FROM items_g3 LIMIT 5",
+    "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE table_name = 'rvw_q4'",
+    "DESCRIBE prod_m2",
+    "SELECT * FROM prod_k7 LIMIT 5",
 ]
 
 
@@ -37,10 +37,12 @@ def _row(what: str, median: float, target: float | None, unit: str, n: int) -> s
 
 
 def cold_build(scale: float, repeats: int) -> list[float]:
-    from clbench.env import load_task_spec
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
     from clbench.envs.dbexplore.cache import database_paths
 
-    spec = load_task_spec("dbexplore")
+    spec = gym.make(env_id("DBExplore")).unwrapped.build_spec  # the canonical world's generator spec
     times = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
@@ -150,6 +152,36 @@ def ratios(quick: bool = False) -> list[Ratio]:
             Ratio("dbexplore: catalog query via env.step / the same query on DuckDB", steps, 1.2, "lower")]
 
 
+def vector_steps(scale: float, cache_dir: str, n_envs: int = 8, steps: int = 120) -> dict[str, float]:
+    """Env steps per second of one env, `gym.make_vec` sync(n) and async(n) (issue 31), stepping
+    through instance boundaries with a mix of queries and answers."""
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
+
+    actions = ["QUERY: SELECT count(*) FROM duckdb_tables()", "QUERY: SELECT 1", "ANSWER: 0"]
+    kw = {"scale": scale, "cache_dir": cache_dir, "cycle": True}
+    out = {}
+    env = gym.make(env_id("DBExplore"), **kw)
+    env.reset(seed=0)
+    t = time.perf_counter()
+    for i in range(steps):
+        if env.step(actions[i % 3])[2]:
+            env.reset()
+    out["single"] = steps / (time.perf_counter() - t)
+    env.close()
+    for mode in ("sync", "async"):
+        vec = gym.make_vec(env_id("DBExplore"), n_envs, vectorization_mode=mode,
+                           vector_kwargs={"shared_memory": False} if mode == "async" else {}, **kw)
+        vec.reset(seed=0)
+        t = time.perf_counter()
+        for i in range(steps // n_envs):
+            vec.step(tuple(actions[(i + k) % 3] for k in range(n_envs)))
+        out[f"{mode}({n_envs})"] = (steps // n_envs) * n_envs / (time.perf_counter() - t)
+        vec.close()
+    return out
+
+
 def main(quick: bool = False) -> list[Ratio]:
     scale = 1.0
     repeats = 1 if quick else 3
@@ -161,8 +193,11 @@ def main(quick: bool = False) -> list[Ratio]:
         print(_row("cached load (make + 2 releases)", statistics.median(load), 1.0, "s", len(load)))
         cat = step_latency(scale, 10 if quick else 50, cache, CATALOG_QUERIES)
         print(_row("step, catalog queries", statistics.median(cat) * 1e3, 10.0, "ms", len(cat)))
-        summ = step_latency(scale, 2 if quick else 5, cache, ["SUMMARIZE fdbk_g1", "SUMMARIZE items_g2"])
+        summ = step_latency(scale, 2 if quick else 5, cache, ["SUMMARIZE rvw_m2", "SUMMARIZE prod_q4"])
         print(_row("step, SUMMARIZE of a 150k-row table", statistics.median(summ) * 1e3, None, "ms", len(summ)))
+        vec = vector_steps(scale, cache)
+        for name, rate in vec.items():
+            print(f"| env steps/s, {name} | - | {rate:.4g} /s | - | {rate / vec['single']:.2f}x single |")
     out = ratios(quick)
     print(table(out))
     return out

@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import gymnasium as gym
 
 import clbench  # noqa: F401  registers the envs
-from clbench.agent import make_agent
+from clbench.agent import end_instance, make_agent
 
 HEADER = re.compile(r"^Instance (\d+) of (\d+): (\S+)$", re.MULTILINE)
 OUTCOME = re.compile(r"^Outcome of (\S+): reward ([-\d.eE+]+).*$", re.MULTILINE)
@@ -88,8 +88,11 @@ def _blocks(messages: list[dict]) -> list[dict]:
         if role != "user" or content.startswith(f"[{READ_TOOL} result]"):
             continue
         headers = list(HEADER.finditer(content))
+        outcome = OUTCOME.search(content[:headers[0].start()] if headers else content)
+        if blocks and outcome:  # the last instance's outcome and the env's feedback, for end_instance
+            blocks[-1]["outcome"] = (content[:headers[0].start()] if headers else content)[outcome.start():]
         if not headers:
-            if blocks and not OUTCOME.match(content):
+            if blocks and not outcome:
                 blocks[-1]["observations"].append(content)
             continue
         for h, nxt in zip(headers, headers[1:] + [None]):
@@ -136,7 +139,9 @@ class ReferencePolicy:
             for step, obs in enumerate(block["observations"]):
                 action = agent.act(obs, {**base, "step": step})
             if k < len(blocks) - 1:
-                agent.end_instance(0.0, base)
+                outcome = block.get("outcome", "")
+                reward = float(OUTCOME.search(outcome).group(2)) if outcome else 0.0
+                end_instance(agent, reward, base, outcome)
         return action
 
 

@@ -4,7 +4,7 @@ The server (tests/openai_server.py) plays each env's scripted reference agent fr
 alone, so what a memory carries into the prompt decides how it plays: with no memory it plays
 like the stateless reference, with full in-context memory like the stateful one. Every memory
 system completes a stateful and a stateless rollout on SpectrumMonitor-v1 ("short" schedule)
-and DBExplore-v1 (small scale; two systems here, all of them in the slow test) through the
+and DBExplore-v2 (small scale; two systems here, all of them in the slow test) through the
 runner, with token counts and cost (a test price for the scripted model) in the run card.
 Faults injected through the same server (429, 500, a hang, malformed tool-call JSON, an empty
 reply, a call that keeps failing, a memory update that does not validate) never stop a run.
@@ -26,7 +26,7 @@ from clbench.rollout import RunIncomplete, run
 from clbench.runner import RunConfig
 from tests.openai_server import Fault, ReferencePolicy, ScriptedServer
 
-SPECTRUM, DBEXPLORE = "clbench/SpectrumMonitor-v1", "clbench/DBExplore-v1"
+SPECTRUM, DBEXPLORE = "clbench/SpectrumMonitor-v1", "clbench/DBExplore-v2"
 SHORT = {"schedule": "short"}
 PRICE = {"input": 2.0, "cached_input": 0.5, "output": 8.0}
 # small windows so that the bounded harnesses drop or fold within the 8 short scans
@@ -331,11 +331,11 @@ def test_bad_options_fail_clearly():
         make_agent("llm", env, memory="icl", base_url="http://127.0.0.1:9/v1")
 
 
-# ---------------------------------------------------------------------- DBExplore-v1
+# ---------------------------------------------------------------------- DBExplore-v2
 @pytest.fixture(scope="module")
 def db_kwargs(tmp_path_factory) -> dict:
     if DBEXPLORE not in gym.registry:
-        pytest.skip("DBExplore-v1 is not available")
+        pytest.skip("DBExplore-v2 is not available")
     return {"scale": 0.02, "cache_dir": str(tmp_path_factory.mktemp("dbexplore-cache"))}
 
 

@@ -97,7 +97,7 @@ def test_bad_shock_is_a_clear_error(tmp_path, capsys):
 
 
 def test_flush_shock_on_dbexplore_reference_dips_and_recovers(tmp_path):
-    card = run(RunConfig("clbench/DBExplore-v1", "reference", str(tmp_path), rollouts=1, workers=2,
+    card = run(RunConfig("clbench/DBExplore-v2", "reference", str(tmp_path), rollouts=1, workers=2,
                          env_kwargs={"scale": 0.02}, shocks=["flush@30"]), say=lambda m: None, quiet=True)
     effects = card["tasks"]["dbexplore/reference"]["shocks"]
     assert [e["position"] for e in effects] == [30]

@@ -4,7 +4,7 @@ For every env with a train split, on the default schedule: no instance id appear
 and no generated problem does either, compared by a fingerprint of the problem itself (the scan's
 peaks, the deal, the conversation session, the study table, the forecast year's files) and, where
 the first observation states the problem, by the text of the instance's first reset. Envs without
-a train split (DBExplore, CodeRepair) refuse it with a ValueError that says why; an unknown split
+a train split (CodeRepair) refuse it with a ValueError that says why; an unknown split
 is refused too. The train split is deterministic and its ids say they are training instances.
 """
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 
 import clbench  # noqa: F401  registers the envs
 
-TRAIN_ENVS = ["clbench/SpectrumMonitor-v1", "clbench/Poker-v1", "clbench/MemoryProbe-v2",
-              "clbench/CohortStudies-v1", "clbench/SalesForecast-v1"]
-REFUSING = {"clbench/DBExplore-v1": "questions", "clbench/CodeRepair-v2": "real bug reports"}
+TRAIN_ENVS = ["clbench/SpectrumMonitor-v2", "clbench/Poker-v2", "clbench/MemoryProbe-v2",
+              "clbench/CohortStudies-v2", "clbench/SalesForecast-v2", "clbench/DBExplore-v2"]
+REFUSING = {"clbench/CodeRepair-v3": "real bug reports"}
 #: envs whose first observation states the whole problem (CohortStudies' first observation is the
 #: study's description, the same in both splits by design: its problem is the table behind SQL;
 #: SalesForecast's reset opens a sandbox, so its problem is compared by the files it would show)
@@ -46,6 +46,8 @@ def problem_fingerprints(env) -> dict[str, str]:
             elif env.task == "cohortstudies":
                 table = env.studies[p["study"]].build(p["region"], int(p["seed"])).table
                 fp = _digest(pd.util.hash_pandas_object(table, index=True).values.tobytes())
+            elif env.task == "dbexplore":  # a question about one world's database
+                fp = _digest((p.text, json.dumps(env.world, sort_keys=True)))
             elif env.task == "salesforecast":
                 fp = _digest(json.dumps(p.files, sort_keys=True))
             else:  # pragma: no cover - a new env with a train split must say what its problem is

@@ -1,6 +1,8 @@
-"""DBExplore-v1: answer questions about an unfamiliar, obfuscated DuckDB database with SQL."""
+"""DBExplore-v2: answer questions about an unfamiliar, obfuscated DuckDB database with SQL."""
 from __future__ import annotations
 
+import calendar
+import os
 import re
 
 from clbench.actions import ActionError, ToolCall, parse_prefixed, tool_schema
@@ -8,15 +10,15 @@ from clbench.env import InstanceSequenceEnv, Outcome
 from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
 from clbench.sqlguard import run_query
+from clbench.envs.dbexplore import world as worlds
 from clbench.envs.dbexplore.cache import database_paths
 from clbench.envs.dbexplore.connections import close_connection, open_connection
-from clbench.envs.dbexplore.questions import Question, load_questions
+from clbench.envs.dbexplore.questions import Question, load_questions, question_facts, world_questions
 
 _COMMANDS = {"QUERY": ("query_sql", "sql"), "ANSWER": ("answer", "value")}
 _COMMAND_LINE = re.compile(r"^[ \t]*(?:QUERY|ANSWER)\b", re.IGNORECASE | re.MULTILINE)
+SLOW = bool(os.environ.get("CLBENCH_SLOW"))
 _FENCED = re.compile(r"^```[a-zA-Z]*\s*(.*?)\s*```$", re.DOTALL)
-#: the tables and columns a fact's text names (items_g2, items_g2.prc): how a memory would state it
-_SCHEMA_WORDS = re.compile(r"\b(([a-z]+_g\d)(?:\.[a-z_]+)?)\b")
 
 
 class DBExploreEnv(InstanceSequenceEnv):
@@ -24,24 +26,23 @@ class DBExploreEnv(InstanceSequenceEnv):
     ## Description
     An analyst answers 40 questions about an unfamiliar product-review database (DuckDB,
     read-only) by issuing SQL. Three product groups (office products, electronics, musical
-    instruments; ~50k products each at scale 1.0 with power-law review counts) share eleven tables
-    with abbreviated names (`items_g1`, `fdbk_g2`, `tax_g1`, `attr_g3`, columns like `prc`, `rtg`,
-    `vrf`, `ts`, `hlp_ct`) that hide per-group conventions: electronics prices in integer cents,
-    review times as epoch milliseconds, epoch seconds or ISO text, verified flags encoded three
-    ways, no attributes table for electronics, no taxonomy table for instruments, stale review
-    statistics for part of the items. Every items and reviews table has a coded status column
-    `st` whose codes (letters or integers, different per table) mean active, still-listed or
-    soft-deleted; only the lookup table `ref_cd` says which is which (a keyword does not: some
-    kept codes read "deletion requested - still listed"), and soft-deleted rows (and the reviews
-    of deleted items) are in no answer. No convention can be read off the catalog
-    alone: a memoryless analyst needs the catalog, then a look at the data or the lookup, then the
-    answer, and each extra query costs a fifth of the reward (the `explorer` agent plays exactly
-    that: 0.64 per question). These conventions are the latent structure. After question 20 the
-    database is migrated (release 2): new current-price column for electronics, a partial
-    re-audited verification column for office reviews, instrument review dates split into year
-    and month with part of the old values nulled, the instrument attributes table renamed to
-    `attr_g3_legacy` (rows dropped) with a new canonical table. Post-migration questions say that
-    a migration happened, not what changed.
+    instruments; ~50k products each at scale 1.0 with power-law review counts) keep their items,
+    reviews and, for some groups, a category tree and key/value attributes in tables with
+    abbreviated names; table comments say each table's role and group, nothing more. The groups
+    follow different conventions the database does not document: prices are stored in different
+    units in different groups, times and flags are encoded differently, categories are laid out
+    differently, one group lacks a table another has, and item statistics are stale for part of
+    the items. Every items and reviews table has a coded status column; a lookup table says what
+    each code means, and soft-deleted rows (and the reviews of deleted items) are in no answer.
+    Some questions ask about fiscal years, whose calendar each group keeps to itself.
+
+    Some conventions can be read from the catalog and the data; others cannot be read anywhere
+    and show only when an answer is checked (a unit whose scale the data does not reveal, a
+    fiscal calendar). A memoryless analyst needs at least the catalog and the answer query (0.8
+    per question at best) and guesses the rest; an analyst who remembers what earlier questions
+    taught needs one query and answers what a guess gets wrong. These conventions are the latent
+    structure. After question 20 the database is migrated (release 2); the post-migration
+    questions say that a migration happened, not what changed.
 
     ## Action Space
     `Text`: `QUERY: <one read-only SQL statement>` or `ANSWER: <value>`, or the JSON tool calls
@@ -67,11 +68,10 @@ class DBExploreEnv(InstanceSequenceEnv):
     ## Feedback
     The terminal observation states whether the answer was correct, the queries used, the
     formula and the reward. After an answer it also gives the expected answer of this question:
-    an analyst whose number is checked learns the right number, and no other question shares it
-    (all 40 answers differ), so it hands over nothing about a later question, only the evidence
-    that the agent's reading of the schema was wrong. After the query budget runs out or after
-    three invalid replies in a row it says so, without the expected answer (nothing was answered).
-    With `cycle=True` the schedule repeats, and so would the answers it revealed.
+    an analyst whose number is checked learns the right number (and so whether its reading of
+    the schema was right), and no later question asks for it. After the query budget runs out or
+    after three invalid replies in a row it says so, without the expected answer (nothing was
+    answered). With `cycle=True` the schedule repeats, and so would the answers it revealed.
 
     ## Episode End
     One episode is one question. It terminates on an answer, or with reward 0 on a 16th query or
@@ -83,30 +83,34 @@ class DBExploreEnv(InstanceSequenceEnv):
     `schedule` ("default": 20 questions on release 1, then 20 on release 2), `scale` (database
     size, 1.0 = ~50k products per group; tests use ~0.02), `cache_dir` (where built database files
     are cached; default the user cache dir), `query_timeout` (seconds per query, default 10),
-    `cycle`, `render_mode` ("ansi"), `split` ("test" only; "train" raises ValueError: the 40
-    questions are a fixed hand-written set, so a reseeded database would ask the same questions,
-    whose SQL transfers to the benchmark as is).
+    `cycle`, `render_mode` ("ansi"), `split` ("test" or "train"), `world_seed` (None: the
+    canonical world; N: a freshly drawn world). The train split and every `world_seed` draw their
+    own world (names, units, encodings, codes, calendars, which group lacks what, the migration)
+    and their own database, and ask the same kinds of question about it.
 
     ## Version History
     * v0: initial release.
-    * v1: coded soft-delete status columns with a code lookup table (`ref_cd`), reward
+    * v1: coded soft-delete status columns with a code lookup table, reward
       `0.8 ** (queries - 1)` instead of `1 - (queries - 1)/15`, all 40 answers distinct, the
       terminal observation states the expected answer and the formula, the brief states every
-      scoring rule, floats graded within max(tolerance, 0.1%) instead of 1%, q19 asks about 2013
-      (not 2017), and an `explorer` agent (careful, memoryless: 0.64 per question).
-    * v1 (split kwarg, no change to the test split): `split`; "train" is refused (see Arguments).
+      scoring rule, floats graded within max(tolerance, 0.1%) instead of 1%, an `explorer` agent.
+    * v2: conventions that one look cannot give (a price unit the data does not reveal, fiscal
+      calendars, a silent unit and calendar change in the migration), new table names, fiscal-year
+      questions, worlds (`world_seed`, train split), a reference that plays the best memoryless
+      strategy (catalog, then one answer query) and learns from the feedback.
     """
 
-    env_id = "clbench/DBExplore-v1"
+    env_id = "clbench/DBExplore-v2"
     reward_unit = "query-efficiency score 0-1"
     brief = (
         "You are a data analyst. Answer questions about an unfamiliar product-review database (DuckDB SQL, "
         "read-only) by querying it. Nothing about the schema is documented except what the database itself "
         "holds (catalog functions such as duckdb_tables() and duckdb_columns(), DESCRIBE, SUMMARIZE, sample "
-        "rows). Tables, columns and value formats may differ between product groups. Some rows are soft-deleted: "
-        "a coded status column marks them and the database records what each code means; soft-deleted rows "
-        "(and the reviews of a deleted product) are part of no answer. Questions come one at a time; what you "
-        "learn about the database stays true until it is migrated."
+        "rows). Tables, columns, units and value formats may differ between product groups, and not every "
+        "convention is written down anywhere. Some rows are soft-deleted: a coded status column marks them and "
+        "the database records what each code means; soft-deleted rows (and the reviews of a deleted product) are "
+        "part of no answer. Dates in questions are UTC calendar dates; a fiscal year is the product group's own "
+        "twelve-month fiscal year, named by the calendar year in which it ends. Questions come one at a time."
     )
     reward_text = ("correct answer: 0.8 ** max(0, queries - 1) (the query that computes the answer is free; each "
                    "further query multiplies the reward by 0.8); wrong answer, a 16th query or no answer: 0. Every "
@@ -125,18 +129,26 @@ class DBExploreEnv(InstanceSequenceEnv):
     agents = {
         "reference": "clbench.agents.dbexplore:DBExploreReference",
         "oracle": "clbench.agents.dbexplore:DBExploreOracle",
-        "explorer": "clbench.agents.dbexplore:DBExploreExplorer",  # careful and memoryless (issue 22)
     }
-
-    no_train_split = ("its 40 questions are a fixed hand-written set (tasks/dbexplore/questions.yaml) over "
-                      "hand-written schema conventions; a database from another seed would ask the very same "
-                      "questions, so training on it would teach the benchmark's own problems (their SQL)")
+    #: memoryless families the red team searches (agents/dbexplore_redteam.py); the reference's own
+    #: stateless play (catalog, one answer query, generic rules) is the best point we know. A fixed
+    #: fiscal-month guess other than the reference's scores by luck in a world whose calendar it
+    #: happens to hit (at most the fiscal questions of the groups it hits); CLBENCH_SLOW=1 tries
+    #: every month
+    policy_families = {
+        "catalog_reader": ("clbench.agents.dbexplore_redteam:CatalogReader",
+                           {"price_rule": ["int_is_cents", "as_stored"],
+                            "fiscal_start": list(range(1, 13)) if SLOW else [1, 7]}),
+        "explorer": ("clbench.agents.dbexplore_redteam:Explorer", {"fiscal_start": [1, 7]}),
+        "keyword_status": ("clbench.agents.dbexplore_redteam:KeywordStatus", {"keyword": ["delet", "remov"]}),
+    }
 
     def __init__(self, schedule: str = "default", scale: float = 1.0, cache_dir: str | None = None,
                  query_timeout: float | None = None, cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test"):
-        self.questions, self.facts = load_questions()
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
+                 split: str = "test", world_seed: int | None = None):
+        self.world: dict | None = None
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split,
+                         world_seed=world_seed)
         self.scale = float(scale)
         if not 0 < self.scale <= 10:
             raise ValueError(f"scale must be in (0, 10], got {scale}")
@@ -149,13 +161,27 @@ class DBExploreEnv(InstanceSequenceEnv):
         self._paths: dict[int, str] | None = None
         self._cons: dict[int, tuple] = {}  # release -> (path, agent connection, answer connection)
         self._answers: dict[str, object] = {}
+        self._maps: dict | None = None
         self._question: Question | None = None
         self._release = 1
         self._queries = 0
         self.discount = float(spec["query_discount"])
 
-    # ------------------------------------------------------------------ schedule and ground truth
+    # ------------------------------------------------------------------ world, schedule and ground truth
+    def _draw_world(self) -> None:
+        """The world's latent structure, questions and generator spec (canonical: as written)."""
+        spec = self.spec_data
+        if self.canonical_world:
+            self.world, self.questions = worlds.canonical(spec), load_questions()
+        else:
+            self.world = worlds.draw(spec, self.world_rng)
+            self.questions = world_questions(spec, self.world, self.world_rng("questions"))
+        #: what the database files are built from: the spec with this world and its data seed
+        self.build_spec = dict(spec, world=self.world, seed=self.draw_seed(spec["seed"]))
+
     def _build_schedule(self, name: str) -> Schedule:
+        if self.world is None:
+            self._draw_world()
         spec = self.spec_data["schedules"]
         if name not in spec:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(spec)}")
@@ -171,21 +197,41 @@ class DBExploreEnv(InstanceSequenceEnv):
         return Schedule(name, variants)
 
     def latent(self) -> dict:
-        """Group maps (see logical.py) of both releases: where each group keeps what."""
+        """Group maps (see logical.py) of both releases: where each group keeps what, in what unit."""
         from clbench.envs.dbexplore.generator import schema_map  # pandas: only the oracle and builds need it
         from clbench.envs.dbexplore.migration import migrated_map
 
-        first = schema_map(self.spec_data)
-        return {"releases": {"1": first, "2": migrated_map(self.spec_data, first)}}
+        first = schema_map(self.build_spec, self.world)
+        return {"releases": {"1": first, "2": migrated_map(self.build_spec, self.world, first)}}
+
+    @classmethod
+    def public_secrets(cls) -> list[str]:
+        """The canonical world's table names, lookup name, price units, codes' texts, fiscal calendars and
+        the names the migration adds."""
+        from clbench.env import load_task_spec
+
+        world = load_task_spec("dbexplore")["world"]
+        names = [worlds.table(world, role, g) for role in worlds.ROLES for g in worlds.GROUPS
+                 if role in ("items", "reviews") or world["groups"][g][role]]
+        rates = [f"{float(world['groups'][g]['price']['rate']):g}" for g in worlds.GROUPS
+                 if world["groups"][g]["price"]["unit"] == "foreign"]
+        rates.append(f"{float(world['migration']['redenominate']['rate']):g}")
+        descr = [c[3] for s in world["status"].values() for c in s["codes"] if " " in c[3]]
+        starts = [world["groups"][g]["fiscal_start"] for g in worlds.GROUPS] + [world["migration"]["fiscal"]["start"]]
+        fiscal = [f"starts in {calendar.month_name[m]}" for m in starts] + [f"fiscal_start: {m}" for m in starts]
+        migration = ["prc_cur", "vrf_st", "attr_nm", "attr_val", f"itm_{worlds.table(world, 'attributes', 'g3')}"]
+        return sorted(set(names + [world["lookup"]] + rates + descr + fiscal + migration))
 
     def instance_facts(self, instance_id: str) -> list[dict]:
-        """Latent facts (questions.yaml `facts`) the question depends on; for the runner only. A
-        memory names a fact by the tables and columns it is about (items_g2, items_g2.prc)."""
-        if instance_id not in self.questions:
+        """Latent facts the question depends on (from the true group maps); for the runner only.
+        A memory names a fact by the tables it is about."""
+        qid = instance_id.removeprefix(f"{self.split}-") if self.split != "test" else instance_id
+        if qid not in self.questions:
             raise KeyError(f"unknown instance id {instance_id!r}")
-        return [{"key": fid, "text": self.facts[fid],
-                 "mentions": [{"text": w} for w in sorted({w for m in _SCHEMA_WORDS.findall(self.facts[fid]) for w in m})]}
-                for fid in self.questions[instance_id].facts]
+        q = self.questions[qid]
+        maps = self.latent()["releases"][str(q.release)]
+        return [{"key": key, "text": text, "mentions": [{"text": w} for w in sorted(set(names))]}
+                for key, text, names in question_facts(q, maps)]
 
     @property
     def tools(self) -> list[dict]:
@@ -200,7 +246,7 @@ class DBExploreEnv(InstanceSequenceEnv):
     def database_paths(self) -> dict[int, str]:
         """Both releases' database files (built and cached on first use)."""
         if self._paths is None:
-            self._paths = {r: str(p) for r, p in database_paths(self.spec_data, self.scale, self.cache_dir).items()}
+            self._paths = {r: str(p) for r, p in database_paths(self.build_spec, self.scale, self.cache_dir).items()}
         return self._paths
 
     def _connections(self, release: int) -> tuple:
@@ -211,7 +257,9 @@ class DBExploreEnv(InstanceSequenceEnv):
 
     def _truth(self, q: Question):
         if q.qid not in self._answers:
-            self._answers[q.qid] = q.answer(self._connections(q.release)[2])
+            if self._maps is None:
+                self._maps = self.latent()["releases"]
+            self._answers[q.qid] = q.answer(self._connections(q.release)[2], self._maps[str(q.release)])
         return self._answers[q.qid]
 
     def close(self):
@@ -237,11 +285,7 @@ class DBExploreEnv(InstanceSequenceEnv):
             f"unparseable reply, an empty query or an answer of the wrong type costs no query, but "
             f"{self.max_invalid_repeats} such replies in a row end the question with 0.",
             self.action_grammar,
-            f"Database: release {q.release}.",
         ]
-        if q.release > 1:
-            lines.append(f"Notice: the database was migrated since release {q.release - 1}; "
-                         "what changed is not documented.")
         lines += [f"Question {slot.position + 1} of {len(self.schedule)}: {q.text}",
                   f"Answer type: {q.describe_type()}"]
         return "\n".join(lines)

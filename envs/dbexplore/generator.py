@@ -1,21 +1,16 @@
 """Seeded generator of release 1 of the product-review database (a DuckDB file).
 
-Every number comes from tasks/dbexplore/default.yaml. Three product groups share ten tables
-with abbreviated names (suffix g1 office products, g2 electronics, g3 musical instruments):
+Every number comes from tasks/dbexplore/default.yaml; every name and convention from the world
+(envs/dbexplore/world.py), passed in as `spec["world"]`. Three product groups each have an
+items table and a reviews table, some also a category tree and a key/value attributes table,
+and one lookup table says what every status code means. Table comments name the table's role
+and product group; how each group stores prices, times and flags is not written anywhere.
 
-    items_gN  itm_id, ttl, brnd, cat_id | cat_txt (g3), prc, n_rv, avg_rtg
-    fdbk_gN   rv_id, itm_id, usr, rtg, hlp_ct, vrf, ts, hdl
-    tax_g1, tax_g2    cat_id, par_id, cat_nm        (two-level category tree; none for g3)
-    attr_g1, attr_g3  itm_id, k, v                  (key/value attributes; none for g2)
-    ref_cd            tbl, col, cd, descr           (what every status code means)
-
-Every items and reviews table also has a coded status column (`st`); which code marks a row
-as soft-deleted differs per table and shows only in `ref_cd` (the `status` block of the spec).
-Reviews of a deleted item are deleted too.
-
-The per-group conventions (the latent structure) are listed in `CONVENTIONS`. Prices are
-lognormal around a per-category median, ratings J-shaped with a per-item quality tilt, review
-counts power-law, helpful votes mostly zero with a long tail, review dates growing over the years.
+Every items and reviews table has a coded status column; which code marks a row as
+soft-deleted differs per table and shows only in the lookup. Reviews of a deleted item are
+deleted too. Prices are lognormal around a per-category median, ratings J-shaped with a per-item
+quality tilt, review counts power-law, helpful votes mostly zero with a long tail, review dates
+growing over the years.
 """
 from __future__ import annotations
 
@@ -26,14 +21,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-GROUPS = ("g1", "g2", "g3")
-
-#: how each group stores what it stores (release 1); the migration changes some of it
-CONVENTIONS = {
-    "g1": {"price": "dollars", "ts": "epoch_ms", "vrf": ("VARCHAR", "Y", "N"), "taxonomy": True, "attributes": True},
-    "g2": {"price": "cents", "ts": "epoch_s", "vrf": ("INTEGER", 1, 0), "taxonomy": True, "attributes": False},
-    "g3": {"price": "dollars", "ts": "iso_text", "vrf": ("VARCHAR", "T", "F"), "taxonomy": False, "attributes": True},
-}
+from clbench.envs.dbexplore.world import GROUPS, table
 
 #: review headlines by star rating (1..5)
 HEADLINES = {
@@ -162,9 +150,10 @@ def _stale_stats(spec: dict, items: pd.DataFrame, reviews: pd.DataFrame, rng: np
 
 
 def _statuses(spec: dict, g: str, items: pd.DataFrame, reviews: pd.DataFrame, rng: np.random.Generator):
-    """Status codes of items and reviews: shares from the spec; a deleted item's reviews are deleted."""
-    st = spec["status"]
-    item_codes, review_codes = st["tables"][f"items_{g}"]["codes"], st["tables"][f"fdbk_{g}"]["codes"]
+    """Status codes of items and reviews: shares from the world; a deleted item's reviews are deleted."""
+    st = spec["world"]["status"]
+    item_codes, review_codes = st[f"items.{g}"]["codes"], st[f"reviews.{g}"]["codes"]
+
     def shares(codes):
         p = np.array([c[2] for c in codes], dtype=float)
         return p / p.sum()
@@ -179,15 +168,16 @@ def _statuses(spec: dict, g: str, items: pd.DataFrame, reviews: pd.DataFrame, rn
 
 
 def _write_codes(con, spec: dict) -> None:
-    st = spec["status"]
-    rows = [(t, c["column"], str(code), descr) for t, c in st["tables"].items() for code, _, _, descr in c["codes"]]
-    _create_table(con, st["lookup"], pd.DataFrame(rows, columns=["tbl", "col", "cd", "descr"]),
+    world = spec["world"]
+    rows = [(table(world, kind, g), c["column"], str(code), descr) for key, c in world["status"].items()
+            for kind, g in [key.split(".")] for code, _, _, descr in c["codes"]]
+    _create_table(con, world["lookup"], pd.DataFrame(rows, columns=["tbl", "col", "cd", "descr"]),
                   "tbl::VARCHAR AS tbl, col::VARCHAR AS col, cd::VARCHAR AS cd, descr::VARCHAR AS descr",
                   "tbl, col, cd", "code lookup - meaning of status codes")
 
 
-def _status_col(spec: dict, table: str) -> str:
-    c = spec["status"]["tables"][table]
+def _status_col(spec: dict, key: str) -> str:
+    c = spec["world"]["status"][key]
     return f"CAST(st AS {c['type']}) AS {c['column']}"
 
 
@@ -198,54 +188,70 @@ def _create_table(con, table: str, frame: pd.DataFrame, select: str, order: str,
     con.execute(f"COMMENT ON TABLE {table} IS '{comment}'")
 
 
-def _write_taxonomy(con, g: str, cfg: dict, tops: list, leaves: list) -> None:
+def _write_taxonomy(con, spec: dict, g: str, cfg: dict, tops: list, leaves: list) -> None:
     tax = pd.DataFrame([(i, None, name) for i, name in tops] + [(i, p, name) for i, p, name, _, _ in leaves],
                        columns=["cat_id", "par_id", "cat_nm"])
-    _create_table(con, f"tax_{g}", tax, "cat_id::SMALLINT AS cat_id, par_id::SMALLINT AS par_id, "
-                  "cat_nm::VARCHAR AS cat_nm", "cat_id", f"category tree - {cfg['name']}")
+    _create_table(con, table(spec["world"], "taxonomy", g), tax, "cat_id::SMALLINT AS cat_id, "
+                  "par_id::SMALLINT AS par_id, cat_nm::VARCHAR AS cat_nm", "cat_id", f"category tree - {cfg['name']}")
+
+
+def price_sql(price: dict) -> str:
+    """The stored price column from the dollar price `prc` of the frame: its unit and type."""
+    rate = float(price["rate"])
+    if price["type"] in ("BIGINT", "INTEGER") or price["type"].endswith(",0)"):  # whole units
+        return f"CAST(round(prc * {rate:g}) AS {price['type']}) AS prc"
+    return f"round(prc * {rate:g}, 2)::DOUBLE AS prc"
 
 
 def _write_items(con, spec: dict, g: str, cfg: dict, items: pd.DataFrame, leaves: list) -> None:
-    conv = CONVENTIONS[g]
+    conv = spec["world"]["groups"][g]
     if conv["taxonomy"]:
         items = items.assign(cat_id=np.array([lf[0] for lf in leaves])[items["leaf"]])
         cat_col = "cat_id::SMALLINT AS cat_id"
     else:
         items = items.assign(cat_txt=np.array([f"{lf[3]} > {lf[2]}" for lf in leaves], dtype=object)[items["leaf"]])
         cat_col = "cat_txt::VARCHAR AS cat_txt"
-    price = "CAST(round(prc * 100) AS BIGINT) AS prc" if conv["price"] == "cents" else "prc::DOUBLE AS prc"
-    _create_table(con, f"items_{g}", items, f"itm_id::INTEGER AS itm_id, ttl::VARCHAR AS ttl, brnd::VARCHAR AS brnd, "
-                  f"{cat_col}, {price}, n_rv::INTEGER AS n_rv, avg_rtg::DOUBLE AS avg_rtg, "
-                  f"{_status_col(spec, f'items_{g}')}", "itm_id",
+    _create_table(con, table(spec["world"], "items", g), items, f"itm_id::INTEGER AS itm_id, ttl::VARCHAR AS ttl, "
+                  f"brnd::VARCHAR AS brnd, {cat_col}, {price_sql(conv['price'])}, n_rv::INTEGER AS n_rv, "
+                  f"avg_rtg::DOUBLE AS avg_rtg, {_status_col(spec, f'items.{g}')}", "itm_id",
                   f"catalog items - {cfg['name']}")
 
 
+def _literal(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+TS_SQL = {"epoch_ms": "secs * 1000 AS ts", "epoch_s": "secs AS ts",
+          "iso_text": "strftime(epoch_ms(secs * 1000), '%Y-%m-%dT%H:%M:%S') AS ts"}
+
+
 def _write_reviews(con, spec: dict, g: str, cfg: dict, reviews: pd.DataFrame) -> None:
-    conv = CONVENTIONS[g]
+    conv = spec["world"]["groups"][g]
     kind, yes, no = conv["vrf"]
-    vrf = f"(CASE WHEN verified THEN {yes!r} ELSE {no!r} END)::{kind} AS vrf"
-    ts = {"epoch_ms": "secs * 1000 AS ts", "epoch_s": "secs AS ts",
-          "iso_text": "strftime(epoch_ms(secs * 1000), '%Y-%m-%dT%H:%M:%S') AS ts"}[conv["ts"]]
-    _create_table(con, f"fdbk_{g}", reviews, f"rv_id::BIGINT AS rv_id, itm_id::INTEGER AS itm_id, usr::VARCHAR AS usr, "
-                  f"rtg::TINYINT AS rtg, hlp_ct::INTEGER AS hlp_ct, {vrf}, {ts}, hdl::VARCHAR AS hdl, "
-                  f"{_status_col(spec, f'fdbk_{g}')}", "rv_id",
+    vrf = f"(CASE WHEN verified THEN {_literal(yes)} ELSE {_literal(no)} END)::{kind} AS vrf"
+    _create_table(con, table(spec["world"], "reviews", g), reviews, f"rv_id::BIGINT AS rv_id, itm_id::INTEGER AS itm_id, "
+                  f"usr::VARCHAR AS usr, rtg::TINYINT AS rtg, hlp_ct::INTEGER AS hlp_ct, {vrf}, {TS_SQL[conv['ts']]}, "
+                  f"hdl::VARCHAR AS hdl, {_status_col(spec, f'reviews.{g}')}", "rv_id",
                   f"customer reviews - {cfg['name']}")
 
 
 def _write_group(con, spec: dict, g: str, rng: np.random.Generator) -> None:
     cfg = spec["groups"][g]
+    conv = spec["world"]["groups"][g]
     n = max(20, int(round(spec["products_per_group"] * spec["scale"])))
     tops, leaves = _taxonomy(cfg, rng)
     items = _items(spec, cfg, n, rng, leaves)
     reviews = _reviews(spec, cfg, items, rng)
     items["n_rv"], items["avg_rtg"] = _stale_stats(spec, items, reviews, rng)
     items["st"], reviews["st"] = _statuses(spec, g, items, reviews, rng)
-    if CONVENTIONS[g]["taxonomy"]:
-        _write_taxonomy(con, g, cfg, tops, leaves)
+    if conv["taxonomy"]:
+        _write_taxonomy(con, spec, g, cfg, tops, leaves)
     _write_items(con, spec, g, cfg, items, leaves)
     _write_reviews(con, spec, g, cfg, reviews)
-    if CONVENTIONS[g]["attributes"]:
-        _create_table(con, f"attr_{g}", _attributes(cfg, items, leaves, rng),
+    if conv["attributes"]:
+        _create_table(con, table(spec["world"], "attributes", g), _attributes(cfg, items, leaves, rng),
                       "itm_id::INTEGER AS itm_id, k::VARCHAR AS k, v::VARCHAR AS v", "itm_id, k",
                       f"item attributes - {cfg['name']}")
 
@@ -278,26 +284,37 @@ def build_release1(spec: dict, scale: float, path: str) -> None:
         con.close()
 
 
-def schema_map(spec: dict) -> dict[str, dict]:
+TIME_EXPR = {"epoch_ms": "epoch_ms(f.ts)", "epoch_s": "epoch_ms(f.ts * 1000)", "iso_text": "CAST(f.ts AS TIMESTAMP)"}
+
+
+def price_expr(column: str, rate: float) -> str:
+    """Dollars from a stored price column (alias i) in units of `rate` per dollar."""
+    return f"i.{column}" if float(rate) == 1 else f"(i.{column} / {float(rate):g})"
+
+
+def schema_map(spec: dict, world: dict) -> dict[str, dict]:
     """Ground truth: the group map (see logical.py) of every group in release 1, by group name."""
     maps = {}
     for g in GROUPS:
-        conv = CONVENTIONS[g]
-        ts = {"epoch_ms": "epoch_ms(f.ts)", "epoch_s": "epoch_ms(f.ts * 1000)",
-              "iso_text": "CAST(f.ts AS TIMESTAMP)"}[conv["ts"]]
-        category = ({"kind": "taxonomy", "table": f"tax_{g}", "fk": "cat_id", "id": "cat_id", "parent": "par_id",
+        conv = world["groups"][g]
+        ts = TIME_EXPR[conv["ts"]]
+        tax = table(world, "taxonomy", g)
+        category = ({"kind": "taxonomy", "table": tax, "fk": "cat_id", "id": "cat_id", "parent": "par_id",
                      "name": "cat_nm"} if conv["taxonomy"] else {"kind": "path", "column": "cat_txt", "sep": " > "})
-        attributes = {"table": f"attr_{g}", "item": "itm_id", "key": "k", "value": "v"} if conv["attributes"] else None
+        attributes = ({"table": table(world, "attributes", g), "item": "itm_id", "key": "k", "value": "v"}
+                      if conv["attributes"] else None)
         live = {}
-        for alias, table in (("i", f"items_{g}"), ("f", f"fdbk_{g}")):
-            c = spec["status"]["tables"][table]
-            dead = [code for code, kind, _, _ in c["codes"] if kind == "deleted"]
+        for alias, kind in (("i", "items"), ("f", "reviews")):
+            c = world["status"][f"{kind}.{g}"]
+            dead = [code for code, k, _, _ in c["codes"] if k == "deleted"]
             live[alias] = f"{alias}.{c['column']} NOT IN ({', '.join(_sql_lit(c['type'], d) for d in dead)})"
+        kind, yes, _ = conv["vrf"]
         maps[spec["groups"][g]["name"]] = {
-            "items": f"items_{g}", "item_id": "itm_id", "brand": "brnd",
-            "price": "i.prc / 100.0" if conv["price"] == "cents" else "i.prc", "category": category,
-            "reviews": f"fdbk_{g}", "review_item": "itm_id", "rating": "rtg", "helpful": "hlp_ct",
-            "verified": f"f.vrf = {conv['vrf'][1]!r}", "year": f"year({ts})", "month": f"month({ts})",
+            "items": table(world, "items", g), "item_id": "itm_id", "brand": "brnd",
+            "price": price_expr("prc", conv["price"]["rate"]), "category": category,
+            "reviews": table(world, "reviews", g), "review_item": "itm_id", "rating": "rtg", "helpful": "hlp_ct",
+            "verified": "f.vrf" if kind == "BOOLEAN" else f"f.vrf = {_literal(yes)}",
+            "year": f"year({ts})", "month": f"month({ts})", "fiscal_start": int(conv["fiscal_start"]),
             "attributes": attributes, "item_live": live["i"], "review_live": live["f"],
         }
     return maps

@@ -12,6 +12,8 @@ use the aliases `i` for the items table and `f` for the reviews table):
             | {"kind": "path", "column", "sep"}
     reviews, review_item, rating, helpful   table and columns
     verified, year, month                   boolean / integer expressions over `f`
+    fiscal_start                            month (1-12) the group's fiscal year starts in; fiscal
+                                            year Y ends in calendar year Y (1: calendar years)
     attributes: {"table", "item", "key", "value"} or None
     item_live, review_live                  boolean expressions over `i` / `f`: the row is not
                                             soft-deleted (reviews of deleted items are deleted too)
@@ -57,6 +59,7 @@ class LogicalQuery:
     month: int | None = None
     verified: bool = False
     rating: int | None = None
+    fiscal: bool = False
 
     @property
     def needs_items(self) -> bool:
@@ -104,7 +107,9 @@ def parse_question(text: str) -> LogicalQuery:
         fields["price_gt"] = float(m.group(1))
     if m := re.search(r"\bcosts? less than \$([\d.]+)", low):
         fields["price_lt"] = float(m.group(1))
-    if m := re.search(rf"\bwritten in (?:({'|'.join(MONTHS)}) )?(\d{{4}})\b", low):
+    if m := re.search(r"\bwritten in fiscal year (\d{4})\b", low):
+        fields["year"], fields["fiscal"] = int(m.group(1)), True
+    elif m := re.search(rf"\bwritten in (?:({'|'.join(MONTHS)}) )?(\d{{4}})\b", low):
         fields["year"] = int(m.group(2))
         fields["month"] = MONTHS.index(m.group(1)) + 1 if m.group(1) else None
     if m := re.search(r"\b([1-5])-star\b", low):
@@ -128,6 +133,12 @@ def _category_exprs(m: dict) -> tuple[str, str, str]:
         return join, f"l.{c['name']}", f"COALESCE(t.{c['name']}, l.{c['name']})"
     sep = _lit(c["sep"])
     return "", f"split_part(i.{c['column']}, {sep}, 2)", f"split_part(i.{c['column']}, {sep}, 1)"
+
+
+def fiscal_year(m: dict, start: int | None = None) -> str:
+    """The fiscal-year expression of group map `m` (fiscal year Y ends in calendar year Y)."""
+    s = int(m.get("fiscal_start", 1) if start is None else start)
+    return m["year"] if s == 1 else f"({m['year']} + CASE WHEN {m['month']} >= {s} THEN 1 ELSE 0 END)"
 
 
 _SELECT = {
@@ -167,7 +178,7 @@ def compile_sql(q: LogicalQuery, m: dict) -> str:
     if q.price_lt is not None:
         where.append(f"{m['price']} < {q.price_lt!r}")
     if q.year is not None:
-        where.append(f"{m['year']} = {q.year}")
+        where.append(f"{fiscal_year(m) if q.fiscal else m['year']} = {q.year}")
     if q.month is not None:
         where.append(f"{m['month']} = {q.month}")
     if q.verified:
