@@ -18,7 +18,7 @@ from clbench.schedule import Instance, Schedule, Variant
 
 POKER = "clbench/Poker-v1"
 DRIFTING = ["clbench/DBExplore-v1", POKER, "clbench/SalesForecast-v1", "clbench/CohortStudies-v1",
-            "clbench/SpectrumMonitor-v1", "clbench/MemoryProbe-v1"]
+            "clbench/SpectrumMonitor-v2", "clbench/MemoryProbe-v1"]
 
 
 def play_states(env, agent, count: int, seed: int = 0) -> tuple[list[float], list[dict]]:
