@@ -8,7 +8,8 @@ of its last `window` detections (recent ones, so a re-tuned channel is followed)
 each peak that matches a channel at the channel's learned centre and width; a peak that matches
 none is echoed during the first `warmup` scans and afterwards dropped (false alarms, spikes, and
 a new channel until it recurs). Stateless (a fresh agent per scan) it knows no channel and plays
-the best single-scan rule found (`policy_families` in the env, agents/spectrummonitor_redteam.py):
+the best single-scan rule found on the canonical world (`policy_families` in the env,
+agents/spectrummonitor_redteam.py; in fresh worlds plain echoing is as good or slightly better):
 echo every peak except narrow spikes (narrower than `spike_width` MHz) and peaks overlapping a
 stronger one by more than `overlap_slack` (channels of a plan do not overlap; a look-alike false
 alarm often does). `freeze_at=K` stops learning from rollout position K on (the

@@ -85,11 +85,13 @@ def draw_world(spec: dict, rng: np.random.Generator) -> dict:
     low = round(float(rng.uniform(150.0, 850.0)), 1)
     spec["band"] = {"low_mhz": low, "high_mhz": low + span}
     wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
-    spacing = float(rng.uniform(21.0, 23.0))
+    # the canonical proportions: wideband width ~70% of the smallest gap, the narrowband channel ~80%
+    # of the smallest guard, so plan channels never overlap
+    spacing = float(rng.uniform(19.0, 23.0))
     wb["spacing_mhz"] = [round(spacing, 2), round(spacing + 6.0, 2)]
-    wb["width_mhz"] = round(float(rng.uniform(spacing - 7.0, spacing - 5.5)), 2)
+    wb["width_mhz"] = round(float(rng.uniform(0.68, 0.74)) * spacing, 2)
     wb["first_center_mhz"] = round(low + wb["width_mhz"] / 2 + float(rng.uniform(2.0, 7.0)), 2)
-    nb["width_mhz"] = round(float(rng.uniform(4.0, 6.0)), 2)
+    nb["width_mhz"] = round(float(rng.uniform(0.75, 0.85)) * (spacing - wb["width_mhz"]), 2)
     shift = float(rng.uniform(-3.0, 3.0))
     for kind in (wb, nb):
         kind["power_dbm"] = [round(p + shift, 1) for p in kind["power_dbm"]]
