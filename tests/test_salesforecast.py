@@ -380,3 +380,18 @@ def test_vector_envs_step_through_instance_boundaries(mode):
         assert ends == 2 and "instance_id" in info
     finally:
         envs.close()
+
+
+def test_the_sandbox_binds_site_folders_a_venv_pth_adds():
+    """A venv whose .pth adds a shared dependency folder (site.addsitedir) must see it inside the sandbox
+    too, or python3 there lacks numpy; clbench's own folder is never bound."""
+    import sys
+    from pathlib import Path
+
+    import clbench as pkg
+
+    binds = {src for src, _ in host_python_runtime().binds}
+    prefixes = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)}
+    numpy_home = str(Path(np.__file__).resolve().parent.parent)
+    assert any(numpy_home.startswith(b) for b in binds | prefixes), (numpy_home, binds)
+    assert not any(str(Path(pkg.__file__).resolve().parent).startswith(b) for b in binds)
