@@ -81,17 +81,18 @@ def draw_world(spec: dict, rng: np.random.Generator) -> dict:
     """`spec` with the band plan and its re-plan drawn anew (same counts, same kind of plan, widths and
     shifts in the canonical world's proportions): the latent values of a non-canonical world."""
     spec = copy.deepcopy(spec)
-    span = spec["band"]["high_mhz"] - spec["band"]["low_mhz"]
     low = round(float(rng.uniform(150.0, 850.0)), 1)
-    spec["band"] = {"low_mhz": low, "high_mhz": low + span}
     wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
     # the canonical proportions: wideband width ~70% of the smallest gap, the narrowband channel ~80%
-    # of the smallest guard, so plan channels never overlap
+    # of the smallest guard, and a band wide enough for the widest draw of gaps, so plan channels
+    # never overlap (a squeezed plan would make overlapping peaks a sign of a false alarm less often)
     spacing = float(rng.uniform(19.0, 23.0))
     wb["spacing_mhz"] = [round(spacing, 2), round(spacing + 6.0, 2)]
     wb["width_mhz"] = round(float(rng.uniform(0.68, 0.74)) * spacing, 2)
     wb["first_center_mhz"] = round(low + wb["width_mhz"] / 2 + float(rng.uniform(2.0, 7.0)), 2)
     nb["width_mhz"] = round(float(rng.uniform(0.75, 0.85)) * (spacing - wb["width_mhz"]), 2)
+    top = wb["first_center_mhz"] + (wb["count"] - 1) * (spacing + 6.0) + wb["width_mhz"] / 2 + 2.0
+    spec["band"] = {"low_mhz": low, "high_mhz": round(top, 1)}
     shift = float(rng.uniform(-3.0, 3.0))
     for kind in (wb, nb):
         kind["power_dbm"] = [round(p + shift, 1) for p in kind["power_dbm"]]
