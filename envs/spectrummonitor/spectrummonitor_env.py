@@ -92,9 +92,10 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     * v2: the feedback gives the score, the MHz reported and two counts (v1's overlap MHz per
       reported transmitter recovered channel edges to 0.01 MHz); false alarms mimic channels and
       the wideband gaps are irregular, so no single-scan rule (width, power, grid) tells them
-      apart; the stateless reference drops narrow spikes and peaks inside stronger ones (the best
-      memoryless policy found, `policy_families`); public text and the agent card name no plan
-      value and say nothing about the re-plan; variants are named by week; `world_seed`.
+      apart; the stateless reference drops narrow spikes and peaks overlapping a stronger one by
+      more than 1 MHz (the canonical world's best single-scan rule found; the red team's
+      `policy_families`); public text and the agent card name no plan value and say nothing
+      about the re-plan; variants are named by week; `world_seed`.
     * v1 (split kwarg, no change to the test split): `split="train"` for training.
     * v1: the truth is the spectrum transmitting in each scan (v0 scored against all channels,
       active or dormant, so reporting the whole band earned ~0.8 without looking); false alarms
