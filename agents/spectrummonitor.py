@@ -1,4 +1,4 @@
-"""Scripted agents for SpectrumMonitor-v1.
+"""Scripted agents for SpectrumMonitor-v2.
 
 `SpectrumReference` reads the peak table of each scan. Stateful, it clusters detections across
 scans (a peak joins the cluster whose centre is within a tolerance that scales with the widths
@@ -7,8 +7,12 @@ and whose width is alike) and so learns the band plan: a cluster seen in at leas
 of its last `window` detections (recent ones, so a re-tuned channel is followed). It reports
 each peak that matches a channel at the channel's learned centre and width; a peak that matches
 none is echoed during the first `warmup` scans and afterwards dropped (false alarms, spikes, and
-a new channel until it recurs). Stateless (a fresh agent per scan) it knows no channel and can
-only echo the scan's peaks. `freeze_at=K` stops learning from rollout position K on (the
+a new channel until it recurs). Stateless (a fresh agent per scan) it knows no channel and plays
+the best single-scan rule found on the canonical world (`policy_families` in the env,
+agents/spectrummonitor_redteam.py; in fresh worlds plain echoing is as good or slightly better):
+echo every peak except narrow spikes (narrower than `spike_width` MHz) and peaks overlapping a
+stronger one by more than `overlap_slack` (channels of a plan do not overlap; a look-alike false
+alarm often does). `freeze_at=K` stops learning from rollout position K on (the
 clusters keep what was learned before K), which measures what the band re-plan costs.
 
 `SpectrumOracle` reads the channels transmitting in each scan and reports them exactly.
@@ -23,11 +27,23 @@ from statistics import median
 from clbench.agent import Agent
 
 _ROW = re.compile(r"^P\d+ \| ([\d.]+) \| (-?[\d.]+) \| ([\d.]+)$", re.MULTILINE)
+#: (centre MHz, power dBm, width MHz) of detected peaks
+Peaks = list[tuple[float, float, float]]
 
 
-def parse_peaks(observation: str) -> list[tuple[float, float, float]]:
+def parse_peaks(observation: str) -> Peaks:
     """(centre, power, width) of every peak row in a scan observation."""
     return [(float(c), float(p), float(w)) for c, p, w in _ROW.findall(observation)]
+
+
+def drop_overlapping(peaks: Peaks, key: int = 1, slack: float = 0.0) -> Peaks:
+    """Peaks, best first by field `key` (1 power, 2 width), each kept unless it overlaps a kept one by
+    more than `slack` MHz."""
+    kept: Peaks = []
+    for p in sorted(peaks, key=lambda p: -p[key]):
+        if all(abs(p[0] - q[0]) >= (p[2] + q[2]) / 2 - slack for q in kept):
+            kept.append(p)
+    return sorted(kept)
 
 
 def report(transmitters: list[dict]) -> str:
@@ -78,6 +94,10 @@ class SpectrumReference(Agent):
     horizon = 24
     #: scans before a peak that matches no known channel is taken for a false alarm
     warmup = 3
+    #: peaks narrower than this (MHz) are interference spikes, not channels
+    spike_width = 2.0
+    #: overlap (MHz) two peaks may show and both be kept: measured edges are noisy
+    overlap_slack = 1.0
 
     def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
@@ -118,9 +138,10 @@ class SpectrumReference(Agent):
             cl = self._match(c, w, channels)
             if cl is not None:
                 known[id(cl)] = cl
-            elif self.scans <= self.warmup:
-                unknown.append(transmitter(c, w, p))
-        return report([transmitter(cl.center, cl.width, cl.power) for cl in known.values()] + unknown)
+            elif self.scans <= self.warmup and w >= self.spike_width:
+                unknown.append((c, p, w))
+        return report([transmitter(cl.center, cl.width, cl.power) for cl in known.values()]
+                      + [transmitter(c, w, p) for c, p, w in drop_overlapping(unknown, slack=self.overlap_slack)])
 
     def state_dict(self) -> dict:
         return {"scans": self.scans, "clusters": [cl.seen for cl in self.clusters]}

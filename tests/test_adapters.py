@@ -24,7 +24,7 @@ from clbench.runner import make_env, play_instance
 from tests.openai_server import ScriptedServer
 
 #: two tasks x two instances (positions in rollout 0's order of the train split)
-CASES = {"clbench/SpectrumMonitor-v1": [0, 5], "clbench/Poker-v1": [3, 9]}
+CASES = {"clbench/SpectrumMonitor-v2": [0, 5], "clbench/Poker-v2": [3, 9]}
 SPLIT = "train"
 MODEL = "scripted"
 
@@ -52,7 +52,7 @@ def runner_results() -> dict[str, dict]:
 
 
 #: a whole stateful schedule as one rollout: SpectrumMonitor's 8-scan "short" schedule
-STATEFUL = ("clbench/SpectrumMonitor-v1", "short")
+STATEFUL = ("clbench/SpectrumMonitor-v2", "short")
 
 
 @pytest.fixture(scope="module")

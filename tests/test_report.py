@@ -26,7 +26,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def spectrum_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "spectrummonitor"
-    assert main(["rollout", "--env", "clbench/SpectrumMonitor-v1", "--agent", "reference", "--rollouts", "3",
+    assert main(["rollout", "--env", "clbench/SpectrumMonitor-v2", "--agent", "reference", "--rollouts", "3",
                  "--out", str(out), "--quiet"]) == 0
     return out
 
@@ -101,7 +101,7 @@ def test_html_report_is_self_contained(spectrum_run, tmp_path, capsys):
     for b64 in images:
         raw = base64.b64decode(b64)
         assert raw.startswith(PNG) and mpimg.imread(io.BytesIO(raw)).shape[1] > 800
-    assert "Stability/plasticity split" in page and "wideband" in page and "How to read this" in page
+    assert "Stability/plasticity split" in page and "week-1" in page and "How to read this" in page
 
 
 def test_learning_curve_marks_variant_boundaries_and_ci_bands(spectrum_run):
@@ -241,7 +241,7 @@ def _markdown_tables(text: str) -> list[tuple]:
 def test_html_and_markdown_reports_show_the_same_tables(kind, tmp_path, capsys):
     if kind == "shocks":
         run = tmp_path / "run"
-        assert main(["rollout", "--env", "clbench/SpectrumMonitor-v1", "--agent", "reference", "--rollouts", "2",
+        assert main(["rollout", "--env", "clbench/SpectrumMonitor-v2", "--agent", "reference", "--rollouts", "2",
                      "--shock", "flush@10", "--out", str(run), "--quiet"]) == 0
         args = []
     else:

@@ -1,9 +1,12 @@
-"""SpectrumMonitor-v1: reward semantics, agents, the band re-plan (drift) and the issues' must-show
-numbers. The env contract (check_env, reset modes, determinism, info keys, spec card, r_max and
+"""SpectrumMonitor-v2: reward semantics, agents, the band re-plan (drift), feedback that gives no
+answers away, the red team's memoryless families, fresh worlds, and the issues' must-show numbers. The env contract (check_env, reset modes, determinism, info keys, spec card, r_max and
 r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -12,11 +15,12 @@ import pytest
 import clbench  # noqa: F401
 from clbench.agent import make_agent
 from clbench.envs.spectrummonitor.generator import iou
+from clbench.registry import env_class
 from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
 
-ENV = "clbench/SpectrumMonitor-v1"
+ENV = "clbench/SpectrumMonitor-v2"
 
 
 def test_schedule_shape_and_latent_plan():
@@ -25,16 +29,21 @@ def test_schedule_shape_and_latent_plan():
     assert card.instances == 90
     assert [v["instances"] for v in card.variants] == [30, 30, 30]
     assert [s.instance_id for s in env.schedule.order(3)] != [s.instance_id for s in env.schedule.order(0)]
-    assert "re-tuned" in card.variants[2]["description"] and "licensee" in card.variants[2]["description"]
     channels = {c["name"]: c for c in env.latent()["channels"]}
     assert sorted(n for n, c in channels.items() if c["kind"] == "wideband" and not n.endswith("r")) == \
         [f"W{i}" for i in range(1, 8)]
-    assert all(340 <= c["center"] - c["width"] / 2 and c["center"] + c["width"] / 2 <= 508 for c in channels.values())
+    low, high = env.latent()["band"]
+    assert all(low <= c["center"] - c["width"] / 2 and c["center"] + c["width"] / 2 <= high for c in channels.values())
+    # plan channels never overlap each other (a look-alike false alarm may)
+    plan = sorted((c["center"] - c["width"] / 2, c["center"] + c["width"] / 2) for n, c in channels.items()
+                  if n[0] in "WN" and not n.endswith("r"))
+    assert all(a[1] <= b[0] for a, b in zip(plan, plan[1:]))
     # the re-plan: two re-tuned wideband channels, one retired, one licensee
+    shift = env.world["replan"]["retune_shift_mhz"]
     retuned = [n for n in channels if n.endswith("r")]
     assert len(retuned) == 2 and [c["kind"] for c in channels.values()].count("licensee") == 1
     for n in retuned:
-        assert 4.0 <= abs(channels[n]["center"] - channels[n[:-1]]["center"]) <= 6.0
+        assert shift[0] <= abs(channels[n]["center"] - channels[n[:-1]]["center"]) <= shift[1]
     active = env.latent()["active"]
     before = {c["name"] for i in range(1, 61) for c in active[f"scan-{i:03d}"]}
     after = {c["name"] for i in range(61, 91) for c in active[f"scan-{i:03d}"]}
@@ -47,6 +56,18 @@ def test_schedule_shape_and_latent_plan():
     assert min(sizes) >= 1 and max(sizes) < 10 and np.mean(sizes) < 6
 
 
+def test_the_agent_card_and_variants_say_nothing_about_the_drift_or_the_plan():
+    env = gym.make(ENV).unwrapped
+    text = json.dumps(env.agent_card) + json.dumps(env.spec_card.variants)
+    assert not re.search(r"re-?plan|re-?tun|retire|licensee|change|drift", json.dumps(env.agent_card), re.I)
+    assert [v["name"] for v in env.spec_card.variants] == ["week-1", "week-2", "week-3"]  # names say when, not what
+    public = text + (type(env).__doc__ or "") + (__import__(type(env).__module__, fromlist=["x"]).__doc__ or "")
+    leaked = [s for s in env.public_secrets() if s in public]
+    assert not leaked
+    # the secrets are real: every canonical plan centre is among them
+    assert all(f"{c['center']:.1f}" in env.public_secrets() for c in env.latent()["channels"])
+
+
 def test_observation_hides_ground_truth_and_shows_peaks():
     env = gym.make(ENV)
     obs, info = env.reset(seed=0)
@@ -57,7 +78,7 @@ def test_observation_hides_ground_truth_and_shows_peaks():
 def test_invalid_json_gets_one_more_try_then_scores_zero():
     env = gym.make(ENV)
     env.reset(seed=0)
-    obs, r, term, trunc, info = env.step("I think there are channels near 352")
+    obs, r, term, trunc, info = env.step("I think there are channels near 400")
     assert "Invalid action" in obs and not term and not trunc and info["steps_left"] == 1
     obs, r, term, trunc, info = env.step('{"transmitters": [{"center_mhz": 9999, "bandwidth_mhz": 5}]}')
     assert trunc or term
@@ -182,9 +203,9 @@ def test_must_show_reference_rollout(tmp_path):
     assert t["normalized_gain"]["mean"] >= 0.2
     assert t["normalized_gain"]["ci"][0] > 0
     assert t["mean_reward_stateless"] < 0.7 * t["r_max"]
-    # the learned plan pays in every variant, least right after the re-plan
+    # the learned plan pays in every variant; the re-plan takes part of it away
     gains = [v["mean_reward_stateful"] - v["mean_reward_stateless"] for v in t["per_variant"]]
-    assert min(gains) > 0 and gains[2] == min(gains)
+    assert min(gains) > 0 and gains[2] < gains[1]
 
 
 def _canonical(run_dir):
@@ -207,3 +228,122 @@ def test_same_seed_same_results_byte_for_byte(tmp_path):
     run(RunConfig(ENV, "reference", str(tmp_path / "c"), rollouts=2, seed=8, workers=1,
                   env_kwargs={"schedule": "short"}), say=lambda m: None)
     assert _canonical(tmp_path / "a") != _canonical(tmp_path / "c")
+
+
+def test_feedback_reveals_no_edges_only_the_score_the_reported_mhz_and_counts():
+    """issue 28: v1's per-transmitter overlap MHz recovered channel edges to 0.01 MHz. The feedback now
+    depends on the truth only through the score and two counts: reports that differ in where they
+    cross a channel's edge but touch the same channels get the same text apart from the score."""
+    env = gym.make(ENV)
+    _, info = env.reset(seed=0)
+    (ch, *_) = env.unwrapped.latent()["active"][info["instance_id"]]
+    texts = []
+    for shift in (0.0, 0.37, 1.11):  # one band across the channel's lower edge, moved a little
+        env.reset(seed=0, options={"instance": info["instance_id"]})
+        edge = ch["center"] - ch["width"] / 2
+        obs, r, *_ = env.step(json.dumps({"transmitters": [{"center_mhz": edge + shift, "bandwidth_mhz": 4.0}]}))
+        texts.append(obs.replace(f"{r:.4f}", "<score>"))
+        assert "overlapped a transmitting channel" in obs and "1 of 1" in obs
+        numbers = set(re.findall(r"\d+\.\d+", obs))
+        assert numbers <= {f"{r:.4f}", "4.00", "1.0"}, numbers  # the score, the MHz reported, the scale
+    assert texts[0] == texts[1] == texts[2]
+
+
+def family_points(env_id: str, slow: bool = False):
+    """(family, params) for every point of every declared policy family's grid."""
+    for fam, (path, grid) in env_class(env_id).policy_families.items():
+        for vals in itertools.product(*grid.values()):
+            yield fam, path, dict(zip(grid, vals))
+
+
+def stateless_mean(env, agent: str, **kwargs) -> float:
+    """Mean reward of `agent` (a name or "module:Class") played stateless on every instance of `env`."""
+    rewards = []
+    for slot in env.unwrapped.schedule.order(0):
+        a = make_agent(agent, env, **kwargs)
+        obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+        rewards.append(play_instance(env, a, obs, info, [])["reward"])
+    return float(np.mean(rewards))
+
+
+def world_numbers(env_id: str, world_seed, rollouts: int = 2, drift_at: int = 60, red_team=None) -> dict:
+    """One world's difficulty: r_max (oracle), r_reference (stateless reference), the reference's normalized
+    gain (stateful mean over `rollouts` vs stateless), the drift cost (unfrozen minus frozen-at-`drift_at`
+    reward after the drift, stateful) and the best red-team point (stateless): `red_team(env)` ->
+    (mean, policy), by default every point of every family played."""
+    env = gym.make(env_id, world_seed=world_seed)
+    try:
+        r_max, r_ref = stateless_mean(env, "oracle"), stateless_mean(env, "reference")
+        live, frozen = [], []
+        for seed in range(rollouts):
+            a, b = _stateful(env, seed), _stateful(env, seed, freeze_at=drift_at)
+            live += [r for _, r in a.values()]
+            frozen += [a[i][1] - b[i][1] for i in a if a[i][0] >= drift_at]
+        best = (red_team or play_red_team)(env)
+        return {"world": world_seed, "r_max": r_max, "r_reference": r_ref,
+                "normalized_gain": (np.mean(live) - r_ref) / (r_max - r_ref), "drift_cost": float(np.mean(frozen)),
+                "red_team_best": best[0], "red_team_policy": best[1]}
+    finally:
+        env.close()
+
+
+def play_red_team(env) -> tuple[float, str]:
+    """The best (mean, "family {params}") over every point of every declared family, played stateless."""
+    env_id = env.unwrapped.env_id
+    return max((stateless_mean(env, path, **kw), f"{fam} {kw}") for fam, path, kw in family_points(env_id))
+
+
+def test_no_memoryless_family_reaches_the_reference():
+    """issue 28: every point of every declared single-scan family, played stateless, stays below r_reference."""
+    env = gym.make(ENV)
+    r_ref = env.unwrapped.r_reference
+    assert r_ref == pytest.approx(stateless_mean(env, "reference"))
+    means = {f"{fam} {kw}": stateless_mean(env, path, **kw) for fam, path, kw in family_points(ENV)}
+    assert len({k.split()[0] for k in means}) == 5
+    best = max(means, key=means.get)
+    assert means[best] < r_ref, (best, means[best], r_ref)
+
+
+WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1, 7)
+
+
+@pytest.mark.parametrize("world_seed", WORLDS)
+def test_fresh_worlds_keep_the_difficulty(world_seed):
+    """issue 29: a fresh world draws another plan and re-plan (no channel in common with the canonical one)
+    and keeps the canonical world's difficulty within a band: headroom, learnable, the drift costs a
+    frozen reference, and no single-scan family beats the stateless reference by more than 0.04: its
+    single-scan rule is the canonical world's best, and the best of ~70 grid points on 90 noisy scans of
+    another world lies 0.00-0.035 above it (measured on worlds 1-20; the winning family varies by world)."""
+    canon = {round(c["center"]) for c in gym.make(ENV).unwrapped.latent()["channels"]}
+    fresh = gym.make(ENV, world_seed=world_seed).unwrapped
+    assert not canon & {round(c["center"]) for c in fresh.latent()["channels"]}
+    n = world_numbers(ENV, world_seed, rollouts=1)
+    assert n["r_max"] == 1.0 and 0.45 <= n["r_reference"] <= 0.7
+    assert n["normalized_gain"] >= 0.15
+    assert n["drift_cost"] >= 0.1 * (n["r_max"] - n["r_reference"])
+    assert n["red_team_best"] <= n["r_reference"] + 0.04, n
+
+
+def test_train_and_fresh_worlds_differ_from_the_canonical_one():
+    plans = [tuple(sorted(round(c["center"], 1) for c in gym.make(ENV, **kw).unwrapped.latent()["channels"]))
+             for kw in ({}, {"split": "train"}, {"world_seed": 1}, {"world_seed": 2}, {"split": "train", "world_seed": 1})]
+    assert len(set(plans)) == len(plans)
+    again = gym.make(ENV, world_seed=1).unwrapped.latent()
+    assert again == gym.make(ENV, world_seed=1).unwrapped.latent()  # a world seed names one world
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_vector_envs_step_through_instance_boundaries(mode):
+    """issue 31: info stacks in gym.make_vec (same keys and types in every sub-env) across scans."""
+    envs = gym.make_vec(ENV, 3, vectorization_mode=mode, vector_kwargs={"shared_memory": False} if mode == "async"
+                        else {}, schedule="short", cycle=True)
+    try:
+        envs.reset(seed=0)
+        ends = 0
+        for step in range(10):
+            obs, r, term, trunc, info = envs.step(['{"transmitters": []}' if step % 3 else "not json"] * 3)
+            ends += int(np.sum(term | trunc))
+            assert len(obs) == 3 and all(isinstance(o, str) for o in obs)
+        assert ends >= 6 and "instance_id" in info
+    finally:
+        envs.close()

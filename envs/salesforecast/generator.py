@@ -1,6 +1,8 @@
 """Seeded generator of the furniture retailer: catalog, latent demand, sales and store exports.
 
-All numbers come from tasks/salesforecast/default.yaml. The world (catalog, prices, expected
+All numbers come from tasks/salesforecast/default.yaml (the canonical world) or, in any other
+world, from `draw_world` (growth rates, store levels, price response and the regime change drawn
+anew, in the canonical world's proportions). The world (catalog, prices, expected
 demand, Poisson sales) depends on the seed only, never on the schedule; what one instance shows
 (the visible store's export, the catalog, the request) depends on its forecast year and variant.
 The latent structure: a growth rate per collection, one price elasticity, store levels and
@@ -11,6 +13,7 @@ by new factors.
 """
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -85,6 +88,29 @@ def last_year(spec: dict) -> int:
     """The last year any schedule asks about."""
     years = [y for sched in spec["schedules"].values() for v in sched for y in v["years"]]
     return max(years) + spec["horizon_years"] - 1
+
+
+def draw_world(spec: dict, rng: np.random.Generator) -> dict:
+    """`spec` with the latent effects drawn anew: the collections' growth rates and the stores' levels
+    (the canonical values shuffled and jittered), the price elasticity, and the regime change (one
+    store's level cut, the fastest-growing collection turning to decline) at the same year, of the
+    same kind and size as the canonical one."""
+    spec = copy.deepcopy(spec)
+    colls = list(spec["collections"])
+    rates = np.array([spec["collections"][c] for c in colls])[rng.permutation(len(colls))]
+    spec["collections"] = {c: round(float(r + rng.uniform(-0.01, 0.01)), 3) for c, r in zip(colls, rates)}
+    levels = np.array([st["level"] for st in spec["stores"]])[rng.permutation(len(spec["stores"]))]
+    for st, level in zip(spec["stores"], levels):
+        st["level"] = round(float(level * np.exp(rng.uniform(-0.1, 0.1))), 3)
+    spec["price_elasticity"] = round(float(rng.uniform(1.1, 1.5)), 3)
+    change = spec["regime_change"]
+    (old_store, cut), = change["store_levels"].items()
+    (old_coll, turn), = change["growth"].items()
+    store = spec["stores"][int(rng.integers(len(spec["stores"])))]["id"]
+    fastest = max(spec["collections"], key=spec["collections"].get)
+    change["store_levels"] = {store: round(float(cut * np.exp(rng.uniform(-0.1, 0.1))), 3)}
+    change["growth"] = {fastest: round(float(turn + rng.uniform(-0.015, 0.015)), 3)}
+    return spec
 
 
 def _catalog(spec: dict, rng: np.random.Generator) -> list[Product]:

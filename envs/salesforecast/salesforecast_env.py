@@ -1,4 +1,4 @@
-"""SalesForecast-v1: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
+"""SalesForecast-v2: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 from clbench.actions import ActionError, ToolCall, extract_json, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
 from clbench.feedback import score_report
-from clbench.envs.salesforecast.generator import InstanceData, generate_world, make_instance
+from clbench.envs.salesforecast.generator import InstanceData, draw_world, generate_world, make_instance
 from clbench.envs.salesforecast.scoring import EXAMPLE, parse_predictions, skill, wape
 from clbench.envs.salesforecast.workspace import INBOX, open_workspace, refresh_inbox
 from clbench.sandbox import Sandbox, SandboxError
@@ -27,20 +27,20 @@ _TOOLCHAIN_OK: set[tuple] = set()
 class SalesForecastEnv(InstanceSequenceEnv):
     """
     ## Description
-    The agent is the demand analyst of a furniture retailer with three stores (SF San Francisco,
-    NY New York, CHI Chicago) and a catalog of 20 products in 5 collections and 5 types (24
-    from 2035). Each instance is one forecast year 2027-2038: the workspace's `inbox/` holds the
-    previous year's sales export of one store (the visible store rotates; each store's system
-    writes its own layout and column names, plus non-causal distractor columns such as weather
-    index or marketing spend), the catalog with planned list prices, and `request.json`: 75
-    cells (5 products x 3 stores x 5 years), including stores and products absent from the
-    export. Latent structure: a demand growth rate per collection, one price elasticity, store
-    levels and store-by-type interactions. Three variants of four years: steady prices;
-    repricing of half the catalog from 2031; four new products from 2035.
-    Concept drift (variant "repricing", from 2031, not announced): a regime change in the hidden
-    dynamics: Chicago's demand level falls by 40% (a competitor opens) and the Nordic collection
-    turns from +9% to -7% a year; what was learned about store levels and growth from earlier
-    years now overshoots (`regime_change` and `drifts` in the task YAML).
+    The agent is the demand analyst of a furniture retailer with three stores and a catalog of
+    products in collections and types (new products launch in the last variant). Each instance is
+    one forecast year: the workspace's `inbox/` holds the previous year's sales export of one store
+    (the visible store rotates; each store's system writes its own layout and column names, plus
+    non-causal distractor columns such as a weather index or marketing spend), the catalog with
+    planned list prices, and `request.json`: 75 cells (5 products x 3 stores x 5 years), including
+    stores and products absent from the export. Latent structure: a demand growth rate per
+    collection, one price elasticity, store levels and store-by-type interactions. Three variants
+    of four years: steady prices; repricing of part of the catalog; new products.
+    Concept drift (at the second variant, not announced): a regime change in the hidden dynamics:
+    one store's demand level falls and one collection's growth turns to decline; what was learned
+    about store levels and growth from earlier years now overshoots (`regime_change` and `drifts`
+    in the task YAML). Nothing the agent is shown (its brief, the variant descriptions) says when
+    or what the change is.
     The agent works in a sandbox (no network, read-only system, python3 with numpy, scipy,
     scikit-learn and pandas). Stateful, the workspace persists across instances (scripts, panel
     files, fitted models); `inbox/` is replaced each year. Future sales never exist inside it.
@@ -66,12 +66,14 @@ class SalesForecastEnv(InstanceSequenceEnv):
     characters); after a submission, its score and feedback or what was wrong with it.
 
     ## Feedback
-    The terminal observation states the score and its parts (WAPE = sum of absolute errors /
-    sum of actual units), the WAPE of each requested year and of each store, and, for the 15
-    cells of the forecast year itself, the realised units next to the forecast: what the
-    analyst's books show at the end of that year. Realised units of the four later years are
-    not shown, nor per-cell errors there: the next instances ask for those very cells (instance
-    fyY requests Y..Y+4), so they would hand over later answers. Year Y is never requested again.
+    The terminal observation states the score and the WAPE over all 75 cells (the reward in
+    another form), and for the forecast year Y itself only: its WAPE, its WAPE per store, and the
+    realised units of its 15 cells next to the forecast (what the analyst's books show at the end
+    of year Y; year Y is never requested again, and the next instance's export shows one store's
+    year Y anyway). Nothing about the four later years is shown: no per-year WAPE, no sums of
+    actual units or of errors (v1 gave the 5-year sum of actual units, which with the year-Y units
+    revealed the later years' total, e.g. a coming drop), because the next instances ask for those
+    very cells (instance fyY requests Y..Y+4).
 
     ## Rewards
     WAPE skill `max(0, 1 - sum|pred - actual| / sum actual)` over the 75 cells (actual = the
@@ -92,22 +94,25 @@ class SalesForecastEnv(InstanceSequenceEnv):
     "bwrap", "docker", "unsafe-local" = no isolation, for debugging only: the agent could then
     read the task data), `image` (Docker image with python3, numpy, scipy, scikit-learn and
     pandas; none ships), `command_timeout` (seconds per shell command, default 60), `cycle`,
-    `render_mode` ("ansi"), `split` ("test", the benchmark's company; "train": another company drawn
-    from another seed, same regimes and schedule; ids "train-fyYYYY").
+    `render_mode` ("ansi"), `split` ("test", the benchmark's company; "train": ids
+    "train-fyYYYY"), `world_seed` (None: the canonical company of tasks/salesforecast/default.yaml;
+    N: growth rates, store levels, price response and the regime change drawn anew,
+    `generator.draw_world`). Every world but the canonical one (the train split too) draws them.
 
     ## Version History
+    * v2: the feedback shows the forecast year only (v1's 5-year sum of actual units and per-year
+      WAPE revealed the later years, which later instances ask for); the agent card and variant
+      descriptions say nothing about the regime change; public text names no effect or regime
+      value; `world_seed` (train worlds draw their effects too); red-team `policy_families`
+      (naive, price-adjusted, trend, seasonal, shrinkage forecasters); recalibrated.
     * v1 (split kwarg, no change to the test split): `split="train"` for training.
-    * v1 (no change to dynamics or scoring): the repricing variant's description, which agents see
-      in the spec card, no longer announces the unannounced demand regime change.
-    * v1: regime change from 2031 (Chicago level, Nordic trend): real concept drift; the
-      reference weighs recent years more; r_max and r_reference recalibrated.
-      The terminal observation carries the score's parts, per-year and per-store WAPE and the
-      forecast year's realised units (see Feedback); the brief states what invalid actions and an
-      exhausted budget cost.
+    * v1: regime change at the second variant: real concept drift; the reference weighs recent
+      years more; the terminal observation carries the score's parts and the forecast year's
+      realised units; the brief states what invalid actions and an exhausted budget cost.
     * v0: initial release.
     """
 
-    env_id = "clbench/SalesForecast-v1"
+    env_id = "clbench/SalesForecast-v2"
     reward_unit = "WAPE skill 0-1"
     brief = (
         "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
@@ -125,9 +130,9 @@ class SalesForecastEnv(InstanceSequenceEnv):
     reward_text = ("WAPE skill max(0, 1 - sum|pred - actual| / sum actual) over the 75 requested cells "
                    "(actual = realised unit sales); 1.0 is perfect.")
     feedback_text = (
-        "After an accepted forecast: the score and its parts (sum of absolute errors, sum of actual units, "
-        "WAPE), WAPE per requested year and per store, and the realised units of the forecast year's own 15 "
-        "cells next to your forecast. Later years' realised units are not shown: later instances ask for them.")
+        "After an accepted forecast: the score (1 - WAPE over all requested cells) and, for the forecast year "
+        "itself only, its WAPE, its WAPE per store and its realised units next to your forecast. Nothing about "
+        "the later requested years is shown: later instances ask for them.")
     action_grammar = (
         "One action per reply: a shell command run with bash in /workspace (optionally prefixed 'bash:'), at most "
         "20 per year; or SUBMIT <path> to submit a predictions file from the workspace (bare SUBMIT = "
@@ -141,6 +146,16 @@ class SalesForecastEnv(InstanceSequenceEnv):
     resumable = False
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
     degenerate_answers = {"submit-default": "SUBMIT", "list-inbox": "ls inbox"}
+    #: memoryless forecasters from one read of the inbox (agents/salesforecast_redteam.py), played stateless
+    policy_families = {
+        "naive": ("clbench.agents.salesforecast_redteam:Forecaster", {"fill": ["type", "all"], "scale": [0.8, 1.0, 1.25]}),
+        "price-adjusted": ("clbench.agents.salesforecast_redteam:Forecaster", {"elasticity": [0.5, 1.0, 1.5, 2.0]}),
+        "trend": ("clbench.agents.salesforecast_redteam:Forecaster",
+                  {"trend": [0.9, 0.95, 1.05, 1.1], "elasticity": [0.0, 1.3]}),
+        "seasonal": ("clbench.agents.salesforecast_redteam:Forecaster", {"annualise": ["q4x4", "h2x2"]}),
+        "shrink-to-type": ("clbench.agents.salesforecast_redteam:Forecaster",
+                           {"shrink": [0.3, 0.6, 1.0], "elasticity": [0.0, 1.0]}),
+    }
     agents = {
         "reference": "clbench.agents.salesforecast:SalesForecastReference",
         "oracle": "clbench.agents.salesforecast:SalesForecastOracle",
@@ -148,21 +163,23 @@ class SalesForecastEnv(InstanceSequenceEnv):
 
     def __init__(self, schedule: str = "default", backend: str = "auto", image: str | None = None,
                  command_timeout: float = 60.0, cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test"):
+                 split: str = "test", world_seed: int | None = None):
         if not command_timeout > 0:
             raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout!r}")
         self.backend, self.image = backend, image
         self.command_timeout = float(command_timeout)
         self._sb: Sandbox | None = None
         self._commands = 0
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
 
     # ------------------------------------------------------------------ schedule and world
     def _build_schedule(self, name: str) -> Schedule:
         schedules = self.spec_data["schedules"]
         if name not in schedules:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(schedules)}")
-        self.world = generate_world({**self.spec_data, "seed": self.split_seed(self.spec_data["seed"])})
+        # the canonical company as written; any other world (train, fresh) draws its effects and regime anew
+        spec = self.spec_data if self.canonical_world else draw_world(self.spec_data, self.world_rng("effects"))
+        self.world = generate_world({**spec, "seed": self.draw_seed(self.spec_data["seed"])})
         variants = []
         for v in schedules[name]:
             insts = tuple(Instance(f"fy{y}", v["name"], make_instance(self.world, y, v)) for y in v["years"])
@@ -297,21 +314,41 @@ class SalesForecastEnv(InstanceSequenceEnv):
 
     @staticmethod
     def _feedback(year: int, score: float, w: float, preds: dict, actual: dict) -> str:
-        """WAPE by year and store, realised units of year `year` only: later years are asked again (Feedback)."""
+        """The score and WAPE, and year `year` alone in detail: later years are asked again (Feedback)."""
         def part(cells) -> str:
             return f"WAPE {wape({c: preds[c] for c in cells}, {c: actual[c] for c in cells}):.4f}"
 
-        lines = ["By requested year: " + "; ".join(
-            f"{y} {part([c for c in actual if c[2] == y])}" for y in sorted({c[2] for c in actual}))]
-        lines.append("By store: " + "; ".join(
-            f"{st} {part([c for c in actual if c[1] == st])}" for st in dict.fromkeys(c[1] for c in actual)))
+        first = [c for c in actual if c[2] == year]
+        lines = [f"Forecast year {year}: {part(first)}; by store: " + "; ".join(
+            f"{st} {part([c for c in first if c[1] == st])}" for st in dict.fromkeys(c[1] for c in first))]
         lines.append(f"Realised units of {year} (later years are not shown: later instances ask for them): "
                      "product store | forecast | actual")
-        lines += [f"  {p} {st} | {preds[(p, st, y)]:.1f} | {actual[(p, st, y)]}" for p, st, y in actual if y == year]
-        return score_report(score, "1 - WAPE, floored at 0", [
-            ("sum of absolute errors", f"{sum(abs(preds[c] - a) for c, a in actual.items()):.1f} units"),
-            ("sum of actual units", f"{sum(actual.values())} units"),
-            ("WAPE", f"{w:.4f}")], lines)
+        lines += [f"  {p} {st} | {preds[(p, st, y)]:.1f} | {actual[(p, st, y)]}" for p, st, y in first]
+        return score_report(score, "1 - WAPE over all requested cells, floored at 0",
+                            [("WAPE over all requested cells", f"{w:.4f}")], lines)
+
+    @classmethod
+    def public_secrets(cls) -> list[str]:
+        """The canonical company's effects and regime change as text would state them: growth factors and
+        their yearly percentages, the price elasticity, store levels, the regime's store cut and new trend
+        (bare decimals such as a growth factor alone occur in unrelated text, so they come with their words)."""
+        from clbench.env import load_task_spec
+
+        spec = load_task_spec(cls.task)
+        out = set()
+        for coll, rate in spec["collections"].items():
+            out |= {f"{coll}: {rate}", f"{rate:.2f} a year", f"{(rate - 1) * 100:+.0f}% a year"}
+        e = spec["price_elasticity"]
+        out |= {f"elasticity {e}", f"elasticity of {e}", f"price_elasticity: {e}"}
+        out |= {f"level {st['level']}" for st in spec["stores"]}
+        change = spec["regime_change"]
+        for sid, factor in change["store_levels"].items():
+            name = next(st["name"] for st in spec["stores"] if st["id"] == sid)
+            out |= {f"{sid}: {factor}", f"falls by {(1 - factor) * 100:.0f}%", f"{name}'s demand level falls",
+                    f"competitor opens next to the {name}"}
+        for coll, rate in change["growth"].items():
+            out |= {f"{rate:.2f} a year", f"{coll} collection", f"{coll} trend", f"{(rate - 1) * 100:+.0f}% a year"}
+        return sorted(out)
 
     def _read_submission(self, path: str):
         try:

@@ -27,10 +27,28 @@ def host_python_runtime(image: str | None = None) -> Runtime:
     import clbench
 
     prefixes = dict.fromkeys(str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix))
-    binds = tuple((p, p) for p in prefixes if not p.startswith("/usr/"))
+    binds = tuple((p, p) for p in prefixes if not p.startswith("/usr/")) + _outside_site_dirs(prefixes)
     path = ":".join(f"{p}/bin" for p in prefixes) + ":/usr/local/bin:/usr/bin:/bin"
     env = [("PATH", path)] + [(name, "0" if name.startswith("JOBLIB") else "1") for name in _THREADS]
     return Runtime(image=image, binds=binds, hide=(str(Path(clbench.__file__).resolve().parent),), env=tuple(env))
+
+
+def _outside_site_dirs(prefixes) -> tuple[tuple[str, str], ...]:
+    """Site folders on sys.path outside the interpreter's prefixes (a venv's .pth may add one, e.g.
+    a shared dependency folder): bound too, or the sandbox's python3 would not find numpy there.
+    Folders holding clbench itself are never bound."""
+    import clbench
+
+    own = Path(clbench.__file__).resolve().parent.parent
+    found = []
+    for entry in sys.path:
+        path = Path(entry).resolve() if entry else None
+        if path is None or not path.is_dir() or str(path).startswith("/usr/") or (path / "clbench").exists():
+            continue
+        if any(path.is_relative_to(p) for p in prefixes) or own.is_relative_to(path):
+            continue
+        found.append((str(path), str(path)))
+    return tuple(dict.fromkeys(found))
 
 
 def open_workspace(backend: str, timeout: float, image: str | None = None) -> Sandbox:

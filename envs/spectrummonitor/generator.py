@@ -1,15 +1,19 @@
 """Seeded generator of the band plan, transmitter activity and noisy scans.
 
-All numbers come from tasks/spectrummonitor/default.yaml. The band plan is the latent structure:
-7 wideband channels on a regular grid plus 6 narrowband ones in the guard gaps. Which channels
-may transmit changes by variant and, within a variant, follows a persistent on/off Markov
-process; the truth of a scan is the set of channels transmitting in it. A variant marked
-`replan` changes the plan for itself and every later variant: some eligible wideband channels
-are re-tuned (new centre and width), one is retired and a new licensee takes over part of the
-retired channel's spectrum with a different centre and width.
+All numbers come from tasks/spectrummonitor/default.yaml (the canonical world) or from
+`draw_world` (any other world: the same kind of plan in another part of the spectrum, with other
+widths, gaps, powers and re-plan). The band plan is the latent structure: wideband channels with
+irregular guard gaps between them, each gap holding one narrowband channel. Which channels may
+transmit changes by variant and, within a variant, follows a persistent on/off Markov process;
+the truth of a scan is the set of channels transmitting in it. False alarms mimic channels
+(a channel's width and power, anywhere in the band), so a single scan cannot tell them apart.
+A variant marked `replan` changes the plan for itself and every later variant: some eligible
+wideband channels are re-tuned (new centre and width), one is retired and a new licensee takes
+over part of the retired channel's spectrum with a different centre and width.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,23 +47,65 @@ class Scan:
     peaks: tuple[Peak, ...]
 
 
+def _centers(wb: dict, high: float, rng: np.random.Generator) -> list[float]:
+    """Wideband centres: the first one, then gaps drawn from spacing_mhz (irregular), squeezed to fit the band."""
+    gaps = rng.uniform(*wb["spacing_mhz"], size=wb["count"] - 1)
+    room = high - wb["width_mhz"] / 2 - 1.0 - wb["first_center_mhz"]
+    if gaps.sum() > room:
+        gaps *= room / gaps.sum()
+    return [float(wb["first_center_mhz"] + x) for x in np.concatenate([[0.0], np.cumsum(gaps)])]
+
+
 def make_channels(spec: dict, rng: np.random.Generator) -> list[Channel]:
     wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
     channels = []
-    centers = [wb["first_center_mhz"] + i * wb["spacing_mhz"] for i in range(wb["count"])]
+    centers = _centers(wb, spec["band"]["high_mhz"], rng)
     for i, c in enumerate(centers):
         channels.append(Channel(
             f"W{i + 1}", "wideband",
             round(c + rng.normal(0, wb["center_jitter_mhz"] / 2), 3),
             round(wb["width_mhz"] + rng.uniform(-wb["width_jitter_mhz"], wb["width_jitter_mhz"]), 3),
             round(rng.uniform(*wb["power_dbm"]), 1)))
-    for i, (a, b) in enumerate(zip(centers, centers[1:])):
+    wide = list(channels)
+    for i, (a, b) in enumerate(zip(wide, wide[1:])):
+        guard = (a.interval[1] + b.interval[0]) / 2  # the middle of the guard gap between the two
         channels.append(Channel(
             f"N{i + 1}", "narrowband",
-            round((a + b) / 2 + rng.normal(0, nb["center_jitter_mhz"] / 2), 3),
+            round(guard + rng.normal(0, nb["center_jitter_mhz"] / 2), 3),
             round(nb["width_mhz"] + rng.uniform(-nb["width_jitter_mhz"], nb["width_jitter_mhz"]), 3),
             round(rng.uniform(*nb["power_dbm"]), 1)))
     return channels
+
+
+def draw_world(spec: dict, rng: np.random.Generator) -> dict:
+    """`spec` with the band plan and its re-plan drawn anew (same counts, same kind of plan, widths and
+    shifts in the canonical world's proportions): the latent values of a non-canonical world."""
+    spec = copy.deepcopy(spec)
+    low = round(float(rng.uniform(150.0, 850.0)), 1)
+    wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
+    # the canonical proportions: wideband width ~70% of the smallest gap, the narrowband channel ~80%
+    # of the smallest guard, and a band wide enough for the widest draw of gaps, so plan channels
+    # never overlap (a squeezed plan would make overlapping peaks a sign of a false alarm less often)
+    spacing = float(rng.uniform(19.0, 23.0))
+    wb["spacing_mhz"] = [round(spacing, 2), round(spacing + 6.0, 2)]
+    wb["width_mhz"] = round(float(rng.uniform(0.68, 0.74)) * spacing, 2)
+    wb["first_center_mhz"] = round(low + wb["width_mhz"] / 2 + float(rng.uniform(2.0, 7.0)), 2)
+    nb["width_mhz"] = round(float(rng.uniform(0.75, 0.85)) * (spacing - wb["width_mhz"]), 2)
+    top = wb["first_center_mhz"] + (wb["count"] - 1) * (spacing + 6.0) + wb["width_mhz"] / 2 + 2.0
+    spec["band"] = {"low_mhz": low, "high_mhz": round(top, 1)}
+    shift = float(rng.uniform(-3.0, 3.0))
+    for kind in (wb, nb):
+        kind["power_dbm"] = [round(p + shift, 1) for p in kind["power_dbm"]]
+    rp = spec["replan"]
+    lo = float(rng.uniform(3.5, 5.0))
+    rp["retune_shift_mhz"] = [round(lo, 2), round(lo + 2.0, 2)]
+    rp["retune_width_mhz"] = round(float(rng.uniform(0.6, 0.75)) * wb["width_mhz"], 2)
+    lic = rp["licensee"]
+    lic["width_mhz"] = round(float(rng.uniform(0.45, 0.6)) * wb["width_mhz"], 2)
+    off = float(rng.uniform(2.5, 3.5))
+    lic["offset_mhz"] = [round(off, 2), round(off + 1.5, 2)]
+    lic["power_dbm"] = [round(p + shift, 1) for p in lic["power_dbm"]]
+    return spec
 
 
 def _eligible(channels: list[Channel], variants: list[dict], rng: np.random.Generator) -> list[list[Channel]]:
@@ -96,7 +142,7 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
     eligible = _eligible(channels, variants, rng)
     act, meas = spec["activity"], spec["measurement"]
     low, high = spec["band"]["low_mhz"], spec["band"]["high_mhz"]
-    floor = spec["noise_floor_dbm"]
+    wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
     on = {c.name: bool(rng.random() < 0.6) for c in channels}
     changes: dict[str, Channel] = {}
     scans: list[Scan] = []
@@ -121,9 +167,10 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
                     peaks.append(Peak(c.center + rng.normal(0, meas["center_noise_mhz"]),
                                       c.power + rng.normal(0, meas["power_noise_db"]),
                                       max(0.3, c.width * (1 + rng.normal(0, meas["width_noise_rel"])))))
-            for _ in range(rng.poisson(meas["false_alarm_rate"])):
-                peaks.append(Peak(rng.uniform(low, high), floor + rng.uniform(*meas["false_alarm_snr_db"]),
-                                  rng.uniform(*meas["false_alarm_width_mhz"])))
+            for _ in range(rng.poisson(meas["false_alarm_rate"])):  # look-alikes: a channel's width and power
+                kind = wb if rng.random() < meas["false_alarm_wideband_share"] else nb
+                peaks.append(Peak(rng.uniform(low, high), rng.uniform(*kind["power_dbm"]) + rng.normal(0, meas["power_noise_db"]),
+                                  max(0.3, kind["width_mhz"] * (1 + rng.normal(0, meas["width_noise_rel"])))))
             if rng.random() < meas["spike_probability"]:
                 peaks.append(Peak(rng.uniform(low, high), rng.uniform(*meas["spike_power_dbm"]),
                                   rng.uniform(*meas["spike_width_mhz"])))

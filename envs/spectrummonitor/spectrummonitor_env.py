@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v1: blind spectrum monitoring from noisy scans."""
+"""SpectrumMonitor-v2: blind spectrum monitoring from noisy scans."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,7 @@ from clbench.actions import ActionError, ToolCall, extract_json, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome
 from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
-from clbench.envs.spectrummonitor.generator import generate, iou, measure, merge_intervals, overlap
-
-#: reported transmitters that get a verdict each (see Feedback: no mapping by thin slices)
-VERDICTS = 20
+from clbench.envs.spectrummonitor.generator import draw_world, generate, iou, measure, merge_intervals, overlap
 
 _TRANSMITTER = {
     "type": "object",
@@ -29,22 +26,23 @@ _TRANSMITTER = {
 class SpectrumMonitorEnv(InstanceSequenceEnv):
     """
     ## Description
-    An analyst reports, scan by scan, which transmitters occupy a 168 MHz band (340-508 MHz),
-    over a sequence of 90 noisy scans. The latent structure is the band plan: 7 wideband
-    (~15 MHz) channels on a regular grid and 6 narrowband (~5 MHz) ones in the guard gaps.
-    Transmitters are active or dormant for long runs. Each scan lists detected peaks with
-    centre jitter (0.7 MHz), width error (12%), missed detections (15%), false alarms as wide and
-    as strong as real channels, and short interference spikes. A single scan cannot tell a false
-    alarm from a transmitter, nor give a channel's exact edges; an agent that has learned the
-    plan from earlier scans can (recurrence), and snaps detections to the known channels.
+    An analyst reports, scan by scan, which transmitters occupy a radio band (its edges are stated
+    in every scan), over a sequence of 90 noisy scans. The latent structure is the band plan:
+    wideband channels separated by irregular guard gaps, each gap holding one narrowband channel.
+    Transmitters are active or dormant for long runs. Each scan lists detected peaks with centre
+    jitter, width error, missed detections, false alarms that mimic channels (a channel's width
+    and power, anywhere in the band) and short, narrow interference spikes. A single scan cannot
+    tell a false alarm from a transmitter, nor give a channel's exact edges; an agent that has
+    learned the plan from earlier scans can (recurrence), and snaps detections to the known
+    channels.
 
-    Three variants of 30 scans: five wideband channels; four narrowband channels join them;
-    band-replan. **Concept drift** at band-replan (position 60): the regulator re-plans the
-    band. Two of the live wideband channels are re-tuned (centre moved by 4-6 MHz, width
-    narrowed to 10 MHz), one is retired, and a new licensee (8 MHz wide) takes over part of the
-    retired channel's spectrum, 3-4.5 MHz off its old centre. What an agent learned about those
+    Three variants of 30 scans; more licensees appear in the second. **Concept drift** at the
+    third variant: the regulator re-plans the band. Some live wideband channels are re-tuned
+    (another centre and width), one is retired, and a new licensee takes over part of the
+    retired channel's spectrum with another centre and width. What an agent learned about those
     channels before the re-plan is now wrong: snapping to the old plan misplaces them and
-    treating unknown peaks as false alarms drops the new ones.
+    treating unknown peaks as false alarms drops the new ones. Nothing the agent is shown (its
+    brief, the variant names) says when or what the change is.
 
     ## Action Space
     `Text`: a JSON report `{"transmitters": [{"center_mhz": float, "bandwidth_mhz": float,
@@ -58,22 +56,20 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     (id, centre MHz, power dBm, width MHz); after the report, its score and feedback.
 
     ## Feedback
-    The terminal observation states the score (IoU), its parts (MHz occupied, MHz reported,
-    their overlap and union), a verdict on each reported transmitter (first 20 listed): the MHz
-    of it that overlapped spectrum in use (hit) or none (false alarm), and how many transmitting
-    channels no reported band touched. That is what a monitor learns when its report is checked
-    against the licensees' transmission log: whether what it reported was on the air. The log's
-    own entries (exact centres and edges of the channels transmitting, where the missed ones
-    were) are not shown: channels stay active for long runs, so they would answer the next scans,
-    and over a few scans they would hand over the band plan, the latent structure the task
-    measures learning of. The verdicts are capped at 20 transmitters so that slicing the band
-    into many thin reports cannot map the occupied spectrum in one scan.
+    The terminal observation states the score (IoU), the MHz the agent reported as active (which
+    it knows), how many of its reported transmitters overlapped a transmitting channel (a count,
+    not which) and how many transmitting channels no reported band touched. That is all: the
+    score itself, counts and the agent's own numbers. No MHz of overlap, occupied spectrum,
+    centre, edge or per-transmitter verdict is shown: channels stay active for long runs, so
+    those would answer the next scans and, over a few scans, hand over the band plan the task
+    measures learning of. A count tells no more about where the channels are than the score does
+    (one reported band per scan gives the same bit either way).
 
     ## Rewards
     Intersection over union, in MHz, between the union of the bands of the transmitters
     reported as currently active and the spectrum occupied by the channels transmitting in
     this scan, on the step that ends the scan; 0 on other steps. Claiming spectrum that is not
-    occupied now (the whole band, the whole plan, dormant channels, false alarms) enlarges the
+    occupied now (the whole band, a guessed plan, dormant channels, false alarms) enlarges the
     union and costs score, so no answer that ignores the scan beats reading it.
     raw_metric = ("iou", value). r_max = 1.0 (the oracle, which reads the true active set);
     r_reference = the stateless reference agent's mean.
@@ -85,57 +81,75 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     brief states this rule.
 
     ## Arguments
-    `schedule` ("default": 90 scans in 3 variants; "short": 8 scans in 2 variants, the second
-    one re-planned, for quick tests), `cycle` (wrap around after the last scan instead of
-    raising), `render_mode` ("ansi"), `split` ("test", the benchmark's scans; "train": the same
-    schedule drawn from another generator seed: another jittered band plan, re-planned the same way,
-    other scans; ids "train-scan-NNN").
+    `schedule` ("default": 90 scans in 3 variants; "short": 8 scans in 2 variants for quick
+    tests), `cycle` (wrap around after the last scan instead of raising), `render_mode`
+    ("ansi"), `split` ("test", the benchmark's scans; "train": ids "train-scan-NNN"),
+    `world_seed` (None: the canonical world of tasks/spectrummonitor/default.yaml; N: a band
+    plan and re-plan drawn anew, `generator.draw_world`, of the same kind and difficulty). Every
+    world but the canonical one (the train split too) draws its plan, re-plan and scans anew.
 
     ## Version History
+    * v2: the feedback gives the score, the MHz reported and two counts (v1's overlap MHz per
+      reported transmitter recovered channel edges to 0.01 MHz); false alarms mimic channels and
+      the wideband gaps are irregular, so no single-scan rule (width, power, grid) tells them
+      apart; the stateless reference drops narrow spikes and peaks overlapping a stronger one by
+      more than 1 MHz (the canonical world's best single-scan rule found; the red team's
+      `policy_families`); public text and the agent card name no plan value and say nothing
+      about the re-plan; variants are named by week; `world_seed`.
     * v1 (split kwarg, no change to the test split): `split="train"` for training.
     * v1: the truth is the spectrum transmitting in each scan (v0 scored against all channels,
       active or dormant, so reporting the whole band earned ~0.8 without looking); false alarms
       look like channels; the band plan changes at the third variant (drift).
-      The terminal observation carries the score's parts and per-transmitter feedback (see
-      Feedback); the brief states the one retry and no longer asks for power (never scored) or
-      an active flag beyond what is scored.
     * v0: initial release.
     """
 
-    env_id = "clbench/SpectrumMonitor-v1"
+    env_id = "clbench/SpectrumMonitor-v2"
     reward_unit = "IoU"
     brief = (
-        "You monitor a radio band (340-508 MHz) from a sequence of noisy scans. After each scan, report every "
-        "transmitter that is transmitting in it: its centre frequency and bandwidth in MHz. Peaks "
-        "can be missed, their centres and widths are noisy, and false alarms and short interference spikes occur "
-        "that look like transmitters in a single scan. Licensed channels recur across scans; the band plan may "
-        "change. You are scored on how well your reported bands cover the spectrum occupied in this scan "
-        "(intersection over union in MHz); claiming unoccupied spectrum costs score. Only the bands count: "
-        "a transmitter marked currently_active false is ignored, and estimated_power_dbm is optional and not "
-        "scored. One report ends the scan; if it is invalid you are told why and get one more try, after which "
-        "the scan scores 0."
+        "You monitor a radio band (its edges are given in every scan) from a sequence of noisy scans. After each "
+        "scan, report every transmitter that is transmitting in it: its centre frequency and bandwidth in MHz. "
+        "Peaks can be missed, their centres and widths are noisy, and false alarms and short interference spikes "
+        "occur that look like transmitters in a single scan. You are scored on how well your reported bands "
+        "cover the spectrum occupied in this scan (intersection over union in MHz); claiming unoccupied spectrum "
+        "costs score. Only the bands count: a transmitter marked currently_active false is ignored, and "
+        "estimated_power_dbm is optional and not scored. One report ends the scan; if it is invalid you are "
+        "told why and get one more try, after which the scan scores 0."
     )
     reward_text = ("IoU (MHz) between the reported active transmitters' bands and the spectrum occupied by the "
                    "channels transmitting in this scan; 1.0 is perfect.")
     feedback_text = (
-        "After the report: the IoU and its parts (MHz occupied, reported, overlap, union), for each reported "
-        "transmitter (first 20) the MHz that overlapped spectrum in use or 'false alarm', and the number of "
-        "transmitting channels no reported band touched. The channels' true centres and edges are not shown: "
-        "they would answer later scans and give away the band plan.")
+        "After the report: the IoU, the MHz you reported as active, how many of your reported transmitters "
+        "overlapped a transmitting channel (a count, not which) and how many transmitting channels no reported "
+        "band touched. Nothing else about where the transmitting channels are is shown.")
     action_grammar = (
-        'Reply with JSON: {"transmitters": [{"center_mhz": 352.0, "bandwidth_mhz": 15.0, '
+        'Reply with JSON: {"transmitters": [{"center_mhz": 400.0, "bandwidth_mhz": 12.5, '
         '"currently_active": true, "estimated_power_dbm": -70.0}, ...]} '
         '(currently_active defaults to true; estimated_power_dbm is optional and not scored; '
         'or the tool call {"tool": "submit_report", "arguments": {"transmitters": [...]}}).'
     )
     max_invalid_repeats = 2
-    #: fixed replies that ignore the scan (clbench.agents.degenerate): the whole band, the nominal
-    #: 13-channel plan of the published grid, and nothing
+    #: fixed replies that ignore the scan (clbench.agents.degenerate): the whole band, an even
+    #: tiling of the canonical band by 13 channels (a guessed plan), and nothing
     degenerate_answers = {
         "everything": json.dumps({"transmitters": [{"center_mhz": 424.0, "bandwidth_mhz": 168.0}]}),
-        "plan": json.dumps({"transmitters": [{"center_mhz": 352.0 + 24 * i, "bandwidth_mhz": 15.0} for i in range(7)]
-                            + [{"center_mhz": 364.0 + 24 * i, "bandwidth_mhz": 5.0} for i in range(6)]}),
+        "plan": json.dumps({"transmitters": [{"center_mhz": round(340.0 + 168.0 * (i + 0.5) / 13, 2),
+                                              "bandwidth_mhz": 10.0} for i in range(13)]}),
         "nothing": json.dumps({"transmitters": []}),
+    }
+    #: memoryless, scan-reading policies the red team plays stateless over these grids (agents/spectrummonitor_redteam.py)
+    policy_families = {
+        "echo-threshold": ("clbench.agents.spectrummonitor_redteam:EchoThreshold",
+                           {"min_width": [0.0, 1.0, 2.0, 3.0], "min_power": [-200.0, -95.0, -85.0],
+                            "width_scale": [0.8, 1.0, 1.2]}),
+        "width-partner": ("clbench.agents.spectrummonitor_redteam:WidthPartner",
+                          {"tolerance": [0.1, 0.2, 0.35], "min_width": [0.0, 2.0]}),
+        "no-overlap": ("clbench.agents.spectrummonitor_redteam:NoOverlap",
+                       {"keep": ["stronger", "wider"], "slack": [0.0, 2.0], "min_width": [0.0, 2.0],
+                        "width_scale": [0.9, 1.0]}),
+        "strongest-k": ("clbench.agents.spectrummonitor_redteam:StrongestK",
+                        {"k": [3, 5, 7, 9], "min_width": [0.0, 2.0]}),
+        "grid": ("clbench.agents.spectrummonitor_redteam:GridFit",
+                 {"tolerance_mhz": [1.5, 3.0], "min_width": [2.0]}),
     }
     agents = {
         "reference": "clbench.agents.spectrummonitor:SpectrumReference",
@@ -143,16 +157,18 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     }
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test"):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
-        band = self.spec_data["band"]
+                 split: str = "test", world_seed: int | None = None):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
+        band = self.world["band"]
         self.low, self.high = float(band["low_mhz"]), float(band["high_mhz"])
 
     def _build_schedule(self, name: str) -> Schedule:
         if name not in self.spec_data["schedules"]:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
-        spec = {**self.spec_data, "seed": self.split_seed(self.spec_data["seed"])}  # train: another seed
-        self.channels, scans = generate(spec, name)
+        # the canonical world as written; any other (train, fresh) draws its plan and scans anew
+        spec = self.spec_data if self.canonical_world else draw_world(self.spec_data, self.world_rng("band-plan"))
+        self.world = {**spec, "seed": self.draw_seed(self.spec_data["seed"])}
+        self.channels, scans = generate(self.world, name)
         variants = []
         for v in self.spec_data["schedules"][name]:
             insts = tuple(Instance(f"scan-{s.index + 1:03d}", v["name"], s) for s in scans if s.variant == v["name"])
@@ -179,7 +195,7 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
         scan = self._scan = slot.instance.payload
         lines = [
             f"Scan {slot.position + 1} of {len(self.schedule)} | band {self.low:.3f}-{self.high:.3f} MHz | "
-            f"noise floor {self.spec_data['noise_floor_dbm']:.1f} dBm",
+            f"noise floor {self.world['noise_floor_dbm']:.1f} dBm",
             f"Detected peaks ({len(scan.peaks)}): id | centre MHz | power dBm | width MHz",
         ]
         lines += [f"P{i + 1} | {p.center:.2f} | {p.power:.1f} | {p.width:.2f}" for i, p in enumerate(scan.peaks)]
@@ -221,24 +237,32 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
         return Outcome(obs, done=True, reward=score, raw_metric=("iou", score), solved=score >= 0.9)
 
     def _feedback(self, score: float, bands: list[tuple[float, float]], truth: list[tuple[float, float]]) -> str:
-        """The score's parts and a verdict per reported band; the truth's edges stay hidden (Feedback)."""
+        """The score, the MHz reported and two counts; nothing about where the channels are (Feedback)."""
         occupied = merge_intervals(truth, self.low, self.high)
         reported = merge_intervals(bands, self.low, self.high)
-        inter = overlap(reported, occupied)
-        union = measure(reported) + measure(occupied) - inter
-        lines = ["Checked against the licensees' transmission log for this scan:"]
-        for i, (a, b) in enumerate(bands[:VERDICTS]):
-            hit = overlap(merge_intervals([(a, b)], self.low, self.high), occupied)
-            verdict = f"{hit:.2f} MHz of it was in use (hit)" if hit > 0 else "nothing was transmitting there (false alarm)"
-            lines.append(f"  reported {(a + b) / 2:.2f} MHz, {b - a:.2f} MHz wide: {verdict}")
-        if len(bands) > VERDICTS:
-            lines.append(f"  ({len(bands) - VERDICTS} more reported transmitters: no verdict beyond the first {VERDICTS})")
+        hits = sum(1 for b in bands if overlap(merge_intervals([b], self.low, self.high), occupied) > 0)
         missed = sum(1 for c in truth if overlap(reported, merge_intervals([c], self.low, self.high)) == 0)
-        lines.append(f"Transmitting channels that no reported band touched: {missed} of {len(truth)}.")
         return score_report(score, "IoU with the spectrum occupied in this scan", [
-            ("occupied by transmitting channels", f"{measure(occupied):.2f} MHz"),
             ("reported as active", f"{measure(reported):.2f} MHz"),
-            ("overlap", f"{inter:.2f} MHz"), ("union", f"{union:.2f} MHz (IoU = overlap / union)")], lines)
+            ("reported transmitters that overlapped a transmitting channel", f"{hits} of {len(bands)}"),
+            ("transmitting channels no reported band touched", str(missed))])
+
+    @classmethod
+    def public_secrets(cls) -> list[str]:
+        """The canonical plan's centres (to 0.1 and 0.01 MHz, and in whole MHz) and widths, and the numbers
+        of the plan and re-plan as v1's docs stated them; tests/test_public_text.py keeps them out of public text."""
+        from clbench.env import load_task_spec
+        from clbench.envs.spectrummonitor.generator import generate as gen
+
+        spec = load_task_spec(cls.task)
+        channels, _ = gen(spec, "default")
+        out = {"4-6 MHz", "24 MHz grid", "~15 MHz", "~5 MHz"}
+        for c in channels:
+            out |= {f"{c.center:.1f}", f"{c.center:.2f}", f"{round(c.center):d} MHz", f"{c.width:.2f} MHz"}
+        rp = spec["replan"]
+        out |= {f"{rp['retune_width_mhz']:g} MHz wide", f"{rp['licensee']['width_mhz']:g} MHz licensee",
+                f"{rp['licensee']['offset_mhz'][0]:g}-{rp['licensee']['offset_mhz'][1]:g} MHz"}
+        return sorted(out)
 
     def _on_invalid_cap(self) -> Outcome:
         return Outcome("No valid report after two tries; this scan scores 0.\n"

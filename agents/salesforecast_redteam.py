@@ -1,0 +1,116 @@
+"""Memoryless red-team forecasters for SalesForecast (`SalesForecastEnv.policy_families`).
+
+Each reads this year's inbox (one `cat`) and nothing else: no workspace files, no memory across
+years, no latent values. They are the forecasts an adversary would try first to score without
+learning the retailer: naive (last year's units everywhere), price-adjusted naive, a fixed trend,
+seasonal annualisation of the quarters, type means, and shrinkage of a product towards its type.
+Products missing from the export take their type's mean (the mean of all listed products when the
+type is missing too). The red team plays every point of their grids stateless; none may reach
+r_reference (the stateless `SalesForecastReference`).
+
+`Forecaster.predictions(observation, inbox)` is the whole policy (a pure function of what the agent
+saw), so measurements can score a grid from one read of each inbox.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from statistics import mean
+
+from clbench.agent import Agent
+
+_FILE = re.compile(r"^  (inbox/\S+) - .* sales export for (\d{4})", re.MULTILINE)
+_REQUEST = re.compile(r"^Requested products: ([\w ]+); stores: ([\w ]+); years: (\d{4})-(\d{4})", re.MULTILINE)
+SEP = "=====CLBENCH-SEP====="
+
+
+def read_command(observation: str) -> str:
+    """The one shell command that prints the catalog and the export, separated by SEP."""
+    path = _FILE.search(observation).group(1)
+    return f"cat inbox/catalog.csv; echo {SEP}; cat {path}"
+
+
+def parse_inbox(observation: str, output: str) -> tuple[dict, dict, int]:
+    """(catalog rows by product_id, {product_id: (units, price, [q1..q4] or None)}, export year)."""
+    m = _FILE.search(observation)
+    year = int(m.group(2))
+    body = output.split("--- stdout ---\n", 1)[-1].split("\n--- stderr ---", 1)[0]
+    cat_text, export = body.split(SEP + "\n", 1)
+    catalog = {r["product_id"]: r for r in csv.DictReader(io.StringIO(cat_text))}
+    by_sku = {r["sku"]: pid for pid, r in catalog.items()}
+    by_name = {r["name"]: pid for pid, r in catalog.items()}
+    rows: dict[str, tuple[float, float, list | None]] = {}
+    if export.lstrip().startswith("{"):
+        for line in export.splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                rows[by_sku[str(rec["productRef"])]] = (float(rec["qtyTotal"]), float(rec["avgPrice"]), None)
+    else:
+        table = list(csv.DictReader(io.StringIO(export)))
+        if table and "Item" in table[0]:
+            for r in table:
+                qs = [float(r[f"Units Q{q}"]) for q in range(1, 5)]
+                rows[by_name[r["Item"]]] = (sum(qs), float(r["Retail Price ($)"]), qs)
+        else:
+            acc: dict[str, list] = {}
+            for r in table:
+                acc.setdefault(by_sku[r["sku"]], []).append((float(r["units"]), float(r["unit_price"])))
+            for pid, q in acc.items():
+                rows[pid] = (sum(u for u, _ in q), q[0][1], [u for u, _ in q])
+    return catalog, rows, year
+
+
+class Forecaster(Agent):
+    """Reads the inbox once, then submits `predictions` inline; keeps nothing across years."""
+
+    deterministic = True
+
+    def __init__(self, card, seed: int = 0, latent=None, elasticity: float = 0.0, trend: float = 1.0,
+                 scale: float = 1.0, shrink: float = 0.0, annualise: str = "sum", fill: str = "type"):
+        super().__init__(card, seed=seed)
+        self.elasticity, self.trend, self.scale, self.shrink = float(elasticity), float(trend), float(scale), float(shrink)
+        self.annualise, self.fill = annualise, fill
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        self.first = observation
+        self.read = False
+
+    def act(self, observation: str, info: dict) -> str:
+        if not self.read:
+            self.read = True
+            return read_command(self.first)
+        preds = self.predictions(self.first, observation)
+        return "SUBMIT " + json.dumps({"predictions": [
+            {"product_id": p, "store": s, "year": y, "units": round(u, 3)} for (p, s, y), u in preds.items()]})
+
+    def _base(self, units: float, qs: list | None) -> float:
+        if qs is None or self.annualise == "sum":
+            return units
+        return 4 * qs[-1] if self.annualise == "q4x4" else 2 * (qs[-1] + qs[-2])
+
+    def predictions(self, observation: str, output: str) -> dict[tuple[str, str, int], float]:
+        catalog, rows, year = parse_inbox(observation, output)
+        base = {pid: self._base(u, qs) for pid, (u, _, qs) in rows.items()}
+        price = {pid: p for pid, (_, p, _) in rows.items()}
+        overall = mean(base.values()) if base else 0.0
+        by_type: dict[str, list] = {}
+        for pid, b in base.items():
+            by_type.setdefault(catalog[pid]["type"], []).append(b)
+        type_mean = {t: mean(v) for t, v in by_type.items()}
+        m = _REQUEST.search(observation)
+        products, stores = m.group(1).split(), m.group(2).split()
+        out = {}
+        for pid in products:
+            typ = catalog[pid]["type"]
+            fallback = type_mean.get(typ, overall) if self.fill == "type" else overall
+            own = base.get(pid)
+            level = fallback if own is None else (1 - self.shrink) * own + self.shrink * fallback
+            then = price.get(pid, float(catalog[pid][f"price_{year + 1}"]))
+            for y in range(int(m.group(3)), int(m.group(4)) + 1):
+                ratio = float(catalog[pid][f"price_{y}"]) / then
+                u = self.scale * level * ratio ** -self.elasticity * self.trend ** (y - year)
+                for s in stores:
+                    out[(pid, s, y)] = max(0.0, u)
+        return out
