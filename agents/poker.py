@@ -1,4 +1,4 @@
-"""Scripted agents for Poker-v1: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v2: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
 Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`:
 one sound default strategy and one exploit per opponent style (never bluff a calling station

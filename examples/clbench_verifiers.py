@@ -4,7 +4,7 @@ verifiers finds a taskset/env/harness by importing the module its id names. clbe
 top-level module besides `clbench`, so put this folder on the path to use verifiers' own CLI:
 
     PYTHONPATH=examples vf-eval clbench-verifiers -m MODEL --client.base-url URL --no-push \
-        --env.taskset.env-id clbench/Poker-v1 --env.taskset.split train -n 8
+        --env.taskset.env-id clbench/Poker-v2 --env.taskset.split train -n 8
 """
 import sys
 

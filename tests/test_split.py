@@ -18,13 +18,13 @@ import pytest
 
 import clbench  # noqa: F401  registers the envs
 
-TRAIN_ENVS = ["clbench/SpectrumMonitor-v1", "clbench/Poker-v1", "clbench/MemoryProbe-v1",
+TRAIN_ENVS = ["clbench/SpectrumMonitor-v1", "clbench/Poker-v2", "clbench/MemoryProbe-v1",
               "clbench/CohortStudies-v1", "clbench/SalesForecast-v1"]
 REFUSING = {"clbench/DBExplore-v1": "questions", "clbench/CodeRepair-v2": "real bug reports"}
 #: envs whose first observation states the whole problem (CohortStudies' first observation is the
 #: study's description, the same in both splits by design: its problem is the table behind SQL;
 #: SalesForecast's reset opens a sandbox, so its problem is compared by the files it would show)
-OBSERVATION_ENVS = ["clbench/SpectrumMonitor-v1", "clbench/Poker-v1", "clbench/MemoryProbe-v1"]
+OBSERVATION_ENVS = ["clbench/SpectrumMonitor-v1", "clbench/Poker-v2", "clbench/MemoryProbe-v1"]
 
 
 def _digest(value) -> str:
@@ -103,7 +103,7 @@ def test_first_observations_disjoint(env_id):
     assert not shared, f"{env_id}: {len(shared)} first observations appear in both splits"
 
 
-@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v1", "clbench/Poker-v1"])
+@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v1", "clbench/Poker-v2"])
 def test_train_split_is_deterministic_and_playable(env_id):
     a, b = gym.make(env_id, split="train").unwrapped, gym.make(env_id, split="train").unwrapped
     assert problem_fingerprints(a) == problem_fingerprints(b)
@@ -143,11 +143,11 @@ def test_every_env_declares_its_train_split():
 
 def test_unknown_split_refused():
     with pytest.raises(ValueError, match="split must be one of"):
-        gym.make("clbench/Poker-v1", split="validation")
+        gym.make("clbench/Poker-v2", split="validation")
 
 
 def test_split_seed():
-    test, train = gym.make("clbench/Poker-v1").unwrapped, gym.make("clbench/Poker-v1", split="train").unwrapped
+    test, train = gym.make("clbench/Poker-v2").unwrapped, gym.make("clbench/Poker-v2", split="train").unwrapped
     assert test.split_seed(50501) == 50501
     seeds = [train.split_seed(s) for s in range(50500, 50540)]
     assert len(set(seeds)) == len(seeds) and not set(seeds) & set(range(50500, 50540))
