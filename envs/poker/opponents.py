@@ -128,6 +128,12 @@ RANGES: dict[str, dict[str, tuple]] = {
 }
 
 
+#: the changes of kind a returning player may go through in a drawn world: ones after which the old
+#: exploit loses what the new one wins (a change to fit-or-fold would cost an old exploit little)
+CHANGES: dict[str, tuple[str, ...]] = {"calling_station": ("loose_aggressive",),
+                                       "loose_aggressive": ("calling_station",)}
+
+
 def draw_opponent(style: str, rng) -> dict:
     """A spec of kind `style` with every exploitable parameter drawn from `RANGES` by `rng`."""
     spec = {"style": style}

@@ -10,7 +10,7 @@ from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
 from clbench.envs.poker.cards import Deal, card_names, deal_hands
-from clbench.envs.poker.opponents import STYLES, draw_opponent, make_opponent
+from clbench.envs.poker.opponents import CHANGES, STYLES, draw_opponent, make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, KINDS, RAISE, Decision
 from clbench.envs.poker.table import AGENT, HandTable
 from clbench.envs.poker.view import HandView
@@ -110,7 +110,7 @@ class PokerEnv(InstanceSequenceEnv):
     ## Worlds
     The canonical world (`world_seed=None`, test split) plays the opponents written in
     tasks/poker/default.yaml. Any other world (the train split, `world_seed=N`) draws its own:
-    which kind each opponent plays, the kind Mara changes to (never the one she had), every
+    which kind each opponent plays, the kind Mara changes to (one her old exploit loses to), every
     exploitable parameter (shares of hands, bet sizes) and the deals, from `world_rng` and
     `draw_seed`, so worlds share the kinds of structure and never the values.
 
@@ -215,19 +215,26 @@ class PokerEnv(InstanceSequenceEnv):
 
     def _world_opponents(self) -> dict[str, dict]:
         """The opponents' specs: as written in the canonical world; drawn in any other (every
-        player a kind of its own, a changed player a kind other than the one it had, every
-        parameter from `opponents.RANGES`)."""
+        player a kind of its own, a player who changes one of the kinds `opponents.CHANGES` knows
+        and afterwards the kind it changes to, every parameter from `opponents.RANGES`)."""
         written = self.spec_data["opponents"]
         if self.canonical_world:
             return {key: dict(spec) for key, spec in written.items()}
         rng = self.world_rng("opponents")
         players = [key for key, spec in written.items() if "name" not in spec]
-        kinds = dict(zip(players, rng.permutation(sorted(STYLES)).tolist()))
+        changing = {spec["name"] for spec in written.values() if "name" in spec}
+        kinds: dict[str, str] = {}
+        for key in players:  # a player who changes later plays a kind that has a real change
+            if key in changing:
+                kinds[key] = str(rng.choice(sorted(set(CHANGES) - set(kinds.values()))))
+        rest = [k for k in sorted(STYLES) if k not in kinds.values()]
+        for key, kind in zip([k for k in players if k not in kinds], rng.permutation(rest).tolist()):
+            kinds[key] = kind
         specs = {key: draw_opponent(kinds[key], rng) for key in players}
         for key, spec in written.items():
             if "name" in spec:  # the same player later on, playing another kind
-                other = sorted(set(STYLES) - {kinds[spec["name"]]})
-                specs[key] = {"name": spec["name"], **draw_opponent(other[int(rng.integers(len(other)))], rng)}
+                after = CHANGES[kinds[spec["name"]]]
+                specs[key] = {"name": spec["name"], **draw_opponent(after[int(rng.integers(len(after)))], rng)}
         return specs
 
     @classmethod
