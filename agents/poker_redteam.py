@@ -3,7 +3,8 @@
 Each family is a parametric `Policy` on the public table (`info["table"]`) played by
 `FamilyAgent`: it reads its own cards, the board and this hand's betting at most, never the
 opponent's name and nothing from earlier hands. `clbench redteam` plays every point of a
-family's grid stateless; none may reach the stateless reference's mean (tests/test_poker.py).
+family's grid stateless and sets its mean beside the stateless reference's, which none should
+reach (tests/test_poker.py; on Poker-v2's opponents card-blind lines still do: issue 28).
 
 - `BetSizing` (card-blind): raise `fraction` of the pot whenever allowed, at most `cap` raises
   per street, else check or call; facing a raise after its own bet it calls or folds (`fold`).
