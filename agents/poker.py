@@ -1,4 +1,4 @@
-"""Scripted agents for Poker-v1: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v2: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
 Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`:
 one sound default strategy and one exploit per opponent style (never bluff a calling station
@@ -9,8 +9,8 @@ respect its turn and river bets).
 - reference, stateful: counts, per opponent name, how often it folds to bets, calls, and
   bets or raises by street, and what it showed down with; once the counts point to a style it
   plays that style's exploit, and remembers it when the opponent returns. When a hand
-  contradicts the style (a "calling station" folds, bets or raises) it drops that opponent's counts
-  and starts over: the opponent has adapted. Stateless (a fresh
+  contradicts the style (`OpponentModel.contradicted_by`: e.g. a "calling station" folds, bets or
+  raises) it drops that opponent's counts and starts over: the opponent has changed. Stateless (a fresh
   agent per hand) it has no counts and plays the default.
   `freeze_at=K` (for `clbench drift-check`): from position K on it stops updating its counts
   and keeps playing what they pointed to at K.
@@ -216,15 +216,17 @@ def hand_counts(table: dict) -> dict[str, int]:
     for name, who, kind, total in table["history"]:
         street = _STREET_NO[name]
         if who != "you":
+            held = strength(opp_hole, board[:BOARD_LEN[street]]) if opp_hole and street > 0 else None
+            weak = held is not None and held.tier <= 1 and not held.draw  # shown down: a weak hand
             # stacks are equal, so the opponent faces a bet exactly after our bet or raise on this street
             if before == (street, "you", RAISE):
                 _add(hand, "faced", _FACED[kind])
-                if opp_hole and kind == CALL and street > 0:
-                    held = strength(opp_hole, board[:BOARD_LEN[street]])
-                    _add(hand, "sd_weak_calls", n=held.tier <= 1 and not held.draw)
+                _add(hand, "sd_weak_calls", n=weak and kind == CALL)
             else:
                 _add(hand, _OPEN_CHANCES[street])
                 _add(hand, _OPENED[street], n=kind == RAISE)
+                _add(hand, "limped", n=street == 0 and kind == CALL)
+            _add(hand, "sd_weak_bets", n=weak and kind == RAISE)
         before = (street, who, kind)
     return hand
 
@@ -243,9 +245,18 @@ class OpponentModel:
         return self.counts[hits] / n if n >= self.MIN_EVIDENCE else None
 
     def contradicted_by(self, hand: dict) -> bool:
-        """One hand's counts (`hand_counts`) show a "calling station" folding, betting or raising: it
-        is not one any more."""
-        return any(hand.get(k) for k in _CONTRADICTING) and self.style() == STATION
+        """One hand's counts (`hand_counts`) show what the style read so far never does: the opponent
+        has changed. A calling station never folds, bets or raises; a loose-aggressive player bets
+        every flop it can; a fit-or-fold player never limps and never puts chips in after the flop
+        with a weak hand."""
+        style = self.style()
+        if style == STATION:
+            return any(hand.get(k) for k in _CONTRADICTING)
+        if style == LAG:
+            return hand.get(_OPEN_CHANCES[1], 0) > hand.get(_OPENED[1], 0)
+        if style == FIT_OR_FOLD:
+            return bool(hand.get("limped") or hand.get("sd_weak_calls") or hand.get("sd_weak_bets"))
+        return False
 
     def style(self) -> str | None:
         c = self.counts

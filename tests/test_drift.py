@@ -16,7 +16,7 @@ from clbench.commands.drift_check import declared_drifts, drift_report, format_r
 from clbench.runner import play_instance
 from clbench.schedule import Instance, Schedule, Variant
 
-POKER = "clbench/Poker-v1"
+POKER = "clbench/Poker-v2"
 DRIFTING = ["clbench/DBExplore-v2", POKER, "clbench/SalesForecast-v2", "clbench/CohortStudies-v2",
             "clbench/SpectrumMonitor-v2", "clbench/MemoryProbe-v2"]
 
@@ -129,7 +129,7 @@ def test_adapted_mara_makes_the_old_exploit_lose():
     env = gym.make(POKER)
     base = env.unwrapped
     hands = [s for s in base.schedule.order(0) if s.variant == "3-Mara"]
-    assert {s.instance.payload.policy for s in hands} == {"Mara-adapted"}
+    assert {s.instance.payload.policy for s in hands} == {"Mara-changed"}
     assert {s.instance.payload.opponent for s in hands} == {"Mara"}
     means = {}
     for style in (STATION, LAG):
@@ -157,7 +157,14 @@ def test_poker_freeze_at_keeps_the_station_model_and_unfrozen_starts_over():
     assert live[-1]["models"]["Mara"]["hands"] <= 14 - p
 
 
-def test_drift_check_runs_the_pipeline_on_the_short_poker_drift():
+def test_drift_check_runs_the_pipeline_on_the_short_poker_drift(tmp_path, monkeypatch):
+    from clbench.calibration import store_baselines
+    from clbench.commands.calibrate import stateless_means
+
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))  # the schedule's own baselines, not the default's
+    means = stateless_means(POKER, ["oracle", "reference"], {"schedule": "drift_short"})
+    store_baselines(gym.make(POKER, schedule="drift_short").unwrapped,
+                    {"r_max": means["oracle"], "r_reference": means["reference"]})
     rep = run_drift_check(POKER, {"schedule": "drift_short"}, rollouts=2)
     (d,) = rep["drifts"]
     assert d["variant"] == "2-Mara" and d["position"] == 8 and d["cost"]["n"] == 2 * 6

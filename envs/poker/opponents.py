@@ -13,7 +13,8 @@ public betting, with the thresholds in tasks/poker/default.yaml:
   made hands.
 
 A spec may carry `name`: the name shown at the table when it differs from the spec's key
-(one player with two policies, before and after adapting to the agent).
+(one player with two policies, before and after changing its play). Worlds other than the
+canonical one draw each kind's parameters from `RANGES` (`draw_opponent`).
 """
 from __future__ import annotations
 
@@ -112,6 +113,33 @@ class LooseAggressive(Policy):
 
 
 STYLES = {cls.style: cls for cls in (CallingStation, FitOrFold, LooseAggressive)}
+
+
+#: the range each exploitable parameter is drawn from in a non-canonical world (uniform; ints inclusive)
+RANGES: dict[str, dict[str, tuple]] = {
+    "calling_station": {},
+    "fit_or_fold": {"open_pct": (0.35, 0.55), "iso_pct": (0.1, 0.2), "defend_pct": (0.17, 0.27),
+                    "reraise_pct": (0.03, 0.07), "open_size": (2.5, 3.5), "big_raise_bb": (5.0, 7.0),
+                    "continue_tier": (3, 3), "value_tier": (4, 4), "raise_tier": (5, 5), "bet_fraction": (0.5, 0.8)},
+    "loose_aggressive": {"open_pct": (0.75, 0.9), "iso_pct": (0.5, 0.65), "threebet_pct": (0.25, 0.4),
+                         "call_pct": (0.7, 0.85), "fourbet_pct": (0.05, 0.1), "continue_pct": (0.4, 0.55),
+                         "open_size": (2.5, 3.5), "big_raise_bb": (7.0, 9.0), "flop_fraction": (0.55, 0.8),
+                         "late_fraction": (0.6, 0.9), "late_value_tier": (4, 4), "late_raise_tier": (5, 5)},
+}
+
+
+#: the changes of kind a returning player may go through in a drawn world: ones after which the old
+#: exploit loses what the new one wins (a change to fit-or-fold would cost an old exploit little)
+CHANGES: dict[str, tuple[str, ...]] = {"calling_station": ("loose_aggressive",),
+                                       "loose_aggressive": ("calling_station",)}
+
+
+def draw_opponent(style: str, rng) -> dict:
+    """A spec of kind `style` with every exploitable parameter drawn from `RANGES` by `rng`."""
+    spec = {"style": style}
+    for name, (low, high) in RANGES[style].items():
+        spec[name] = int(rng.integers(low, high + 1)) if isinstance(low, int) else round(float(rng.uniform(low, high)), 3)
+    return spec
 
 
 def make_opponent(spec: dict) -> Policy:

@@ -1,19 +1,46 @@
-"""Poker-v1: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v2: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 from clbench.actions import ActionError, ToolCall, tool_schema
-from clbench.env import InstanceSequenceEnv, Outcome
+from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
 from clbench.envs.poker.cards import Deal, card_names, deal_hands
-from clbench.envs.poker.opponents import make_opponent
+from clbench.envs.poker.opponents import CHANGES, STYLES, draw_opponent, make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, KINDS, RAISE, Decision
 from clbench.envs.poker.table import AGENT, HandTable
 from clbench.envs.poker.view import HandView
 from clbench.schedule import Instance, Schedule, Slot, Variant
+
+
+_SLOW = os.environ.get("CLBENCH_SLOW") == "1"
+_RT = "clbench.agents.poker_redteam"
+
+
+def _grid(short: list, full: list) -> list:
+    return full if _SLOW else short
+
+
+#: opponent-blind memoryless lines (agents/poker_redteam.py): a few points each by default, the full
+#: search with CLBENCH_SLOW=1
+FAMILIES: dict[str, tuple[str, dict[str, list]]] = {
+    "card_blind_sizing": (f"{_RT}:BetSizingAgent", {
+        "fraction": _grid([0.0, 0.5, 1.0], [0.0, 0.5, 1.0, 2.0]), "cap": _grid([1, 9], [1, 2, 9]),
+        "fold": [False, True]}),
+    "strength_thresholds": (f"{_RT}:ThresholdsAgent", {
+        "pre_raise": _grid([0.6, 0.8], [0.5, 0.7, 0.85]), "pre_call": _grid([0.1, 0.4], [0.1, 0.3, 0.5]),
+        "bet_tier": _grid([2, 4], [2, 3, 4, 5]), "call_tier": _grid([1, 3], [0, 1, 2, 3]),
+        "fraction": _grid([0.66], [0.5, 1.0])}),
+    "check_call": (f"{_RT}:CheckCallAgent", {
+        "pre_call": _grid([0.5, 1.0], [0.3, 0.6, 1.0]), "call_tier": _grid([-1, 1, 3], [-1, 0, 1, 2, 3])}),
+    "bet_give_up": (f"{_RT}:BetGiveUpAgent", {
+        "fraction": _grid([0.33, 1.0], [0.33, 0.66, 1.0]), "streets": _grid([1, 3], [1, 2, 3]),
+        "keep_tier": _grid([4, 9], [3, 4, 5, 9])}),
+}
 
 
 @dataclass(frozen=True)
@@ -66,19 +93,26 @@ class PokerEnv(InstanceSequenceEnv):
     Heads-up no-limit Texas hold'em (the `texasholdem` library is the referee) against
     rule-based, fully deterministic opponents. One episode is one hand: both stacks start at
     1000 chips, blinds 5/10, and the agent is on the button in every other hand of a variant.
-    Each opponent has a name, shown every hand, and a fixed exploitable style that is never
+    Each opponent has a name, shown every hand, and an exploitable style that is never
     described: the latent structure to learn is each named opponent's policy, which recurs
-    later in the schedule. Default schedule (120 hands, five variants): Mara (20 hands), Dex
-    (30), Mara again (10), Quinn (35), Dex again (25); a calling station, a loose-aggressive
-    player and a fit-or-fold player, in some order the agent has to find out. Each variant
-    deals from its own seed; rollouts permute the hands within a variant.
+    later in the schedule. The styles are of three kinds (envs/poker/opponents.py): one calls
+    every bet, one plays few hands and folds without a fit, one plays most hands and bets and
+    raises a lot. Default schedule (120 hands, five variants): Mara (20 hands), Dex (30), Mara
+    again (10), Quinn (35), Dex again (25). Each variant deals from its own seed; rollouts
+    permute the hands within a variant. `policy_families` declares opponent-blind memoryless
+    lines (bet-sizing rules, hand-strength thresholds, check/call and bet/give-up lines) for
+    the red team (`clbench redteam`).
 
-    Concept drift (variant 3, hand 51): Mara returns having adapted to being value-bet. She is
-    no longer a calling station but loose-aggressive (opens most buttons, re-raises light, bets
-    every flop), so the station exploit learned in variant 1 (bet big, never bluff, call as
-    usual) now loses chips. The spec card's variant description says that she has changed her
-    play (not how: styles are the latent structure); the task YAML declares the drift under
-    `drifts` for `clbench drift-check`.
+    Concept drift (variant 3, hand 51): Mara returns playing a style of another kind, so the
+    exploit learned against her in variant 1 now loses chips. Nothing an agent is shown says
+    so (`agent_card`); the task YAML declares the drift under `drifts` for `clbench drift-check`.
+
+    ## Worlds
+    The canonical world (`world_seed=None`, test split) plays the opponents written in
+    tasks/poker/default.yaml. Any other world (the train split, `world_seed=N`) draws its own:
+    which kind each opponent plays, the kind Mara changes to (one her old exploit loses to), every
+    exploitable parameter (shares of hands, bet sizes) and the deals, from `world_rng` and
+    `draw_seed`, so worlds share the kinds of structure and never the values.
 
     ## Action Space
     `Text`: `FOLD`, `CHECK`, `CALL`, `RAISE <total>` (raise *to* that many chips this betting
@@ -92,7 +126,8 @@ class PokerEnv(InstanceSequenceEnv):
     position, hole cards, board, this hand's betting so far, pot, stacks, amount to call and the
     legal actions with the raise range; at hand end the showdown (both hands when shown), the
     chip result and the score (see Feedback). `info["table"]` holds the same public state as a
-    dict.
+    dict whose every field keeps one type in every hand and step (ints are 0, strings "" and
+    lists empty when not applicable), so vector envs can stack it.
 
     ## Feedback
     The terminal observation states the score (chip profit in big blinds) and its parts (chips
@@ -116,27 +151,32 @@ class PokerEnv(InstanceSequenceEnv):
     to the end of the hand (truncated).
 
     ## Arguments
-    `schedule`: "default" (120 hands), "station", "fit_or_fold", "loose_aggressive" (one
-    opponent, 40 hands each), "short" (12 hands, three opponents, for tests), "drift_short"
-    (8 hands against Mara, then 6 against the adapted Mara, for tests); `cycle`;
-    `render_mode` ("ansi"); `split` ("test", the benchmark's hands; "train": the same opponents and
-    schedule, every variant dealt from another seed; ids "train-<variant>-hNN").
+    `schedule`: "default" (120 hands), "mara", "dex", "quinn" (one opponent, 40 hands each),
+    "short" (12 hands, two opponents, for tests), "drift_short" (8 hands against Mara, then 6
+    after she changed, for tests); `cycle`; `render_mode` ("ansi"); `split` ("test", the
+    benchmark's hands; "train": another world of the same kinds, ids "train-<variant>-hNN");
+    `world_seed` (None: the canonical world; N: a fresh world, see Worlds).
 
     ## Version History
+    * v2: worlds: the train split and `world_seed=N` draw which kind each opponent plays, the
+      kind Mara changes to and every exploitable parameter (the canonical world plays as in
+      v1); `info["table"]` keeps its field types (vector envs); the agent's brief and the spec
+      card no longer speak of the opponents' styles or of the change; schedules "mara", "dex",
+      "quinn" replace the ones named after styles.
     * v1 (split kwarg, no change to the test split): `split="train"` for training.
-    * v1: Mara returns adapted (loose-aggressive) in variant 3 of the default schedule: real
-      concept drift; r_max and r_reference recalibrated.
-      The terminal observation carries the score and its parts and says how the hand ended
-      (see Feedback); the brief states the rules for invalid moves and the action budget.
+    * v1: Mara returns changed in variant 3 of the default schedule: real concept drift;
+      r_max and r_reference recalibrated. The terminal observation carries the score and its
+      parts and says how the hand ended (see Feedback); the brief states the rules for invalid
+      moves and the action budget.
     * v0: initial release.
     """
 
-    env_id = "clbench/Poker-v1"
+    env_id = "clbench/Poker-v2"
     reward_unit = "BB per hand"
     brief = (
-        "You play heads-up no-limit Texas hold'em, one hand per episode, against opponents who each play a "
-        "fixed style. Every hand starts with 1000 chips each and blinds 5/10, so hands are independent; the "
-        "opponent's name is shown, and the same opponent may come back later. Win as many chips as you can. "
+        "You play heads-up no-limit Texas hold'em, one hand per episode, against named opponents. Every hand "
+        "starts with 1000 chips each and blinds 5/10, so hands are independent; the "
+        "opponent's name is shown, and an opponent may come back later. Win as many chips as you can. "
         "An illegal or unreadable move changes nothing and is not counted; after three in a row the table checks "
         "for you (or folds if checking is not free). A hand allows {max_steps} moves; after that you check or fold to its "
         "end."
@@ -159,15 +199,60 @@ class PokerEnv(InstanceSequenceEnv):
         "oracle": "clbench.agents.poker:PokerOracle",
     }
 
+    #: opponent-blind memoryless lines the red team searches (agents/poker_redteam.py)
+    policy_families = FAMILIES
+
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test"):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
+                 split: str = "test", world_seed: int | None = None):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
         spec = self.spec_data
         self.stack = int(spec["stack"])
         self.small_blind, self.big_blind = int(spec["blinds"]["small"]), int(spec["blinds"]["big"])
-        self.opponents = {name: make_opponent(p) for name, p in spec["opponents"].items()}
+        self.opponent_specs = self._world_opponents()
+        self.opponents = {name: make_opponent(p) for name, p in self.opponent_specs.items()}
         self._table: HandTable | None = None
         self._view: HandView | None = None
+
+    def _world_opponents(self) -> dict[str, dict]:
+        """The opponents' specs: as written in the canonical world; drawn in any other (every
+        player a kind of its own, a player who changes one of the kinds `opponents.CHANGES` knows
+        and afterwards the kind it changes to, every parameter from `opponents.RANGES`)."""
+        written = self.spec_data["opponents"]
+        if self.canonical_world:
+            return {key: dict(spec) for key, spec in written.items()}
+        rng = self.world_rng("opponents")
+        players = [key for key, spec in written.items() if "name" not in spec]
+        changing = {spec["name"] for spec in written.values() if "name" in spec}
+        kinds: dict[str, str] = {}
+        for key in players:  # a player who changes later plays a kind that has a real change
+            if key in changing:
+                kinds[key] = str(rng.choice(sorted(set(CHANGES) - set(kinds.values()))))
+        rest = [k for k in sorted(STYLES) if k not in kinds.values()]
+        for key, kind in zip([k for k in players if k not in kinds], rng.permutation(rest).tolist()):
+            kinds[key] = kind
+        specs = {key: draw_opponent(kinds[key], rng) for key in players}
+        for key, spec in written.items():
+            if "name" in spec:  # the same player later on, playing another kind
+                after = CHANGES[kinds[spec["name"]]]
+                specs[key] = {"name": spec["name"], **draw_opponent(after[int(rng.integers(len(after)))], rng)}
+        return specs
+
+    @classmethod
+    def public_secrets(cls) -> list[str]:
+        """Each canonical opponent's kind as text would state it ("Mara is a station", "Dex: nit",
+        ...) and every parameter value as written ("call_pct: 0.83", "call_pct=0.83")."""
+        written = load_task_spec(cls.task)["opponents"]
+        secrets = set()
+        for key, spec in written.items():
+            name, style = spec.get("name", key), spec["style"]
+            for words in {style, style.replace("_", " ")}:
+                secrets.update({f"{name} is {words}", f"{name} is a {words}", f"{name}: {words}", f"{name} ({words})",
+                                f"{name} plays {words}", f"{name} becomes a {words}", f"{name} returns as a {words}"})
+            for param, value in spec.items():
+                if param in ("name", "style") or isinstance(value, int):
+                    continue  # small integers (tiers) occur in any text by chance
+                secrets.update({f"{param}: {value}", f"{param}={value}", f"{param} = {value}"})
+        return sorted(secrets)
 
     # ---------------------------------------------------------------- schedule and latent
     def _build_schedule(self, name: str) -> Schedule:
@@ -180,18 +265,19 @@ class PokerEnv(InstanceSequenceEnv):
             if key not in self.spec_data["opponents"]:
                 raise ValueError(f"schedule {name!r}: unknown opponent {key!r}")
             opp = self.spec_data["opponents"][key].get("name", key)
+            description = f"{count} hands against {opp}"
             vname = f"{i + 1}-{opp}"
             insts = tuple(
                 Instance(f"{vname}-h{k + 1:02d}", vname, HandSpec(deal, opp, k % 2 == 0, met.get(opp, 0), key))
                 for k, deal in enumerate(deal_hands(self.split_seed(v["seed"]), count))
             )
-            variants.append(Variant(vname, insts, v.get("description", f"{count} hands against {opp}")))
+            variants.append(Variant(vname, insts, description))
             met[opp] = met.get(opp, 0) + count
         return Schedule(name, variants)
 
     def latent(self) -> dict:
-        """Each opponent policy (style and thresholds) and which one plays each hand: for the oracle only."""
-        return {"opponents": {name: dict(p) for name, p in self.spec_data["opponents"].items()},
+        """Each opponent policy (style and parameters) and which one plays each hand: for the oracle only."""
+        return {"opponents": {name: dict(p) for name, p in self.opponent_specs.items()},
                 "policies": {inst.instance_id: inst.payload.policy for v in self.schedule.variants
                              for inst in v.instances}}
 

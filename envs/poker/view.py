@@ -35,10 +35,11 @@ class HandView:
                        f"{'on the button' if static['button'] else 'in the big blind'}.")
         self._cards = f"Your cards: {' '.join(static['hole'])}"
         # every key of a snapshot in its order, the fixed ones filled: a copy of it is filled in faster
-        # than a new dict grows (several resizes for some 25 keys), and at every step
+        # than a new dict grows (several resizes for some 25 keys), and at every step. Each key keeps
+        # one type in every snapshot (0, "" or [] when it does not apply), so vector envs can stack it
         self._blank = {**static, "board": None, "street": None, "pot": None, "history": None, "over": False,
-                       "to_call": None, "min_raise": None, "max_raise": None, "showdown": False, "opp_hole": None,
-                       "hand_names": None, "result": None, "my_bet": 0, "opp_bet": 0, "my_stack": 0, "opp_stack": 0}
+                       "to_call": 0, "min_raise": 0, "max_raise": 0, "showdown": False, "opp_hole": [],
+                       "hand_names": [], "result": 0, "folded": "", "my_bet": 0, "opp_bet": 0, "my_stack": 0, "opp_stack": 0}
         self.snap: dict = {}
         self.refresh()
 
@@ -59,7 +60,7 @@ class HandView:
         if t.over:
             shown = t.showdown()
             snap.update(my_bet=0, opp_bet=0, my_stack=t.chips(AGENT), opp_stack=t.chips(OPPONENT), showdown=shown,
-                        result=t.profit(), folded=None if shown else _WHO[b.log[-1][1]])
+                        result=t.profit(), folded="" if shown else _WHO[b.log[-1][1]])
             if shown:
                 snap.update(opp_hole=card_names(t.holes[OPPONENT]),
                             hand_names=[t.hand_name(AGENT), t.hand_name(OPPONENT)])
@@ -128,7 +129,7 @@ class HandView:
 
     def legal_text(self) -> str:
         snap = self.snap
-        if snap["over"] or snap["to_call"] is None:
+        if snap["over"]:
             return "The hand is over; any reply continues."
         return _legal_text(snap["to_call"], snap["min_raise"], snap["max_raise"])
 
