@@ -331,7 +331,7 @@ def test_skyrl_dataset_rows_written_to_parquet(need_skyrl, tmp_path):
 
     register()
     assert "clbench" in skyrl_gym.registry
-    rows = dataset_rows("clbench/SpectrumMonitor-v1", schedule="short")
+    rows = dataset_rows("clbench/SpectrumMonitor-v2", schedule="short")
     back = pd.read_parquet(write_parquet(rows, str(tmp_path / "train.parquet")))
     assert len(back) == len(rows) == 8 and list(back["instance_id"]) == [r["instance_id"] for r in rows]
     assert set(back["env_class"]) == {"clbench"} and back["prompt"][0][0]["role"] == "system"

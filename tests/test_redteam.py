@@ -57,7 +57,7 @@ def test_family_entries_take_every_form():
 
 def test_the_check_fails_when_a_policy_reaches_r_reference():
     # the oracle played as if it were a memoryless family: it reaches r_reference, and is reported
-    env_id = "clbench/SpectrumMonitor-v1"
+    env_id = "clbench/SpectrumMonitor-v2"
     report = redteam.run(env_id, policies=[Policy("planted-oracle", "planted", "oracle", {}),
                                            Policy("empty", "degenerate", "empty", {})])
     assert [r["policy"] for r in report["failures"]] == ["planted-oracle"]
@@ -67,7 +67,7 @@ def test_the_check_fails_when_a_policy_reaches_r_reference():
 
 
 def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
-    env_id = "clbench/SpectrumMonitor-v1"
+    env_id = "clbench/SpectrumMonitor-v2"
     actions = redteam.train_actions(env_id, {}, 1, tmp_path)
     from clbench.runner import cached_env
 
@@ -81,7 +81,7 @@ def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
 def test_feedback_memorizer_replays_the_best_sequence_of_the_variant():
     from clbench.agent import AgentCard
 
-    card = AgentCard(env_id="clbench/SpectrumMonitor-v1", tools=[])
+    card = AgentCard(env_id="clbench/SpectrumMonitor-v2", tools=[])
     m = FeedbackMemorizer(card)
     n = len(m.candidates)
     assert n >= 2  # the env's fixed answers
@@ -105,7 +105,7 @@ def test_feedback_memorizer_replays_the_best_sequence_of_the_variant():
 
 
 def test_cli_exits_non_zero_without_families_or_on_a_failure(capsys):
-    env_id = "clbench/MemoryProbe-v1"
+    env_id = "clbench/MemoryProbe-v2"
     code = main(["redteam", "--env", env_id, "--workers", "1"])
     out = capsys.readouterr().out
     assert "| policy | family | params | mean | r_reference | r_max | verdict |" in out
