@@ -306,20 +306,22 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         m = re.match(r"^(\w+)\s*(?::\s*(.*))?\Z", stripped, re.DOTALL)
         if m and m.group(1).lower() in names:
             name, rest = m.group(1).lower(), (m.group(2) or "").strip()
+            # every text form is checked against the tool's schema, as a JSON call is: `QUERY_SQL:` with
+            # nothing after it is a call without its required `sql`, not a call for _act to trip over
             if not rest:
-                return ToolCall(name, {})
+                return validate_call(ToolCall(name, {}), self.tools)
             if rest.startswith("{"):
                 obj = extract_json(rest)
                 if not isinstance(obj, dict):
                     raise ActionError(f"{name}: the arguments after ':' are not a JSON object")
                 return validate_call(ToolCall(name, obj), self.tools)
             if name == "query_sql":
-                return ToolCall(name, {"sql": rest})
+                return validate_call(ToolCall(name, {"sql": rest}), self.tools)
             if name == "estimate_survival_by_group":
-                return ToolCall(name, {"group_expression": rest})
+                return validate_call(ToolCall(name, {"group_expression": rest}), self.tools)
             raise ActionError(f"{name} takes JSON arguments, e.g. `{name}: {{...}}`")
         if re.match(r"^(select|with|from)\b", stripped, re.IGNORECASE):
-            return ToolCall("query_sql", {"sql": stripped})
+            return validate_call(ToolCall("query_sql", {"sql": stripped}), self.tools)
         raise ActionError(f"could not read the action. Tools: {', '.join(names)}. {self.action_grammar}")
 
     def _act(self, call: ToolCall) -> Outcome:
