@@ -1,4 +1,4 @@
-"""CohortStudies-v1: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth. The
+"""CohortStudies-v2: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth. The
 env contract (check_env, reset modes, determinism, info keys, the stateless jump showing the same
 study as the stateful position, spec card, r_max and r_reference) is checked for every env in
 tests/test_contract.py."""
@@ -14,12 +14,12 @@ import pytest
 
 import clbench  # noqa: F401  registers the envs
 from clbench.agent import make_agent
-from clbench.agents.cohortstudies import CohortReference, parse_columns
+from clbench.agents.cohortstudies import CohortReference, _condition_key, parse_columns
 from clbench.envs.cohortstudies.codings import CodeCoding, NumericCoding, parse_conditions, parse_tag
 from clbench.envs.cohortstudies.scoring import binary_kl_bits, information_gain_bits
 from clbench.feedback import format_score
 
-ENV = "clbench/CohortStudies-v1"
+ENV = "clbench/CohortStudies-v2"
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,8 @@ def test_tags_round_trip_and_translate_conditions(env):
 
 
 def test_translated_cohorts_select_the_right_patients(env):
-    """Every cohort the reference resolves from CADENCE's descriptions picks (almost) exactly its patients."""
+    """Every group the reference resolves from CADENCE's descriptions (a condition, or a cohort's
+    resolvable conditions together) picks (almost) exactly its patients."""
     study = env.studies["CADENCE"]
     rng = np.random.default_rng(5)
     pat = study.enroll(rng, "Southport")
@@ -161,17 +162,20 @@ def test_translated_cohorts_select_the_right_patients(env):
     agent.levels, agent.cohort_texts = env.population.levels, env.cohort_texts
     columns = {c.var: (c.name, c.coding) for c in study.columns}
     exprs = agent._expressions(columns)[1:]
-    assert len(exprs) >= 12
+    conditions = {_condition_key(c): [c] for conds in env.cohorts.values() for c in conds}
+    conditions.update({cid: [c for c in env.cohorts[cid] if _condition_key(c) in keys]
+                       for cid, (keys, _label, _whole) in agent.plan.items()})
+    assert len(exprs) >= 24 and sum(whole for *_, whole in agent.plan.values()) >= 12
     for expr in exprs:
-        cid = expr.rsplit("'", 2)[1]
-        got = np.array([v == cid for (v,) in con.execute(f"SELECT {expr} FROM patients").fetchall()])
+        label = expr.rsplit(" THEN ", 1)[1].removesuffix(" END").strip("'")
+        got = np.array([v == label for (v,) in con.execute(f"SELECT {expr} FROM patients").fetchall()])
         want = np.ones(len(df), dtype=bool)
         complete = np.ones(len(df), dtype=bool)
-        for cond in env.cohorts[cid]:
+        for cond in conditions[label]:
             want &= env.population.in_domain(pat[cond.var], cond.domain)
             complete &= df[columns[cond.var][0]].notna().to_numpy()
         agree = (got == want)[complete].mean()
-        assert agree > 0.995, (cid, agree)
+        assert agree > 0.995, (label, agree)
 
 
 def test_reward_semantics(env):
@@ -186,11 +190,12 @@ def test_reward_semantics(env):
     obs, r, term, trunc, info = env.step(call("submit_cohort_report", survival=flat))
     assert term and not trunc and r == pytest.approx(0.0, abs=1e-12)
     assert info["raw_metric"] == {"name": "information_gain_bits", "value": r}
-    # the score and its parts are told (v1); per cohort only a graded error, never a survival value
+    # the score and its aggregate parts are told; nothing per cohort (v2), never a survival value
     assert f"Instance score: {format_score(r)}" in obs
     base_kl = binary_kl_bits(built.truth, built.baseline[None, :], env.eps).mean()
     assert f"mean KL(true || baseline): {base_kl:.4f} bits" in obs and f"mean KL(true || your report): {base_kl:.4f}" in obs
-    assert all(f"  {c}: " in obs for c in env.cohorts) and not any(f"{p:.3f}" in obs for p in built.truth.ravel())
+    assert not any(c in obs for c in env.cohorts) and not any(f"{p:.3f}" in obs for p in built.truth.ravel())
+    assert "too high" not in obs and "too low" not in obs
     env.reset(options={"instance": "HERALD-3"})
     truth = make_agent("oracle", env).latent["truth"]["HERALD-3"]
     *_, r_oracle, term, _, _ = env.step(call("submit_cohort_report", survival=truth))
@@ -238,7 +243,8 @@ def test_reference_maps_columns_through_descriptions(env):
         cols = parse_columns(env.step("get_database_metadata")[0])
         agent = CohortReference(env.spec_card)
         agent.levels, agent.cohort_texts = env.population.levels, env.cohort_texts
-        ids = {e.rsplit("'", 2)[1] for e in agent._expressions(cols)[1:]}
+        agent._expressions(cols)
+        ids = {cid for cid, (_keys, _label, whole) in agent.plan.items() if whole}
         assert expected[name] <= ids and not absent[name] & ids, (name, ids)
 
 

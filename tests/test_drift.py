@@ -17,7 +17,7 @@ from clbench.runner import play_instance
 from clbench.schedule import Instance, Schedule, Variant
 
 POKER = "clbench/Poker-v1"
-DRIFTING = ["clbench/DBExplore-v1", POKER, "clbench/SalesForecast-v1", "clbench/CohortStudies-v1",
+DRIFTING = ["clbench/DBExplore-v1", POKER, "clbench/SalesForecast-v1", "clbench/CohortStudies-v2",
             "clbench/SpectrumMonitor-v1", "clbench/MemoryProbe-v1"]
 
 
@@ -171,7 +171,7 @@ def test_drift_check_runs_the_pipeline_on_the_short_poker_drift():
 def test_cohort_recoding_misleads_the_frozen_reference(tmp_path):
     """Short schedule, one region per study: frozen before FORGE, the reference keeps MERIDIAN's
     coding of cog_score and applies it to CADENCE's untagged column; unfrozen it took FORGE's."""
-    env = gym.make("clbench/CohortStudies-v1", schedule="short", cache_dir=str(tmp_path))
+    env = gym.make("clbench/CohortStudies-v2", schedule="short", cache_dir=str(tmp_path))
     try:
         (drift,) = declared_drifts(env)
         p = env.unwrapped.schedule.variant_starts()[drift["variant"]]
