@@ -5,6 +5,7 @@ tests/test_contract.py."""
 from __future__ import annotations
 
 import json
+import os
 
 import duckdb
 import gymnasium as gym
@@ -288,3 +289,205 @@ def test_must_show_reference_rollout(tmp_path):
     t = card["tasks"]["cohortstudies/oracle"]
     assert t["mean_reward"]["mean"] == pytest.approx(t["r_max"], abs=1e-9)
     assert t["mean_reward_stateless"] == pytest.approx(t["r_max"], abs=1e-9)
+
+
+# ---------------------------------------------------------------------------- worlds, splits, red team (v2)
+def play_through(env, agent, seed: int = 0, instances: int | None = None) -> np.ndarray:
+    """One agent through `instances` instances (default: the schedule) from rollout `seed`: rewards."""
+    obs, info = env.reset(seed=seed)
+    rewards = []
+    for k in range(instances or len(env.schedule)):
+        if k:
+            obs, info = env.reset()
+        agent.begin_instance(obs, info)
+        while True:
+            obs, r, term, trunc, info = env.step(agent.act(obs, info))
+            if term or trunc:
+                agent.end_instance(r, info, obs)
+                rewards.append(r)
+                break
+    return np.array(rewards)
+
+
+def truths(env) -> dict[str, np.ndarray]:
+    """Instance id (without a split prefix) -> its ground truth, (cohorts, time points)."""
+    return {k.removeprefix("train-"): np.array(list(v.values())) for k, v in env.latent()["truth"].items()}
+
+
+def test_train_split_shares_kinds_never_answers(env, cache):
+    """v1's train split had the test split's population: 20 of 20 train instances had their test
+    twin's ground truth. Now every latent value is drawn for the train world."""
+    train = gym.make(ENV, cache_dir=cache, split="train").unwrapped
+    try:
+        test_truth, train_truth = truths(env), truths(train)
+        assert test_truth.keys() == train_truth.keys() and len(test_truth) == 20
+        identical = [k for k in test_truth if np.allclose(test_truth[k], train_truth[k], atol=1e-6)]
+        assert identical == []  # identical values on 0 of 20
+        # not even one cohort's curve, anywhere in the train split, equals one of the test split's
+        test_rows = {tuple(np.round(r, 6)) for t in test_truth.values() for r in t}
+        assert not test_rows & {tuple(np.round(r, 6)) for t in train_truth.values() for r in t}
+        assert not set(env.population.regions) & set(train.population.regions)
+        assert train.world["population"]["weibull_scale_months"] != env.world["population"]["weibull_scale_months"]
+        # the same kinds: studies, columns measured, the re-coding in the same place
+        assert [s.name for s in train.studies.values()] == [s.name for s in env.studies.values()]
+        drifting = [c.name for s in train.studies.values() for c in s.columns if not c.documented]
+        assert len(drifting) == 1 and drifting[0] != "cog_score"
+    finally:
+        train.close()
+
+
+def test_fresh_worlds_are_deterministic_and_distinct(cache):
+    made = {}
+    for key, kw in (("w1", {"world_seed": 1}), ("w1 again", {"world_seed": 1}), ("w2", {"world_seed": 2}),
+                    ("train-w1", {"world_seed": 1, "split": "train"})):
+        e = gym.make(ENV, cache_dir=cache, schedule="short", **kw).unwrapped
+        made[key] = (e.world, truths(e), e.reset(seed=0)[0])
+        e.close()
+    assert made["w1"][0] == made["w1 again"][0] and made["w1"][2] == made["w1 again"][2]
+    for a, b in (("w1", "w2"), ("w1", "train-w1")):
+        assert made[a][0] != made[b][0]
+        assert not any(np.allclose(made[a][1][k], made[b][1][k]) for k in made[a][1])
+
+
+def test_feedback_is_aggregate_and_a_feedback_only_agent_stays_below_the_reference(env):
+    """A data-blind agent that tunes a table from the feedback alone (the attack that reached 84% of
+    r_max with v1's per-cohort feedback), over three passes of the schedule, and the table it ends
+    with replayed as a fixed table: both below r_reference. So are the memoryless families."""
+    from clbench.agents.cohortstudies_redteam import FeedbackSearch
+
+    env.cycle = True
+    try:
+        agent = FeedbackSearch(env.spec_card)
+        learning = play_through(env, agent, instances=3 * len(env.schedule))
+        agent.learning = False
+        fixed = play_through(env, agent)
+    finally:
+        env.cycle = False
+    assert learning.mean() < env.r_reference and learning[-20:].mean() < env.r_reference
+    assert fixed.mean() < env.r_reference, fixed.mean()
+    assert len(agent.best) == 4  # it did search: one KL per region
+
+
+def test_memoryless_families_stay_below_the_reference(env):
+    import itertools
+
+    from clbench.agent import load_object
+
+    best = {}
+    for family, (path, grid) in type(env).policy_families.items():
+        for values in itertools.product(*grid.values()):
+            params = dict(zip(grid, values))
+            rewards = []
+            for slot in env.schedule.order(0):
+                obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+                agent = load_object(path)(env.spec_card, seed=0, **params)
+                agent.begin_instance(obs, info)
+                while True:
+                    obs, r, term, trunc, info = env.step(agent.act(obs, info))
+                    if term or trunc:
+                        rewards.append(r)
+                        break
+            best[f"{family}{params}"] = float(np.mean(rewards))
+    top = max(best, key=best.get)
+    assert best[top] < env.r_reference, (top, best[top])
+
+
+def test_stateless_reference_beats_constant_reports(env):
+    """The reference analyses the study (r_reference) and clearly beats any constant report."""
+    from clbench.agents.cohortstudies_redteam import FixedTable
+
+    constant = play_through(env, FixedTable(env.spec_card, curve=(0.87, 0.73, 0.58)))  # no state: stateless
+    assert env.r_reference > 1.5 * constant.mean()
+
+
+#: world seeds whose difficulty is checked (all 20 with CLBENCH_SLOW=1)
+WORLD_SEEDS = list(range(1, 21)) if os.environ.get("CLBENCH_SLOW") == "1" else [1, 7]
+
+
+@pytest.mark.parametrize("world_seed", WORLD_SEEDS)
+def test_fresh_worlds_keep_the_difficulty(world_seed, cache):
+    """In a fresh world: headroom above the stateless reference, a stateful reference that learns
+    (normalized gain in the canonical world's band), a drift that costs the frozen reference, and
+    no data-blind table near the reference."""
+    from clbench.agents.cohortstudies_redteam import FixedTable
+
+    env = gym.make(ENV, cache_dir=cache, world_seed=world_seed).unwrapped
+    try:
+        def stateless(make):
+            return np.mean([_one(env, make(), slot.instance_id) for slot in env.schedule.order(0)])
+        r_max = stateless(lambda: make_agent("oracle", env))
+        r_ref = stateless(lambda: make_agent("reference", env))
+        stateful = play_through(env, make_agent("reference", env))
+        frozen = play_through(env, make_agent("reference", env, freeze_at=12))
+        table = max(stateless(lambda c=c: FixedTable(env.spec_card, curve=c))
+                    for c in type(env).policy_families["fixed_table"][1]["curve"])
+    finally:
+        env.close()
+    assert 0.015 < r_max < 0.1 and 0.25 < r_ref / r_max < 0.75, (r_max, r_ref)
+    gain = (stateful.mean() - r_ref) / (r_max - r_ref)
+    assert 0.1 < gain < 0.9, gain
+    assert stateful[12:].mean() - frozen[12:].mean() > 0.0005
+    assert table < 0.6 * r_ref, (table, r_ref)
+
+
+def _one(env, agent, instance_id: str) -> float:
+    obs, info = env.reset(seed=0, options={"instance": instance_id, "stateless": True})
+    agent.begin_instance(obs, info)
+    while True:
+        obs, r, term, trunc, info = env.step(agent.act(obs, info))
+        if term or trunc:
+            return r
+
+
+def test_public_text_names_no_latent_value(env):
+    """The canonical world's latent values (region names, types, the re-coded column and its coding)
+    appear in no agent-facing or documentation text of this env."""
+    import inspect
+    from pathlib import Path
+
+    import clbench.envs.cohortstudies as pkg
+
+    secrets = type(env).public_secrets()
+    assert {"Northvale", "cog_score", "30 - value"} <= set(secrets)
+    texts = [json.dumps(env.agent_card), env.spec_card.brief, env.spec_card.reward, env.spec_card.feedback,
+             json.dumps(env.spec_card.variants), inspect.getdoc(type(env)) or ""]
+    root = Path(pkg.__file__).parent
+    for module in root.glob("*.py"):
+        texts.append(inspect.getdoc(__import__(f"clbench.envs.cohortstudies.{module.stem}", fromlist=["x"])) or "")
+    yaml_path = Path(clbench.__file__).parent / "tasks" / "cohortstudies" / "default.yaml"
+    if yaml_path.exists():
+        texts += [line.split("#", 1)[1] for line in yaml_path.read_text().splitlines() if "#" in line]
+    for secret in secrets:
+        for text in texts:
+            assert secret not in text, (secret, text[:200])
+
+
+def test_info_types_are_stable_and_vectors_step_through_instance_boundaries(cache):
+    """Every info key keeps one type (gymnasium stacks infos across sub-envs), and sync and async
+    vectors play through several instance boundaries."""
+    report = call("submit_cohort_report", survival={f"C{i:02d}": [0.9, 0.8, 0.7] for i in range(1, 37)})
+    actions = ["get_database_metadata", "QUERY_SQL: ", report, "query_sql: SELECT 1", "nonsense", report,
+               "estimate_survival_by_group: 'all'", report]
+    env = gym.make(ENV, cache_dir=cache, schedule="short", cycle=True).unwrapped
+    kinds: dict[str, set] = {}
+    env.reset(seed=0)
+    for k in range(30):
+        if env._done:
+            env.reset()
+        *_, info = env.step(actions[k % len(actions)])
+        for key, value in info.items():
+            kinds.setdefault(key, set()).add(type(value))
+    env.close()
+    assert all(len(t) == 1 for t in kinds.values()), kinds
+    for mode in ("sync", "async"):
+        vec = gym.make_vec(ENV, 3, vectorization_mode=mode, cache_dir=cache, schedule="short", cycle=True,
+                           vector_kwargs={"shared_memory": False} if mode == "async" else {})
+        try:
+            vec.reset(seed=0)
+            ends = 0
+            for k in range(24):
+                _obs, _r, term, trunc, info = vec.step([actions[(k + j) % len(actions)] for j in range(3)])
+                ends += int(np.sum(term | trunc))
+            assert ends >= 6 and "instance_id" in info
+        finally:
+            vec.close()
