@@ -4,18 +4,23 @@ CohortReference works only from what the tools show. Per instance it reads the s
 variables and cohorts from the first observation, maps the study's columns to standard
 variables through the [standard: ...] tags of the column descriptions (stateful, it remembers
 the last tag seen for each column name and uses it for a column that comes without one, as the
-consortium's data dictionary would; a new tag for a known name replaces the old one), turns
-every cohort it can resolve into a CASE expression and asks estimate_survival_by_group for
-Kaplan-Meier estimates (12 expressions per call), then reports:
+consortium's data dictionary would; a new tag for a known name replaces the old one), and asks
+estimate_survival_by_group (12 expressions per call) for the Kaplan-Meier survival of the whole
+study, of every standard condition the study can resolve, and of every cohort's resolvable
+conditions together. Then it reports:
 
-- stateless (a fresh agent): the in-study KM where the cohort is observable (at least
-  `min_patients` patients and estimable at every time point), the study's overall KM elsewhere;
-- stateful: it remembers every cohort estimate of earlier studies (KM, patients, region) and
-  pools them: a cohort's pooled estimate is a weighted logit average over earlier studies (each
-  study about equally, whatever its size, so their different enrollment biases average out;
-  studies of the same region `same_region` times as much). In-study KM, where available, is
-  shrunk towards the pooled estimate with a prior worth `prior_patients` patients; cohorts no
-  study has shown yet get the study's overall KM.
+- stateless (a fresh agent), a single-study analysis: per cohort, a logit model (the overall KM
+  plus each resolvable condition's effect on it, shrunk by the condition's size and damped by
+  `damp` when several add up) and the KM of the cohort's resolvable conditions together shrunk
+  towards that model with a prior worth `model_patients` patients. A cohort with conditions the
+  study does not measure gets the estimate of the conditions it does measure (the overall KM
+  when there are none);
+- stateful: it also remembers every cohort earlier studies observed whole (estimate, patients,
+  region) and pools them: a weighted logit average over earlier studies (each study about
+  equally, whatever its size, so their different enrollment biases average out; studies of the
+  same region `same_region` times as much). A cohort this study observes whole is shrunk towards
+  the pooled estimate with a prior worth `prior_patients` patients; one it observes only in part
+  takes the pooled estimate.
 - `freeze_at=K` (for `clbench drift-check`): from position K on it stops adding studies and tags
   to its memory and keeps using what it held at K.
 
@@ -199,11 +204,12 @@ class CohortReference(Agent):
                 effects.append(n / (n + self.single_patients) * (lk - overall))
         if effects:
             model = overall + (effects[0] if len(effects) == 1 else self.damp * np.sum(effects, axis=0))
-        got = self._km(label) if len(conds) > 1 else None
+        got = self._km(label)
         if got is None:
-            n_single = self._km(label)[0] if label is not None and self._km(label) else 0
-            return model, n_single, whole and bool(n_single)
+            return model, 0, False
         n, lk = got
+        if len(conds) == 1:  # the model is that one condition's (shrunk) KM
+            return model, n, whole
         return (n * lk + self.model_patients * model) / (n + self.model_patients), n, whole
 
     def _overall(self) -> np.ndarray:
