@@ -264,7 +264,7 @@ def test_stateful_reference_learns_across_studies(env):
         rewards[info["instance_id"]] = play(env, agent, obs, info)[0]
     mean_sf = np.mean(list(rewards.values()))
     gain = (mean_sf - env.r_reference) / (env.r_max - env.r_reference)
-    assert gain > 0.3
+    assert gain > 0.25
     # the gain comes from later studies, which can borrow cohorts they cannot observe
     late = np.mean([v for k, v in rewards.items() if k.startswith(("FORGE", "CADENCE"))])
     assert late > 1.5 * np.mean([v for k, v in rewards.items() if k.startswith("HERALD")])
@@ -283,7 +283,8 @@ def test_must_show_reference_rollout(tmp_path):
     card = run(RunConfig(ENV, "reference", str(tmp_path / "ref"), rollouts=5, workers=2), say=lambda m: None)
     t = card["tasks"]["cohortstudies/reference"]
     # the interval resamples instances as well as rollouts (20 instances): wider than over rollouts alone
-    assert t["normalized_gain"]["mean"] >= 0.4 and t["normalized_gain"]["ci"][0] > 0.2
+    # v2's stateless reference analyses each study fully, so less is left to learn than in v1 (0.4x)
+    assert t["normalized_gain"]["mean"] >= 0.3 and t["normalized_gain"]["ci"][0] > 0.1
     assert t["mean_reward_stateless"] == pytest.approx(r_ref, abs=1e-6)
     card = run(RunConfig(ENV, "oracle", str(tmp_path / "oracle"), rollouts=1, workers=2), say=lambda m: None)
     t = card["tasks"]["cohortstudies/oracle"]
