@@ -2,11 +2,12 @@
 drawn ones (the train split, fresh worlds from a world seed).
 
 A drawn world keeps the task's kind and difficulty and redraws every latent value: which patient
-type has which survival curve (and each curve's parameters), the regions' names and type mixes,
-the per-type distributions of the standard variables, the studies' enrollment biases and which
-region each study instance samples, arbitrary numeric codes, and the shared consortium column that
-a later study re-codes (its name and the new coding, of the same kind as the canonical one: a
-reversed count on a drawn scale, so an agent that keeps the old mapping selects the wrong patients).
+type has which covariate profile (so which variables predict survival), each survival curve and the
+disease's overall severity, the regions' names and type mixes, the per-type distributions of the
+standard variables, the studies' enrollment biases and which region each study instance samples,
+arbitrary numeric codes, and the shared consortium column that a later study re-codes (its name and
+the new coding, of the same kind as the canonical one: a reversed count on a drawn scale, so an
+agent that keeps the old mapping selects the wrong patients).
 Nothing here is shown to agents; observations show what a study's tables and tags say.
 """
 from __future__ import annotations
@@ -51,13 +52,12 @@ def draw_world(spec: dict, rng_for: Callable[[str], np.random.Generator]) -> dic
 
 
 def _draw_survival(pop: dict, rng: np.random.Generator) -> None:
-    """Which type has which Weibull curve (a permutation), each curve jittered, and the disease's overall
-    severity (one time scale for all curves), so no world's survival level is another's."""
-    order = rng.permutation(len(pop["types"]))
+    """Each type's Weibull curve jittered, and the disease's overall severity (one time scale for all
+    curves), so no world's survival level is another's."""
+    n = len(pop["types"])
     severity = np.exp(rng.choice([-1.0, 1.0]) * rng.uniform(0.25, 0.5))
-    shape = np.asarray(pop["weibull_shape"], dtype=float)[order] * rng.uniform(0.92, 1.08, len(order))
-    scale = (np.asarray(pop["weibull_scale_months"], dtype=float)[order] * severity
-             * np.exp(rng.normal(0.0, 0.12, len(order))))
+    shape = np.asarray(pop["weibull_shape"], dtype=float) * rng.uniform(0.92, 1.08, n)
+    scale = np.asarray(pop["weibull_scale_months"], dtype=float) * severity * np.exp(rng.normal(0.0, 0.12, n))
     pop["weibull_shape"] = [round(float(x), 3) for x in shape]
     pop["weibull_scale_months"] = [round(float(x), 2) for x in scale]
 
@@ -74,7 +74,16 @@ def _draw_regions(pop: dict, rng: np.random.Generator) -> dict[str, str]:
 
 
 def _draw_variables(pop: dict, rng: np.random.Generator) -> None:
-    """Per-type distributions of the standard variables, redrawn around the written ones."""
+    """Which type has which covariate profile (one permutation of the per-type parameters of every
+    standard variable: the variables that predict survival change, the studies' enrollment biases and
+    the regions' mixes stay with the survival curves, so their size stays), each redrawn around it."""
+    order = rng.permutation(len(pop["types"]))
+    while len(order) > 1 and order[-1] == len(order) - 1:  # the shortest-lived type changes profile
+        order = rng.permutation(len(pop["types"]))
+    for var in pop["variables"].values():
+        for key in ("mean", "sd", "median", "sdlog", "probs"):
+            if key in var:
+                var[key] = [var[key][i] for i in order]
     for var in pop["variables"].values():
         if var["dist"] == "normal":
             sd = np.asarray(var["sd"], dtype=float)
