@@ -450,6 +450,9 @@ def test_public_text_names_no_latent_value(env):
 
     secrets = type(env).public_secrets()
     assert {"Northvale", "cog_score", "30 - value"} <= set(secrets)
+    card = json.dumps(env.agent_card).lower()
+    for word in ("drift", "re-cod", "recod", "re-scor", "forge", "cadence", "meridian"):
+        assert word not in card, word  # nothing about when or what the drift is
     texts = [json.dumps(env.agent_card), env.spec_card.brief, env.spec_card.reward, env.spec_card.feedback,
              json.dumps(env.spec_card.variants), inspect.getdoc(type(env)) or ""]
     root = Path(pkg.__file__).parent
