@@ -449,7 +449,7 @@ def test_public_text_names_no_latent_value(env):
     import clbench.envs.cohortstudies as pkg
 
     secrets = type(env).public_secrets()
-    assert {"Northvale", "cog_score", "30 - value"} <= set(secrets)
+    assert {"Northvale", "cog_score", "50 - value"} <= set(secrets)
     card = json.dumps(env.agent_card).lower()
     for word in ("drift", "re-cod", "recod", "re-scor", "forge", "cadence", "meridian"):
         assert word not in card, word  # nothing about when or what the drift is
@@ -495,3 +495,15 @@ def test_info_types_are_stable_and_vectors_step_through_instance_boundaries(cach
             assert ends >= 6 and "instance_id" in info
         finally:
             vec.close()
+
+
+def test_the_reference_reads_selection_bias_from_the_design(env):
+    """Clinic referrals sample sicker patients than their population; volunteers, workers, community
+    samples and registries that leave out long-term care healthier ones (the reference's design shift)."""
+    from clbench.agents.cohortstudies import selection_direction
+
+    got = {}
+    for name in env.studies:
+        env.reset(seed=0, options={"instance": f"{name}-1"})
+        got[name] = selection_direction(env.step("get_database_metadata")[0])
+    assert got == {"HERALD": -1, "MERIDIAN": 1, "MOSAIC": -1, "FORGE": -1, "CADENCE": -1}

@@ -181,7 +181,7 @@ def test_cohort_recoding_misleads_the_frozen_reference(tmp_path):
         env.close()
     assert frozen[p:] == [frozen[p - 1]] * (5 - p) and r_frozen[:p + 1] == r_live[:p + 1]
     assert frozen[-1]["tags"]["cog_score"] == "[standard: cognition = value]"
-    assert live[-1]["tags"]["cog_score"] == "[standard: cognition = 30 - value]"
+    assert live[-1]["tags"]["cog_score"] == "[standard: cognition = 50 - value]"
     assert r_live[-1] > r_frozen[-1]  # CADENCE: the old mapping selects the wrong patients
 
 

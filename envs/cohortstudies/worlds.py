@@ -22,8 +22,9 @@ _PREFIXES = ["North", "East", "South", "West", "High", "Low", "Red", "Stone", "O
 _SUFFIXES = ["vale", "march", "port", "field", "ford", "moor", "haven", "brook", "ridge", "wick", "stead", "mouth"]
 #: names of the shared consortium column in drawn worlds
 _SHARED_NAMES = ["cons_cog", "cog_total", "ccs_points", "cognitive_index", "cs_total", "cog_points"]
-#: full scales of the reversed (deficit) re-coding in drawn worlds: standard = K - value
-_DEFICIT_SCALES = [32.0, 33.0, 34.0, 35.0, 36.0, 40.0]
+#: full scales of the reversed (deficit) re-coding in drawn worlds, standard = K - value: read the old way,
+#: the cohorts' cut-offs then select the other end of the scale (as in the canonical world)
+_DEFICIT_SCALES = [46.0, 47.0, 48.0, 49.0, 51.0, 52.0]
 
 
 def canonical(spec: dict) -> dict:
@@ -37,7 +38,7 @@ def draw_world(spec: dict, rng_for: Callable[[str], np.random.Generator]) -> dic
     studies = copy.deepcopy(spec["studies"])
     _draw_survival(pop, rng_for("survival"))
     renamed = _draw_regions(pop, rng_for("regions"))
-    _draw_variables(pop, rng_for("variables"))
+    _draw_variables(pop, rng_for("variables"), _shared_var(studies))
     rng = rng_for("studies")
     for study in studies:
         weights = np.asarray(study["type_weights"], dtype=float) * np.exp(rng.normal(0.0, 0.15, len(pop["types"])))
@@ -73,13 +74,21 @@ def _draw_regions(pop: dict, rng: np.random.Generator) -> dict[str, str]:
     return dict(zip(old, names))
 
 
-def _draw_variables(pop: dict, rng: np.random.Generator) -> None:
+def _draw_variables(pop: dict, rng: np.random.Generator, drifting: str | None) -> None:
     """Which type has which covariate profile (one permutation of the per-type parameters of every
     standard variable: the variables that predict survival change, the studies' enrollment biases and
-    the regions' mixes stay with the survival curves, so their size stays), each redrawn around it."""
-    order = rng.permutation(len(pop["types"]))
-    while len(order) > 1 and order[-1] == len(order) - 1:  # the shortest-lived type changes profile
-        order = rng.permutation(len(pop["types"]))
+    the regions' mixes stay with the survival curves, so their size stays), each redrawn around it.
+    As in the canonical world, the profile that stands out on the re-coded variable belongs to one of
+    the two shortest-lived types (so the re-coding matters as much), and the shortest-lived type's
+    profile changes."""
+    n = len(pop["types"])
+    short = set(np.argsort(pop["weibull_scale_months"])[:2].tolist())
+    means = np.asarray(pop["variables"][drifting]["mean"], dtype=float) if drifting else None
+    standout = int(np.argmax(np.abs(means - means.mean()))) if means is not None else None
+    while True:
+        order = rng.permutation(n)
+        if order[-1] != n - 1 and (standout is None or int(np.flatnonzero(order == standout)[0]) in short):
+            break
     for var in pop["variables"].values():
         for key in ("mean", "sd", "median", "sdlog", "probs"):
             if key in var:
@@ -126,3 +135,9 @@ def _draw_recoding(studies: list[dict], rng: np.random.Generator) -> None:
 def _shared_name(studies: list[dict]) -> str | None:
     """The shared column some study leaves untagged (coded as the data dictionary last said): the one that drifts."""
     return next((c["name"] for s in studies for c in s["columns"] if c.get("documented", True) is False), None)
+
+
+def _shared_var(studies: list[dict]) -> str | None:
+    """The standard variable of the column that drifts (None if no study leaves a column untagged)."""
+    name = _shared_name(studies)
+    return next((c["var"] for s in studies for c in s["columns"] if c["name"] == name), None)
