@@ -250,8 +250,9 @@ def test_reference_maps_columns_through_descriptions(env):
 
 
 def test_the_stateless_reference_has_headroom(env):
-    # test_contract: the oracle and the stateless reference reproduce r_max and r_reference
-    assert env.r_reference < 0.5 * env.r_max
+    # test_contract: the oracle and the stateless reference reproduce r_max and r_reference; v2's
+    # reference analyses each study fully (0.51 of r_max), what is left needs other studies
+    assert env.r_reference < 0.6 * env.r_max
 
 
 def test_stateful_reference_learns_across_studies(env):
