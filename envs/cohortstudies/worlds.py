@@ -78,15 +78,16 @@ def _draw_variables(pop: dict, rng: np.random.Generator, drifting: str | None) -
     """Which type has which covariate profile (one permutation of the per-type parameters of every
     standard variable: the variables that predict survival change, the studies' enrollment biases and
     the regions' mixes stay with the survival curves, so their size stays), each redrawn around it.
-    The profile that stands out on the re-coded variable goes to the shortest-lived type, which so
-    changes profile (the re-coding then matters in every world, at least as much as in the canonical)."""
+    As in the canonical world, the profile that stands out on the re-coded variable belongs to one of
+    the two shortest-lived types (so the re-coding matters as much), and the shortest-lived type's
+    profile changes."""
     n = len(pop["types"])
-    shortest = int(np.argmin(pop["weibull_scale_months"]))
+    short = set(np.argsort(pop["weibull_scale_months"])[:2].tolist())
     means = np.asarray(pop["variables"][drifting]["mean"], dtype=float) if drifting else None
     standout = int(np.argmax(np.abs(means - means.mean()))) if means is not None else None
     while True:
         order = rng.permutation(n)
-        if order[shortest] != shortest and (standout is None or order[shortest] == standout):
+        if order[-1] != n - 1 and (standout is None or int(np.flatnonzero(order == standout)[0]) in short):
             break
     for var in pop["variables"].values():
         for key in ("mean", "sd", "median", "sdlog", "probs"):
