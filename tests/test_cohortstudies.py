@@ -1,10 +1,11 @@
-"""CohortStudies-v1: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth. The
+"""CohortStudies-v2: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth. The
 env contract (check_env, reset modes, determinism, info keys, the stateless jump showing the same
 study as the stateful position, spec card, r_max and r_reference) is checked for every env in
 tests/test_contract.py."""
 from __future__ import annotations
 
 import json
+import os
 
 import duckdb
 import gymnasium as gym
@@ -14,12 +15,12 @@ import pytest
 
 import clbench  # noqa: F401  registers the envs
 from clbench.agent import make_agent
-from clbench.agents.cohortstudies import CohortReference, parse_columns
+from clbench.agents.cohortstudies import CohortReference, _condition_key, parse_columns
 from clbench.envs.cohortstudies.codings import CodeCoding, NumericCoding, parse_conditions, parse_tag
 from clbench.envs.cohortstudies.scoring import binary_kl_bits, information_gain_bits
 from clbench.feedback import format_score
 
-ENV = "clbench/CohortStudies-v1"
+ENV = "clbench/CohortStudies-v2"
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +150,8 @@ def test_tags_round_trip_and_translate_conditions(env):
 
 
 def test_translated_cohorts_select_the_right_patients(env):
-    """Every cohort the reference resolves from CADENCE's descriptions picks (almost) exactly its patients."""
+    """Every group the reference resolves from CADENCE's descriptions (a condition, or a cohort's
+    resolvable conditions together) picks (almost) exactly its patients."""
     study = env.studies["CADENCE"]
     rng = np.random.default_rng(5)
     pat = study.enroll(rng, "Southport")
@@ -161,17 +163,20 @@ def test_translated_cohorts_select_the_right_patients(env):
     agent.levels, agent.cohort_texts = env.population.levels, env.cohort_texts
     columns = {c.var: (c.name, c.coding) for c in study.columns}
     exprs = agent._expressions(columns)[1:]
-    assert len(exprs) >= 12
+    conditions = {_condition_key(c): [c] for conds in env.cohorts.values() for c in conds}
+    conditions.update({cid: [c for c in env.cohorts[cid] if _condition_key(c) in keys]
+                       for cid, (keys, _label, _whole) in agent.plan.items()})
+    assert len(exprs) >= 24 and sum(whole for *_, whole in agent.plan.values()) >= 12
     for expr in exprs:
-        cid = expr.rsplit("'", 2)[1]
-        got = np.array([v == cid for (v,) in con.execute(f"SELECT {expr} FROM patients").fetchall()])
+        label = expr.rsplit(" THEN ", 1)[1].removesuffix(" END").strip("'")
+        got = np.array([v == label for (v,) in con.execute(f"SELECT {expr} FROM patients").fetchall()])
         want = np.ones(len(df), dtype=bool)
         complete = np.ones(len(df), dtype=bool)
-        for cond in env.cohorts[cid]:
+        for cond in conditions[label]:
             want &= env.population.in_domain(pat[cond.var], cond.domain)
             complete &= df[columns[cond.var][0]].notna().to_numpy()
         agree = (got == want)[complete].mean()
-        assert agree > 0.995, (cid, agree)
+        assert agree > 0.995, (label, agree)
 
 
 def test_reward_semantics(env):
@@ -186,11 +191,12 @@ def test_reward_semantics(env):
     obs, r, term, trunc, info = env.step(call("submit_cohort_report", survival=flat))
     assert term and not trunc and r == pytest.approx(0.0, abs=1e-12)
     assert info["raw_metric"] == {"name": "information_gain_bits", "value": r}
-    # the score and its parts are told (v1); per cohort only a graded error, never a survival value
+    # the score and its aggregate parts are told; nothing per cohort (v2), never a survival value
     assert f"Instance score: {format_score(r)}" in obs
     base_kl = binary_kl_bits(built.truth, built.baseline[None, :], env.eps).mean()
     assert f"mean KL(true || baseline): {base_kl:.4f} bits" in obs and f"mean KL(true || your report): {base_kl:.4f}" in obs
-    assert all(f"  {c}: " in obs for c in env.cohorts) and not any(f"{p:.3f}" in obs for p in built.truth.ravel())
+    assert not any(c in obs for c in env.cohorts) and not any(f"{p:.3f}" in obs for p in built.truth.ravel())
+    assert "too high" not in obs and "too low" not in obs
     env.reset(options={"instance": "HERALD-3"})
     truth = make_agent("oracle", env).latent["truth"]["HERALD-3"]
     *_, r_oracle, term, _, _ = env.step(call("submit_cohort_report", survival=truth))
@@ -238,13 +244,15 @@ def test_reference_maps_columns_through_descriptions(env):
         cols = parse_columns(env.step("get_database_metadata")[0])
         agent = CohortReference(env.spec_card)
         agent.levels, agent.cohort_texts = env.population.levels, env.cohort_texts
-        ids = {e.rsplit("'", 2)[1] for e in agent._expressions(cols)[1:]}
+        agent._expressions(cols)
+        ids = {cid for cid, (_keys, _label, whole) in agent.plan.items() if whole}
         assert expected[name] <= ids and not absent[name] & ids, (name, ids)
 
 
 def test_the_stateless_reference_has_headroom(env):
-    # test_contract: the oracle and the stateless reference reproduce r_max and r_reference
-    assert env.r_reference < 0.5 * env.r_max
+    # test_contract: the oracle and the stateless reference reproduce r_max and r_reference; v2's
+    # reference analyses each study fully (0.51 of r_max), what is left needs other studies
+    assert env.r_reference < 0.6 * env.r_max
 
 
 def test_stateful_reference_learns_across_studies(env):
@@ -257,7 +265,7 @@ def test_stateful_reference_learns_across_studies(env):
         rewards[info["instance_id"]] = play(env, agent, obs, info)[0]
     mean_sf = np.mean(list(rewards.values()))
     gain = (mean_sf - env.r_reference) / (env.r_max - env.r_reference)
-    assert gain > 0.3
+    assert gain > 0.25
     # the gain comes from later studies, which can borrow cohorts they cannot observe
     late = np.mean([v for k, v in rewards.items() if k.startswith(("FORGE", "CADENCE"))])
     assert late > 1.5 * np.mean([v for k, v in rewards.items() if k.startswith("HERALD")])
@@ -276,9 +284,230 @@ def test_must_show_reference_rollout(tmp_path):
     card = run(RunConfig(ENV, "reference", str(tmp_path / "ref"), rollouts=5, workers=2), say=lambda m: None)
     t = card["tasks"]["cohortstudies/reference"]
     # the interval resamples instances as well as rollouts (20 instances): wider than over rollouts alone
-    assert t["normalized_gain"]["mean"] >= 0.4 and t["normalized_gain"]["ci"][0] > 0.2
+    # v2's stateless reference analyses each study fully, so less is left to learn than in v1 (0.4x)
+    assert t["normalized_gain"]["mean"] >= 0.3 and t["normalized_gain"]["ci"][0] > 0.1
     assert t["mean_reward_stateless"] == pytest.approx(r_ref, abs=1e-6)
     card = run(RunConfig(ENV, "oracle", str(tmp_path / "oracle"), rollouts=1, workers=2), say=lambda m: None)
     t = card["tasks"]["cohortstudies/oracle"]
     assert t["mean_reward"]["mean"] == pytest.approx(t["r_max"], abs=1e-9)
     assert t["mean_reward_stateless"] == pytest.approx(t["r_max"], abs=1e-9)
+
+
+# ---------------------------------------------------------------------------- worlds, splits, red team (v2)
+def play_through(env, agent, seed: int = 0, instances: int | None = None) -> np.ndarray:
+    """One agent through `instances` instances (default: the schedule) from rollout `seed`: rewards."""
+    obs, info = env.reset(seed=seed)
+    rewards = []
+    for k in range(instances or len(env.schedule)):
+        if k:
+            obs, info = env.reset()
+        agent.begin_instance(obs, info)
+        while True:
+            obs, r, term, trunc, info = env.step(agent.act(obs, info))
+            if term or trunc:
+                agent.end_instance(r, info, obs)
+                rewards.append(r)
+                break
+    return np.array(rewards)
+
+
+def truths(env) -> dict[str, np.ndarray]:
+    """Instance id (without a split prefix) -> its ground truth, (cohorts, time points)."""
+    return {k.removeprefix("train-"): np.array(list(v.values())) for k, v in env.latent()["truth"].items()}
+
+
+def test_train_split_shares_kinds_never_answers(env, cache):
+    """v1's train split had the test split's population: 20 of 20 train instances had their test
+    twin's ground truth. Now every latent value is drawn for the train world."""
+    train = gym.make(ENV, cache_dir=cache, split="train").unwrapped
+    try:
+        test_truth, train_truth = truths(env), truths(train)
+        assert test_truth.keys() == train_truth.keys() and len(test_truth) == 20
+        identical = [k for k in test_truth if np.allclose(test_truth[k], train_truth[k], atol=1e-6)]
+        assert identical == []  # identical values on 0 of 20
+        # not even one cohort's curve, anywhere in the train split, equals one of the test split's
+        test_rows = {tuple(np.round(r, 6)) for t in test_truth.values() for r in t}
+        assert not test_rows & {tuple(np.round(r, 6)) for t in train_truth.values() for r in t}
+        assert not set(env.population.regions) & set(train.population.regions)
+        assert train.world["population"]["weibull_scale_months"] != env.world["population"]["weibull_scale_months"]
+        # the same kinds: studies, columns measured, the re-coding in the same place
+        assert [s.name for s in train.studies.values()] == [s.name for s in env.studies.values()]
+        drifting = [c.name for s in train.studies.values() for c in s.columns if not c.documented]
+        assert len(drifting) == 1 and drifting[0] != "cog_score"
+    finally:
+        train.close()
+
+
+def test_fresh_worlds_are_deterministic_and_distinct(cache):
+    made = {}
+    for key, kw in (("w1", {"world_seed": 1}), ("w1 again", {"world_seed": 1}), ("w2", {"world_seed": 2}),
+                    ("train-w1", {"world_seed": 1, "split": "train"})):
+        e = gym.make(ENV, cache_dir=cache, schedule="short", **kw).unwrapped
+        made[key] = (e.world, truths(e), e.reset(seed=0)[0])
+        e.close()
+    assert made["w1"][0] == made["w1 again"][0] and made["w1"][2] == made["w1 again"][2]
+    for a, b in (("w1", "w2"), ("w1", "train-w1")):
+        assert made[a][0] != made[b][0]
+        assert not any(np.allclose(made[a][1][k], made[b][1][k]) for k in made[a][1])
+
+
+def test_feedback_is_aggregate_and_a_feedback_only_agent_stays_below_the_reference(env):
+    """A data-blind agent that tunes a table from the feedback alone (the attack that reached 84% of
+    r_max with v1's per-cohort feedback), over three passes of the schedule, and the table it ends
+    with replayed as a fixed table: both below r_reference. So are the memoryless families."""
+    from clbench.agents.cohortstudies_redteam import FeedbackSearch
+
+    env.cycle = True
+    try:
+        agent = FeedbackSearch(env.spec_card)
+        learning = play_through(env, agent, instances=3 * len(env.schedule))
+        agent.learning = False
+        fixed = play_through(env, agent)
+    finally:
+        env.cycle = False
+    assert learning.mean() < env.r_reference and learning[-20:].mean() < env.r_reference
+    assert fixed.mean() < env.r_reference, fixed.mean()
+    assert len(agent.best) == 4  # it did search: one KL per region
+
+
+def test_memoryless_families_stay_below_the_reference(env):
+    import itertools
+
+    from clbench.agent import load_object
+
+    best = {}
+    for family, (path, grid) in type(env).policy_families.items():
+        for values in itertools.product(*grid.values()):
+            params = dict(zip(grid, values))
+            rewards = []
+            for slot in env.schedule.order(0):
+                obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+                agent = load_object(path)(env.spec_card, seed=0, **params)
+                agent.begin_instance(obs, info)
+                while True:
+                    obs, r, term, trunc, info = env.step(agent.act(obs, info))
+                    if term or trunc:
+                        rewards.append(r)
+                        break
+            best[f"{family}{params}"] = float(np.mean(rewards))
+    top = max(best, key=best.get)
+    assert best[top] < env.r_reference, (top, best[top])
+
+
+def test_stateless_reference_beats_constant_reports(env):
+    """The reference analyses the study (r_reference) and clearly beats any constant report."""
+    from clbench.agents.cohortstudies_redteam import FixedTable
+
+    constant = play_through(env, FixedTable(env.spec_card, curve=(0.87, 0.73, 0.58)))  # no state: stateless
+    assert env.r_reference > 1.5 * constant.mean()
+
+
+#: world seeds whose difficulty is checked (all 20 with CLBENCH_SLOW=1)
+WORLD_SEEDS = list(range(1, 21)) if os.environ.get("CLBENCH_SLOW") == "1" else [1, 7]
+
+
+@pytest.mark.parametrize("world_seed", WORLD_SEEDS)
+def test_fresh_worlds_keep_the_difficulty(world_seed, cache):
+    """In a fresh world: headroom above the stateless reference, a stateful reference that learns
+    (normalized gain in the canonical world's band), a drift that costs the frozen reference, and
+    no data-blind table near the reference."""
+    from clbench.agents.cohortstudies_redteam import FixedTable
+
+    env = gym.make(ENV, cache_dir=cache, world_seed=world_seed).unwrapped
+    try:
+        def stateless(make):
+            return np.mean([_one(env, make(), slot.instance_id) for slot in env.schedule.order(0)])
+        r_max = stateless(lambda: make_agent("oracle", env))
+        r_ref = stateless(lambda: make_agent("reference", env))
+        stateful = play_through(env, make_agent("reference", env))
+        frozen = play_through(env, make_agent("reference", env, freeze_at=12))
+        table = max(stateless(lambda c=c: FixedTable(env.spec_card, curve=c))
+                    for c in type(env).policy_families["fixed_table"][1]["curve"])
+    finally:
+        env.close()
+    # the band around the canonical world (r_max 0.038, r_reference 0.51 of it, normalized gain 0.40)
+    assert 0.015 < r_max < 0.2 and 0.3 < r_ref / r_max < 0.75, (r_max, r_ref)
+    gain = (stateful.mean() - r_ref) / (r_max - r_ref)
+    assert 0.2 < gain < 0.9, gain
+    # the re-coding never helps the frozen reference; how much it costs depends on how much the
+    # re-coded variable predicts survival in the world (about 0 in world 7, 0.006 in the canonical)
+    assert stateful[12:].mean() - frozen[12:].mean() > -0.0005
+    assert table < r_ref, (table, r_ref)
+
+
+def _one(env, agent, instance_id: str) -> float:
+    obs, info = env.reset(seed=0, options={"instance": instance_id, "stateless": True})
+    agent.begin_instance(obs, info)
+    while True:
+        obs, r, term, trunc, info = env.step(agent.act(obs, info))
+        if term or trunc:
+            return r
+
+
+def test_public_text_names_no_latent_value(env):
+    """The canonical world's latent values (region names, types, the re-coded column and its coding)
+    appear in no agent-facing or documentation text of this env."""
+    import inspect
+    from pathlib import Path
+
+    import clbench.envs.cohortstudies as pkg
+
+    secrets = type(env).public_secrets()
+    assert {"Northvale", "cog_score", "50 - value"} <= set(secrets)
+    card = json.dumps(env.agent_card).lower()
+    for word in ("drift", "re-cod", "recod", "re-scor", "forge", "cadence", "meridian"):
+        assert word not in card, word  # nothing about when or what the drift is
+    texts = [json.dumps(env.agent_card), env.spec_card.brief, env.spec_card.reward, env.spec_card.feedback,
+             json.dumps(env.spec_card.variants), inspect.getdoc(type(env)) or ""]
+    root = Path(pkg.__file__).parent
+    for module in root.glob("*.py"):
+        texts.append(inspect.getdoc(__import__(f"clbench.envs.cohortstudies.{module.stem}", fromlist=["x"])) or "")
+    yaml_path = Path(clbench.__file__).parent / "tasks" / "cohortstudies" / "default.yaml"
+    if yaml_path.exists():
+        texts += [line.split("#", 1)[1] for line in yaml_path.read_text().splitlines() if "#" in line]
+    for secret in secrets:
+        for text in texts:
+            assert secret not in text, (secret, text[:200])
+
+
+def test_info_types_are_stable_and_vectors_step_through_instance_boundaries(cache):
+    """Every info key keeps one type (gymnasium stacks infos across sub-envs), and sync and async
+    vectors play through several instance boundaries."""
+    report = call("submit_cohort_report", survival={f"C{i:02d}": [0.9, 0.8, 0.7] for i in range(1, 37)})
+    actions = ["get_database_metadata", "QUERY_SQL: ", report, "query_sql: SELECT 1", "nonsense", report,
+               "estimate_survival_by_group: 'all'", report]
+    env = gym.make(ENV, cache_dir=cache, schedule="short", cycle=True).unwrapped
+    kinds: dict[str, set] = {}
+    env.reset(seed=0)
+    for k in range(30):
+        if env._done:
+            env.reset()
+        *_, info = env.step(actions[k % len(actions)])
+        for key, value in info.items():
+            kinds.setdefault(key, set()).add(type(value))
+    env.close()
+    assert all(len(t) == 1 for t in kinds.values()), kinds
+    for mode in ("sync", "async"):
+        vec = gym.make_vec(ENV, 3, vectorization_mode=mode, cache_dir=cache, schedule="short", cycle=True,
+                           vector_kwargs={"shared_memory": False} if mode == "async" else {})
+        try:
+            vec.reset(seed=0)
+            ends = 0
+            for k in range(24):
+                _obs, _r, term, trunc, info = vec.step([actions[(k + j) % len(actions)] for j in range(3)])
+                ends += int(np.sum(term | trunc))
+            assert ends >= 6 and "instance_id" in info
+        finally:
+            vec.close()
+
+
+def test_the_reference_reads_selection_bias_from_the_design(env):
+    """Clinic referrals sample sicker patients than their population; volunteers, workers, community
+    samples and registries that leave out long-term care healthier ones (the reference's design shift)."""
+    from clbench.agents.cohortstudies import selection_direction
+
+    got = {}
+    for name in env.studies:
+        env.reset(seed=0, options={"instance": f"{name}-1"})
+        got[name] = selection_direction(env.step("get_database_metadata")[0])
+    assert got == {"HERALD": -1, "MERIDIAN": 1, "MOSAIC": -1, "FORGE": -1, "CADENCE": -1}

@@ -178,7 +178,7 @@ def test_drift_check_runs_the_pipeline_on_the_short_poker_drift(tmp_path, monkey
 def test_cohort_recoding_misleads_the_frozen_reference(tmp_path):
     """Short schedule, one region per study: frozen before FORGE, the reference keeps MERIDIAN's
     coding of cog_score and applies it to CADENCE's untagged column; unfrozen it took FORGE's."""
-    env = gym.make("clbench/CohortStudies-v1", schedule="short", cache_dir=str(tmp_path))
+    env = gym.make("clbench/CohortStudies-v2", schedule="short", cache_dir=str(tmp_path))
     try:
         (drift,) = declared_drifts(env)
         p = env.unwrapped.schedule.variant_starts()[drift["variant"]]
@@ -188,7 +188,7 @@ def test_cohort_recoding_misleads_the_frozen_reference(tmp_path):
         env.close()
     assert frozen[p:] == [frozen[p - 1]] * (5 - p) and r_frozen[:p + 1] == r_live[:p + 1]
     assert frozen[-1]["tags"]["cog_score"] == "[standard: cognition = value]"
-    assert live[-1]["tags"]["cog_score"] == "[standard: cognition = 30 - value]"
+    assert live[-1]["tags"]["cog_score"] == "[standard: cognition = 50 - value]"
     assert r_live[-1] > r_frozen[-1]  # CADENCE: the old mapping selects the wrong patients
 
 

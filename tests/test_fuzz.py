@@ -94,3 +94,53 @@ def test_step_never_raises_on_arbitrary_text_and_json(env):
 
     env.cycle = True  # fuzzing may run past the last instance
     check()
+
+
+# ---------------------------------------------------------------------------- every tool, every bad argument
+#: values of the wrong type for any argument (whatever its schema asks for)
+WRONG_TYPED = [None, True, 0, -1, 1.5, "", [], {}, [None], {"x": None}]
+#: a string argument near the action size limit (the JSON call stays inside it)
+HUGE = "x" * 60_000
+
+
+def bad_arguments(tool: dict) -> list[dict]:
+    """Missing (no arguments), empty, wrong-typed and huge values of every argument of one tool,
+    plus an argument it does not have."""
+    props = tool["function"]["parameters"]["properties"]
+    cases = [{}, {"no_such_argument": 1}]
+    for name in props:
+        cases += [{name: v} for v in WRONG_TYPED]
+        cases += [{name: HUGE}, {name: [HUGE]}, {name: {"k": HUGE}}, {name: 10 ** 4000}]
+    return cases
+
+
+def bad_texts(tool: dict) -> list[str]:
+    """The tool's name as a text action, in both cases, with nothing, an empty or wrong JSON value,
+    or a huge text after it (`QUERY_SQL: ` once raised KeyError: 'sql')."""
+    name = tool["function"]["name"]
+    out = []
+    for n in (name, name.upper()):
+        out += [n, f"{n}:", f"{n}: ", f"{n}: {{}}", f"{n}: []", f"{n}: null", f"{n}: 0", f'{n}: ""',
+                f"{n}: {{", f"{n}: " + HUGE, f"{n}: " + "9" * 5000, f"{n} {n}"]
+    return out
+
+
+def test_every_tool_with_missing_empty_wrong_typed_and_huge_arguments(env):
+    """Each tool of each env, as a JSON call and as text, with arguments an attacker or a confused
+    model sends: never an exception, always a valid observation (an invalid action or a result)."""
+    env.cycle = True
+    for tool in env.tools:
+        actions = [json.dumps({"tool": tool["function"]["name"], "arguments": a}) for a in bad_arguments(tool)]
+        actions += bad_texts(tool)
+        if short(env.env_id) in SANDBOXED:  # each one runs a shell: the JSON cases and a few texts
+            actions = actions[:len(bad_arguments(tool))] + bad_texts(tool)[:6]
+        for action in actions:
+            if env._done:
+                env.reset()
+            try:
+                obs, reward, terminated, truncated, info = env.step(action)
+            except Exception as exc:  # noqa: BLE001 - the failure names the action that raised
+                raise AssertionError(f"{env.env_id}: step({action[:80]!r}) raised {type(exc).__name__}: {exc}") from exc
+            assert isinstance(obs, str) and env.observation_space.contains(obs), action[:80]
+            assert isinstance(reward, float) and reward == reward
+            assert INFO_KEYS <= set(info)

@@ -5,7 +5,7 @@ A numeric standard variable's condition is a half-open interval [lo, hi); a cate
 a set of level names. Every study column that measures a standard variable documents its coding
 with a tag at the end of its description, the only bridge between studies:
 
-    [standard: cognition = 30 - value]                         numeric, a formula in `value`
+    [standard: age = value / 12]                               numeric, a formula in `value`
     [standard: sex by code: 'M' = 'male'; 'F' = 'female']      labels -> levels or [lo, hi)
     [standard: exposure by value range: [0, 0.5) = 'none'; ...] stored number ranges -> levels
 

@@ -1,6 +1,7 @@
-"""CohortStudies-v1: survival estimation across heterogeneous studies."""
+"""CohortStudies-v2: survival estimation across heterogeneous studies."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -14,7 +15,7 @@ import platformdirs
 
 from clbench.actions import ActionError, ToolCall, extract_json, tool_schema, validate_call
 from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
-from clbench.envs.cohortstudies import views
+from clbench.envs.cohortstudies import views, worlds
 from clbench.envs.cohortstudies.codings import quote_ident, sql_literal
 from clbench.envs.cohortstudies.km import km_at
 from clbench.envs.cohortstudies.population import Population
@@ -64,19 +65,20 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     after exploring the study's patients table (a read-only DuckDB database), the agent
     publishes survival at 12, 24 and 36 months for 36 predefined cohorts defined on standard
     variables (single variables, pairs, triples), including cohorts the study cannot observe.
-    Latent structure: four patient types with Weibull survival drive survival in every study;
+    Latent structure: a few patient types with Weibull survival drive survival in every study;
     regions differ in their type mix; covariates depend on the type. Five studies (HERALD,
     MERIDIAN, MOSAIC, FORGE, CADENCE; one variant each, 4 regions each, 20 instances) enroll
     biased samples, measure partly overlapping variables, name and code them their own way
-    (cognition scales, categorical vs numeric biomarkers, genotype codings, units) and carry
+    (score scales, categorical vs numeric biomarkers, genotype codings, units) and carry
     distractor columns. Column descriptions (with a `[standard: ...]` tag) are the only bridge
     between studies; an agent that pools what earlier studies showed can report cohorts the
-    current study cannot observe.
+    current study cannot observe, and correct one study's enrollment bias with the others'.
 
-    Concept drift (FORGE, instance 13, through CADENCE): MERIDIAN's consortium cognitive score
-    `cog_score` (the score, higher is better) is re-coded by FORGE as the number of errors
-    (30 - score), documented in FORGE's tag; CADENCE then uses `cog_score` without a tag, coded
-    as the data dictionary now says. The mapping learned from MERIDIAN is wrong from FORGE on.
+    Concept drift: from one study on, a consortium column shared with an earlier study is re-coded
+    (the new coding documented in that study's tag); a later study uses the column without a tag,
+    coded as the data dictionary then says. A mapping learned before the re-coding selects the
+    wrong patients from then on. Which column, how it is re-coded and the populations are latent:
+    the canonical world's are in tasks/cohortstudies/default.yaml, every other world draws its own.
 
     ## Action Space
     `Text`: a JSON tool call `{"tool": name, "arguments": {...}}` or the text grammar
@@ -93,15 +95,12 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     tool's output or an error saying what was wrong; after the report, its score and feedback.
 
     ## Feedback
-    The terminal observation states the score and its two parts (mean KL of the baseline and of
-    the report against the truth, in bits), and per cohort a graded error (close: KL < 0.002
-    bits, off: < 0.01, far off: more), whether the survival reported was too high or too low on
-    average over the three time points, and whether the cohort beat the baseline: what a
-    follow-up of the published cohorts would tell the epidemiologist. The true survival values
-    are not shown, nor exact per-cohort errors: every region recurs in every study and the 36
-    cohorts are the same, so values would answer later instances outright, and exact errors of a
-    few reports would pin them down; across regions either would give away the latent patient
-    types.
+    The terminal observation states the score and its two parts: the mean KL of the baseline and of
+    the report against the truth, in bits, over all cohorts and time points. Nothing per cohort:
+    the 36 cohorts recur in every study and every region recurs across studies, so per-cohort
+    errors or directions would let an agent tune a fixed table to the feedback without analysing
+    any data (such a table reached 84% of r_max under v1's per-cohort feedback), and true values
+    would answer later instances outright.
 
     ## Rewards
     Information gain in bits over the flat baseline that reports the study's overall Kaplan-Meier
@@ -121,31 +120,37 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     `schedule` ("default": 5 studies x 4 regions; "short": 1 instance per study), `cycle`,
     `render_mode` ("ansi"), `cache_dir` (where study databases are cached; default
     `platformdirs.user_cache_dir("clbench")/cohortstudies`, keyed by generator version, seed and a hash
-    of the spec; files are written to a temp name and renamed, so parallel workers can share it),
-    `split` ("test", the benchmark's study tables; "train": the same studies, codings and population,
-    every table drawn from another seed; ids "train-<STUDY>-<k>", cached under their own keys).
+    of the world's spec; files are written to a temp name and renamed, so parallel workers can share it),
+    `split` ("test", the benchmark; "train": the same studies and kinds of structure in another world:
+    its own populations, effects, region names and mixes, enrollment biases, codes and re-coding, every
+    table from other seeds; ids "train-<STUDY>-<k>"), `world_seed` (None: the canonical world; N: a
+    fresh world of the same kind drawn from N, see clbench.envs.cohortstudies.worlds).
 
     ## Version History
+    * v2: the train split and fresh worlds (`world_seed`) draw every latent value (v1's train split
+      shared the test split's population, so its answers were the test answers); the feedback gives
+      only the score and its aggregate parts (v1's per-cohort too high / too low and grade let a
+      data-blind agent learn the answers); the reference analyses a single study fully (each
+      condition's effect, partial cohorts from their observable conditions); text actions are
+      checked against the tool schemas (`QUERY_SQL:` alone raised KeyError); recalibrated.
     * v1 (split kwarg, no change to the test split): `split="train"` for training.
-    * v1: `cog_score` shared by MERIDIAN, FORGE (re-coded as errors, tagged) and CADENCE
-      (untagged): real concept drift; r_max and r_reference recalibrated.
-      The terminal observation carries the score, its parts and per-cohort feedback (see
-      Feedback; v0 said only "Report recorded"); the brief states the call budget, what invalid
-      calls cost and that no report scores 0.
+    * v1: a shared consortium column re-coded by a later study: real concept drift; r_max and
+      r_reference recalibrated. The terminal observation carries the score, its parts and
+      per-cohort feedback; the brief states the call budget, what invalid calls cost and that no
+      report scores 0.
     * v0: initial release.
     """
 
-    env_id = "clbench/CohortStudies-v1"
+    env_id = "clbench/CohortStudies-v2"
     reward_unit = "bits"
     brief = (
         "You are an epidemiologist studying a fictional chronic disease. Each instance gives you one study's "
         "patients table (DuckDB, read-only). Report, for each of 36 predefined cohorts defined on standard "
         "variables, the survival probability at 12, 24 and 36 months in the study's region's population - "
         "including cohorts this study cannot observe. Studies sample their populations with biases, measure "
-        "different variables and name and code them differently; each column description ends with a "
-        "[standard: ...] tag stating how the column relates to a standard variable, except for a column shared "
-        "with earlier studies, which is coded as the consortium's data dictionary (the last tag given for that "
-        "column name) says. The same kinds of patients appear in every study. You have 20 tool calls per "
+        "different variables and name and code them differently; a column description may end with a "
+        "[standard: ...] tag stating how the column relates to a standard variable; a column without one is coded "
+        "as the consortium's data dictionary says, which is the last tag given for a column of that name. The same kinds of patients appear in every study. You have 20 tool calls per "
         "instance, the report included; the report is final and ends the instance. An invalid call (unknown "
         "tool, bad arguments, malformed report) costs a call and three in a row end the instance; an instance "
         "that ends without a report scores 0 (as reporting the baseline would)."
@@ -156,11 +161,9 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         "points, probabilities clipped to [0.001, 0.999]. True = population survival of the cohort in the region."
     )
     feedback_text = (
-        "After the report: the score and its parts (mean KL of the baseline and of your report against the "
-        "truth, bits) and per cohort a graded error (close < 0.002 bits KL, off < 0.01, far off), whether your "
-        "survival was too high or too low on average, and whether it beat the baseline. True values and exact "
-        "per-cohort errors are never shown: regions and cohorts recur across studies, so they would answer later "
-        "instances.")
+        "After the report: the score and its two parts, the mean KL of the baseline and of your report against "
+        "the truth (bits), over all cohorts and time points. Nothing per cohort: cohorts recur in every study, so "
+        "per-cohort errors or directions would let later reports be tuned to the feedback instead of the data.")
     action_grammar = (
         'Call a tool with JSON {"tool": "query_sql", "arguments": {"sql": "SELECT ..."}} or as text '
         "`TOOL_NAME: {json arguments}` (e.g. `get_database_metadata`, `query_sql: SELECT count(*) FROM patients`, "
@@ -178,27 +181,65 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         "reference": "clbench.agents.cohortstudies:CohortReference",
         "oracle": "clbench.agents.cohortstudies:CohortOracle",
     }
+    #: memoryless red-team families (clbench redteam): data-blind tables and the bare overall KM, shifted
+    policy_families = {
+        "fixed_table": ("clbench.agents.cohortstudies_redteam:FixedTable",
+                        {"source": ["constant"], "curve": [[0.87, 0.73, 0.58], [0.9, 0.8, 0.7], [0.8, 0.64, 0.51],
+                                                           [0.93, 0.85, 0.77]]}),
+        "train_answers": ("clbench.agents.cohortstudies_redteam:FixedTable", {"source": ["train-truth"]}),
+        "baseline_shift": ("clbench.agents.cohortstudies_redteam:BaselineShift", {"shift": [-0.3, -0.1, 0.1, 0.3]}),
+    }
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 cache_dir: str | None = None, split: str = "test"):
+                 cache_dir: str | None = None, split: str = "test", world_seed: int | None = None):
         spec = load_task_spec(self.task)
         self.points = [int(p) for p in spec["time_points_months"]]
         self.eps = float(spec["smoothing_eps"])
         self.max_expressions = int(spec["max_expressions_per_call"])
         self.max_groups = int(spec["max_groups_per_expression"])
-        self.population = Population(spec["population"])
-        self.cohorts = {cid: self.population.conditions(text) for cid, text in spec["cohorts"].items()}
         self.cohort_texts = dict(spec["cohorts"])
-        from clbench.envs.cohortstudies.studies import Study
-
-        self.studies = {s["name"]: Study(s, self.population) for s in spec["studies"]}
         # Study tables are regenerated in memory (cheap, deterministic; the env needs them for the
         # baseline and summaries); only the DuckDB files are cached, at a path that depends on
-        # nothing but the spec, so even the path an agent can see through SQL is reproducible.
+        # nothing but the world's spec, so even the path an agent can see through SQL is reproducible.
         self.cache_dir = Path(cache_dir) if cache_dir else Path(platformdirs.user_cache_dir("clbench")) / self.task
         self._built: dict[str, Built] = {}
         self._con: duckdb.DuckDBPyConnection | None = None
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
+
+    # ------------------------------------------------------------------ the world
+    @functools.cached_property
+    def world(self) -> dict:
+        """This world's population and studies: as written (canonical) or drawn (train, world seeds)."""
+        if self.canonical_world:
+            return worlds.canonical(self.spec_data)
+        return worlds.draw_world(self.spec_data, self.world_rng)
+
+    @functools.cached_property
+    def population(self) -> Population:
+        return Population(self.world["population"])
+
+    @functools.cached_property
+    def cohorts(self) -> dict:
+        return {cid: self.population.conditions(text) for cid, text in self.cohort_texts.items()}
+
+    @functools.cached_property
+    def studies(self) -> dict:
+        from clbench.envs.cohortstudies.studies import Study  # pandas: only building a study needs it
+
+        return {s["name"]: Study(s, self.population) for s in self.world["studies"]}
+
+    @classmethod
+    def public_secrets(cls) -> list[str]:
+        """The canonical world's latent values as they would be written: region names, patient types, the
+        shared column that is re-coded and its re-coding, and the distinctive generator numbers."""
+        spec = load_task_spec(cls.task)
+        pop = spec["population"]
+        secrets = list(pop["regions"]) + list(pop["types"][1:3])  # "stable"/"aggressive" are everyday words
+        shared = worlds._shared_name(spec["studies"])
+        offsets = {c["coding"]["numeric"]["offset"] for s in spec["studies"] for c in s["columns"]
+                   if c["name"] == shared and "offset" in c["coding"].get("numeric", {})}
+        secrets += [shared] + [f"{k:g} - {word}" for k in offsets for word in ("value", "score")]
+        return secrets
 
     # ------------------------------------------------------------------ schedule and instances
     def _build_schedule(self, name: str) -> Schedule:
@@ -207,7 +248,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(schedules)}")
         per_study = int(schedules[name]["instances_per_study"])
         variants = []
-        for s in self.spec_data["studies"]:
+        for s in self.world["studies"]:
             # train: each table from another seed (the payload's seed also keys the database cache)
             insts = tuple(Instance(f"{s['name']}-{i + 1}", s["name"],
                                    {"study": s["name"], **inst, "seed": self.split_seed(inst["seed"])})
@@ -236,8 +277,8 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     def database_path(self, instance: Instance) -> Path:
         """Cache path keyed by generator version, seed and a hash of everything the table depends on."""
         p = instance.payload
-        study = next(s for s in self.spec_data["studies"] if s["name"] == p["study"])
-        content = json.dumps({"population": self.spec_data["population"], "study": study, "instance": p},
+        study = next(s for s in self.world["studies"] if s["name"] == p["study"])
+        content = json.dumps({"population": self.world["population"], "study": study, "instance": p},
                              sort_keys=True, default=str)
         key = hashlib.sha256(content.encode()).hexdigest()[:12]
         version = self.spec_data["generator_version"]
@@ -306,20 +347,22 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         m = re.match(r"^(\w+)\s*(?::\s*(.*))?\Z", stripped, re.DOTALL)
         if m and m.group(1).lower() in names:
             name, rest = m.group(1).lower(), (m.group(2) or "").strip()
+            # every text form is checked against the tool's schema, as a JSON call is: `QUERY_SQL:` with
+            # nothing after it is a call without its required `sql`, not a call for _act to trip over
             if not rest:
-                return ToolCall(name, {})
+                return validate_call(ToolCall(name, {}), self.tools)
             if rest.startswith("{"):
                 obj = extract_json(rest)
                 if not isinstance(obj, dict):
                     raise ActionError(f"{name}: the arguments after ':' are not a JSON object")
                 return validate_call(ToolCall(name, obj), self.tools)
             if name == "query_sql":
-                return ToolCall(name, {"sql": rest})
+                return validate_call(ToolCall(name, {"sql": rest}), self.tools)
             if name == "estimate_survival_by_group":
-                return ToolCall(name, {"group_expression": rest})
+                return validate_call(ToolCall(name, {"group_expression": rest}), self.tools)
             raise ActionError(f"{name} takes JSON arguments, e.g. `{name}: {{...}}`")
         if re.match(r"^(select|with|from)\b", stripped, re.IGNORECASE):
-            return ToolCall("query_sql", {"sql": stripped})
+            return validate_call(ToolCall("query_sql", {"sql": stripped}), self.tools)
         raise ActionError(f"could not read the action. Tools: {', '.join(names)}. {self.action_grammar}")
 
     def _act(self, call: ToolCall) -> Outcome:
@@ -424,21 +467,14 @@ class CohortStudiesEnv(InstanceSequenceEnv):
                        reward=gain, raw_metric=("information_gain_bits", gain), solved=gain > 0)
 
     def _feedback(self, gain: float, report: np.ndarray) -> str:
-        """Graded per-cohort error and its direction; never the true survival (Feedback)."""
+        """The score and its two aggregate parts, nothing per cohort (Feedback)."""
         truth = self._current.truth
-        base_kl = binary_kl_bits(truth, np.broadcast_to(self._current.baseline, truth.shape), self.eps).mean(axis=1)
-        report_kl = binary_kl_bits(truth, report, self.eps).mean(axis=1)
-        bias = (np.clip(report, self.eps, 1 - self.eps) - np.clip(truth, self.eps, 1 - self.eps)).mean(axis=1)
-        lines = ["Per cohort (follow-up of the published cohorts; error graded by your KL: close < 0.002 bits, "
-                 "off < 0.01, far off beyond; true survival values are not shown):"]
-        for cid, kl, b, better in zip(self.cohorts, report_kl, bias, report_kl < base_kl):
-            grade = "close" if kl < 0.002 else "off" if kl < 0.01 else "far off"
-            lines.append(f"  {cid}: {grade}, {'too high' if b > 0 else 'too low' if b < 0 else 'exact'}, "
-                         f"{'beat' if better else 'did not beat'} the baseline")
+        base_kl = binary_kl_bits(truth, np.broadcast_to(self._current.baseline, truth.shape), self.eps).mean()
+        report_kl = binary_kl_bits(truth, report, self.eps).mean()
         return score_report(gain, "information gain in bits over the flat baseline", [
-            ("mean KL(true || baseline)", f"{base_kl.mean():.4f} bits"),
-            ("mean KL(true || your report)", f"{report_kl.mean():.4f} bits"),
-            ("gain = baseline KL - report KL", f"{base_kl.mean() - report_kl.mean():.4f} bits")], lines)
+            ("mean KL(true || baseline)", f"{base_kl:.4f} bits"),
+            ("mean KL(true || your report)", f"{report_kl:.4f} bits"),
+            ("gain = baseline KL - report KL", f"{base_kl - report_kl:.4f} bits")])
 
     # ------------------------------------------------------------------ cleanup
     def _close_connection(self) -> None:
