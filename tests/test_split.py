@@ -20,7 +20,7 @@ import clbench  # noqa: F401  registers the envs
 
 TRAIN_ENVS = ["clbench/SpectrumMonitor-v1", "clbench/Poker-v1", "clbench/MemoryProbe-v1",
               "clbench/CohortStudies-v1", "clbench/SalesForecast-v1"]
-REFUSING = {"clbench/DBExplore-v1": "questions", "clbench/CodeRepair-v2": "real bug reports"}
+REFUSING = {"clbench/DBExplore-v1": "questions", "clbench/CodeRepair-v3": "real bug reports"}
 #: envs whose first observation states the whole problem (CohortStudies' first observation is the
 #: study's description, the same in both splits by design: its problem is the table behind SQL;
 #: SalesForecast's reset opens a sandbox, so its problem is compared by the files it would show)
