@@ -14,7 +14,7 @@ from typing import Callable
 
 from clbench.envs.coderepair.checkout import buggy_tree, overlay
 from clbench.envs.coderepair.grading import (Tampering, judge, lock_tests, plan_grading, pytest_ini, read_recording,
-                                             records_key, stable_records, write_job)
+                                             records_key, stable_records, bounds_of_tests, write_job)
 from clbench.envs.coderepair.patching import apply_diff
 from clbench.envs.coderepair.sources import cache_lock, cache_root
 from clbench.sandbox import Sandbox
@@ -92,12 +92,13 @@ def evaluate_tree(issue, pristine: Path, changes, make_sandbox: Callable[[Path],
         tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / "tree")
         applied, ignored = overlay(tree, changes, repo["source_root"], repo.get("tests_root", "tests"))
         issue.with_hidden_module(tree)
+        bounds = bounds_of_tests(tree, f2p_ids + p2p_ids)
         try:
             actual = record_tree(tree, f2p_ids + p2p_ids, f2p_ids, make_sandbox, timeout, workdir, repo)
         except Tampering:
             return Evaluation(False, {i: "FAILED" for i in f2p_ids}, {i: "FAILED" for i in p2p_ids}, applied, ignored,
                               tampering=True)
-    outcomes = judge(expected, actual, f2p_ids + p2p_ids)
+    outcomes = judge(expected, actual, f2p_ids + p2p_ids, bounds)
     f2p = {i: outcomes[i] for i in f2p_ids}
     p2p = {i: outcomes[i] for i in p2p_ids}
     resolved = all(v == "PASSED" for v in [*f2p.values(), *p2p.values()])

@@ -16,7 +16,8 @@ process that imports or runs repository code holds an expected value or computes
   fix), made the same way in two separate runs of the trusted tree and kept where both runs agree
   (`expected_records`, cached on the host outside any sandbox);
 - a test passes when it ended normally and every stable record of the fixed tree was observed
-  with the same value, with no observation the fixed tree never made. A record file that is not
+  with the same value (an operand bounded by a literal, `t >= 500`, by the bound's outcome:
+  bounds.py; a traceback in a text by its presence), with no observation the fixed tree never made. A record file that is not
   what the runner writes (not JSON of the runner's shape, too large, a link) is tampering.
 Forging a pass therefore needs the values the fixed code produces: forged reports, patched
 runner or recorder internals, early exits, verdict lines printed on stdout, recognizing tests by
@@ -40,6 +41,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clbench.envs.coderepair.bounds import bounds as module_bounds
+from clbench.envs.coderepair.bounds import holds
 from clbench.envs.coderepair.instrument import RECORDER_MODULE, instrument
 
 HERE = Path(__file__).parent
@@ -120,6 +123,11 @@ def plan_grading(tree: Path, hidden: list[str], others: list[str], rename: bool 
 def test_seed(test_id: str) -> int:
     """The `random` seed of a test in every run (by its original id, whatever name it runs under)."""
     return int.from_bytes(hashlib.sha256(test_id.encode()).digest()[:4], "big")
+
+
+def bounds_of_tests(tree: Path, ids: list[str]) -> dict[str, dict]:
+    """Each test file's bounded order comparisons (read before the rewriting)."""
+    return {rel: module_bounds((tree / rel).read_text()) for rel in sorted({i.split("::")[0] for i in ids})}
 
 
 def write_job(plan: GradingPlan, tree: Path, import_root: str, ini: str) -> None:
@@ -213,12 +221,25 @@ def same(a: str | None, b: str | None) -> bool:
     return _TRACEBACK.sub("Traceback", a) == _TRACEBACK.sub("Traceback", b)
 
 
-def judge(expected: dict[str, dict[str, dict]], actual: dict[str, dict[str, dict]], ids: list[str]) -> dict[str, str]:
+def agree(key: str, expected: str | None, got: str | None, bounds: dict | None) -> bool:
+    """Whether a record agrees with the fixed tree's: equal values, or for an operand compared with a
+    literal bound (bounds.py), the same outcome of that comparison."""
+    site, _, part = key.partition(".")
+    bound = (bounds or {}).get(int(site)) if site.isdigit() and part.startswith("l") else None
+    if bound is not None:
+        return holds(bound, expected) == holds(bound, got)
+    return same(expected, got)
+
+
+def judge(expected: dict[str, dict[str, dict]], actual: dict[str, dict[str, dict]], ids: list[str],
+          bounds: dict[str, dict] | None = None) -> dict[str, str]:
     """PASSED when a test ran, ended as on the fixed tree and observed what the fixed tree observed;
-    FAILED when it ran and something differs; MISSING when it has no records."""
+    FAILED when it ran and something differs; MISSING when it has no records. `bounds`: test file ->
+    its bounded order comparisons (bounds.py)."""
     outcomes = {}
     for test in ids:
         want, got = expected.get(test, {}), actual.get(test)
+        file_bounds = (bounds or {}).get(test.split("::")[0])
         if not got:
             outcomes[test] = "MISSING"
             continue
@@ -230,19 +251,21 @@ def judge(expected: dict[str, dict[str, dict]], actual: dict[str, dict[str, dict
                 break
             records = run["records"]
             known = set(exp["known"])
-            if any(not same(records.get(k), v) for k, v in exp["stable"].items()) or any(k not in known for k in records):
+            if (any(not agree(k, v, records.get(k), file_bounds) for k, v in exp["stable"].items())
+                    or any(k not in known for k in records)):
                 ok = False
                 break
         outcomes[test] = "PASSED" if ok else "FAILED"
     return outcomes
 
 
-def differences(expected: dict, actual: dict, test: str) -> list[str]:
+def differences(expected: dict, actual: dict, test: str, bounds: dict[str, dict] | None = None) -> list[str]:
     """The stable record keys of `test` whose value differs or is missing in `actual` (diagnostics)."""
     out = []
+    file_bounds = (bounds or {}).get(test.split("::")[0])
     for bucket, exp in expected.get(test, {}).items():
         got = actual.get(test, {}).get(bucket, {"records": {}})["records"]
-        out += [k for k, v in exp["stable"].items() if not same(got.get(k), v)]
+        out += [k for k, v in exp["stable"].items() if not agree(k, v, got.get(k), file_bounds)]
     return out
 
 
