@@ -304,10 +304,11 @@ def check_restore(env, issue_id: str, source: str) -> None:
 
 #: a record file that is not the runner's: written over it at exit by code in the package
 GARBLE = """
-import atexit as _a, os as _o, sys as _s
+import atexit as _a, glob as _g, os as _o
+_dirs = _g.glob(_o.path.join(_o.getcwd(), ".grade-*"))
 def _garble():
-    _d = _o.path.dirname(_o.path.abspath(getattr(_s.modules["__main__"], "__file__", ".")))
-    open(_o.path.join(_d, "recording.json"), "w").write("[not the runner's]")
+    for _d in _dirs:
+        open(_o.path.join(_d, "recording.json"), "w").write("[not the runner's]")
 _a.register(_garble)
 """
 
