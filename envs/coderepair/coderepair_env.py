@@ -93,9 +93,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     tablib-05, tenacity-04, -11, -12, -13, -16 and -17; elsewhere the report states no checkable
     expectation, the fix is outside its catalog or beyond its search budget, or a wrong edit
     passes its check and the visible tests);
-    r_reference is its stateless mean (0.262). Stateful it skips the exploration steps on later
+    r_reference is its stateless mean (0.261 on v3). Stateful it skips the exploration steps on later
     issues of a project and tries the edit kinds that worked first: normalized gain 0.025
-    (bootstrap 95% CI [0.008, 0.052], 3 rollouts).
+    (bootstrap 95% CI [0.008, 0.052], 3 rollouts; measured on v2).
 
     ## Drift
     At the tenacity 7.0.0 -> 8.2.3 boundary (declared in tasks/coderepair/default.yaml): tenacity
@@ -104,7 +104,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     command that runs them, learned on 7.0.0, is wrong on 8.2.3; an agent that trusts it confirms
     nothing with the tests. The observation names each issue's project and release (the variant
     names are the releases, e.g. `tenacity-8.2.3`): that the release changed is visible, what
-    changed is not said. `clbench drift-check --rollouts 3`: frozen before 8.2.3, the reference
+    changed is not said. `clbench drift-check --rollouts 3` (measured on v2; v3 changed the
+    grading, not what the reference does): frozen before 8.2.3, the reference
     scores 0.285 less per 8.2.3 issue than unfrozen (drift cost, 95% CI [0.071, 0.508]; goal
     0.1 x (r_max - r_reference) = 0.074). Unfrozen it loses no 8.2.3 issue to the drift: the first edit that passes its check there
     shows it, inside that issue, that its test command tests nothing, and it finds the tests
