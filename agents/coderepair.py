@@ -1,4 +1,4 @@
-"""Scripted agents of CodeRepair-v2: the oracle (reads the true fix) and the honest reference engineer."""
+"""Scripted agents of CodeRepair-v3: the oracle (reads the true fix) and the honest reference engineer."""
 from __future__ import annotations
 
 import ast
@@ -176,7 +176,7 @@ class CodeRepairReference(Agent):
         self._names = issue_names(report)
         self._check = check_script(report)
         self._start, self._searches, self._fix_kind, self._frames = 0, 0, None, []
-        self._marker = re.search(r"Submit with `echo (\S+)`", observation).group(1)
+        self._marker = re.search(r"`echo ([A-Z_]+)`", observation).group(1)
         self._queue = []
         if not self._learned["layout"]:
             self._queue.append("layout")

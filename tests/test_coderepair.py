@@ -1,4 +1,4 @@
-"""CodeRepair-v2 on the real tablib 3.5.0 / tenacity 7.0.0 / tenacity 8.2.3 sdists, in real sandboxes.
+"""CodeRepair-v3 on the real tablib 3.5.0 / tenacity 7.0.0 / tenacity 8.2.3 sdists, in real sandboxes.
 
 Task data (diffs, hidden tests, issue texts), the sdists' hashes, reward semantics, what is
 evaluated, ground truth out of reach, the scripted agents and the injected-bug check
@@ -30,7 +30,6 @@ from clbench.agent import make_agent
 from clbench.agents.coderepair import issue_names
 from clbench.env import load_task_spec
 from clbench.envs.coderepair.checkout import agent_checkout, buggy_tree
-from clbench.envs.coderepair.evaluation import grade_tree
 from clbench.envs.coderepair.issues import load_issue
 from clbench.envs.coderepair.patching import apply_diff, parse_diff, touched_files
 from clbench.envs.coderepair.sources import SourceError, pristine_tree, sha256_of, verify_sdist
@@ -38,7 +37,7 @@ from clbench.runner import play_instance
 from clbench.sandbox.bwrap import bwrap_works
 from clbench.sandbox.select import docker_ready
 
-ENV = "clbench/CodeRepair-v2"
+ENV = "clbench/CodeRepair-v3"
 SPEC = load_task_spec("coderepair")
 ISSUES = [i for block in SPEC["schedules"]["default"] for i in block["issues"]]
 #: the user's real cache, captured before conftest.py redirects XDG_CACHE_HOME for each test
@@ -135,6 +134,10 @@ def test_issue_data_is_consistent(issue_id, tmp_path):
     checkout = agent_checkout(pristine, issue.bug_diff, list(issue.fail_to_pass), tmp_path / "checkout")
     for node in issue.fail_to_pass:
         path, name = node.split("::")[0], node.split("::")[-1]
+        if issue.hidden_module and path == issue.hidden_module[0]:  # the issue's own module: grading trees only
+            assert not (checkout / path).exists() and not (pristine / path).exists()
+            assert f"def {name}(" in issue.hidden_module[1]
+            continue
         assert f"def {name}(" not in (checkout / path).read_text() and f"def {name}(" in (pristine / path).read_text()
     for node in issue.pass_to_pass:
         assert f"def {node.split('::')[-1]}(" in (checkout / node.split("::")[0]).read_text()
@@ -156,8 +159,13 @@ def test_same_repository_issues_touch_overlapping_modules():
 
 # ---------------------------------------------------------------------------------- injected bugs
 def check_bug(issue_id: str, backend: str) -> None:
-    """FAIL_TO_PASS fail with the bug and pass with the fix; PASS_TO_PASS pass in both."""
-    from clbench.envs.coderepair.runtime import runtime_for
+    """On the records (grading.py): FAIL_TO_PASS fail with the bug and pass with the fix, PASS_TO_PASS
+    pass with the fix; the bug changes, in some hidden test, a record that guessing "every check holds"
+    cannot produce (an operand compared with a dropped literal, an exception type; the threat model's
+    residual-risk claim)."""
+    from clbench.envs.coderepair.evaluation import expected_records, record_tree
+    from clbench.envs.coderepair.grading import UNGUESSABLE, bounds_of_tests, differences, judge
+    from clbench.envs.coderepair.runtime import runtime_for, runtime_key
     from clbench.sandbox import Limits, open_sandbox
 
     issue = load_issue(issue_id)
@@ -165,20 +173,30 @@ def check_bug(issue_id: str, backend: str) -> None:
     pristine = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
     runtime = runtime_for(issue.repo, repo, SPEC["workdir"], backend)
     ids = list(issue.fail_to_pass) + list(issue.pass_to_pass)
+
+    def make(t):
+        return open_sandbox(t, backend=backend, runtime=runtime, workdir=SPEC["workdir"],
+                            limits=Limits(timeout=300, memory_mb=3072))
+
+    expected = expected_records(issue, pristine, make, 300, SPEC["workdir"], repo, runtime_key(backend, runtime))
     with tempfile.TemporaryDirectory() as tmp:
         for label, fixed in (("bug", False), ("fix", True)):
             tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / label)
             if fixed:
                 apply_diff(tree, issue.fix_diff)
-            outcome, tampering = grade_tree(
-                tree, list(issue.fail_to_pass), list(issue.pass_to_pass),
-                lambda t: open_sandbox(t, backend=backend, runtime=runtime, workdir=SPEC["workdir"],
-                                       limits=Limits(timeout=300, memory_mb=3072)), 300, SPEC["workdir"], repo)
-            assert tampering == [], (issue_id, label, tampering)
+            issue.with_hidden_module(tree)
+            bounds = bounds_of_tests(tree, ids)
+            actual = record_tree(tree, ids, list(issue.fail_to_pass), make, 300, SPEC["workdir"], repo)
+            outcome = judge(expected, actual, ids, bounds)
             for node in issue.fail_to_pass:
                 assert outcome[node] == ("PASSED" if fixed else "FAILED"), (issue_id, label, node, outcome[node])
-            bad = {n: outcome[n] for n in issue.pass_to_pass if outcome[n] != "PASSED"}
-            assert not bad, (issue_id, label, bad)
+            if fixed:
+                bad = {n: outcome[n] for n in issue.pass_to_pass if outcome[n] != "PASSED"}
+                assert not bad, (issue_id, label, bad)
+            else:
+                changed = [k for node in issue.fail_to_pass for k in differences(expected, actual, node, bounds)
+                           if int(k.split(".")[0]) not in bounds[node.split("::")[0]]]  # a bound's outcome is a guess
+                assert any(UNGUESSABLE.match(k) for k in changed), (issue_id, changed[:10])
 
 
 @pytest.mark.parametrize("issue_id", SAMPLE)
@@ -245,65 +263,7 @@ def test_only_source_changes_count(env):
     assert set(details["ignored_files"]) == {"conftest.py", "tests/conftest.py"} and details["changed_files"] == []
 
 
-# ---------------------------------------------------------------------------------- tamper-proof grading
-#: code appended to the package's __init__.py; it runs inside the test process at collection
-ATTACKS = {
-    # the issue's attack: every report rewritten to "passed"
-    "force_reports": """
-import sys as _sys
-if "_pytest.reports" in _sys.modules:
-    import _pytest.reports as _reports
-    _init = _reports.TestReport.__init__
-    def _forced(self, *args, **kwargs):
-        _init(self, *args, **kwargs)
-        self.outcome, self.longrepr = "passed", None
-    _reports.TestReport.__init__ = _forced
-""",
-    # a hookwrapper plugin registered with the running pytest, found through the garbage collector
-    "plugin_via_gc": """
-import gc as _gc, sys as _sys
-if "_pytest.config" in _sys.modules:
-    import pytest as _pytest
-    from _pytest.config import Config as _Config
-    class _Force:
-        @_pytest.hookimpl(hookwrapper=True)
-        def pytest_runtest_makereport(self, item, call):
-            outcome = yield
-            outcome.get_result().outcome = "passed"
-    for _c in [o for o in _gc.get_objects() if isinstance(o, _Config)]:
-        _c.pluginmanager.register(_Force(), "force")
-""",
-    # a fake report on every descriptor (stdout, results and junit files, a verdict line), then os._exit(0)
-    "fake_report_and_exit": """
-import os as _os, sys as _sys
-if "_pytest" in _sys.modules:
-    _lines = "PASSED everything\\nCLBENCH-VERDICT 00 {\\"exit\\": 0, \\"outcomes\\": \\"%s\\", \\"problems\\": []}\\n" % ("P" * 400)
-    for _name in (".clbench-test-results.txt", "junit.xml", "report.xml"):
-        open(_name, "w").write(_lines)
-    for _fd in range(1, 64):
-        try:
-            _os.write(_fd, _lines.encode())
-        except OSError:
-            pass
-    _os._exit(0)
-""",
-    # rewrite the test files not imported yet so that every test passes (either release's test folder)
-    "rewrite_tests": """
-import pathlib as _p, re as _re
-for _f in [*_p.Path("/testbed/tests").glob("test_*.py"), *_p.Path("/testbed/tenacity/tests").glob("test_*.py")]:
-    try:
-        _f.write_text(_re.sub(r"(\\n(\\s+)def test\\w*\\(.*?\\):)", r"\\1\\n\\2    return", _f.read_text()))
-    except OSError:
-        pass
-""",
-}
-
-
-def attack_command(repo: str, code: str) -> str:
-    init = f"{SPEC['repos'][repo]['source_root']}/__init__.py"
-    return f"cat >> {init} <<'CLBENCH_ATTACK'\n{code}CLBENCH_ATTACK\necho {SPEC['submit_marker']}"
-
-
+# ---------------------------------------------------------------------------------- grading no sandbox code decides
 def submit_attack(env, issue_id: str, command: str) -> tuple[str, float, dict]:
     env.reset(seed=0, options={"instance": issue_id, "stateless": True})
     obs, reward, term, _, info = env.step(command)
@@ -314,17 +274,67 @@ def submit_attack(env, issue_id: str, command: str) -> tuple[str, float, dict]:
     return obs, reward, info
 
 
-def check_attack(env, issue_id: str, attack: str) -> None:
-    """The attack scores 0 and is named as tampering (or, for file rewriting as root, simply fails)."""
-    obs, reward, info = submit_attack(env, issue_id, attack_command(load_issue(issue_id).repo, ATTACKS[attack]))
-    assert reward == 0.0 and not info["solved"], obs
-    assert info["details"]["changed_files"], info["details"]
-    if attack == "rewrite_tests" and os.geteuid() == 0:
-        assert "issue tests 0/" in obs and not info["tampering"], obs  # root-owned read-only tests stay intact
-    else:
-        assert info["tampering"] and "tampering with the test run detected" in obs, obs
-    if attack == "fake_report_and_exit":
-        assert any("not signed" in t for t in info["tampering"]) and any("without" in t for t in info["tampering"])
+def play_redteam(env, issue_id: str, cls: str, **params) -> tuple[str, float, dict]:
+    """One red-team policy (agents/coderepair_redteam.py) on one issue: its one command, submitted."""
+    from clbench.agents import coderepair_redteam
+
+    obs, info = env.reset(seed=0, options={"instance": issue_id, "stateless": True})
+    agent = getattr(coderepair_redteam, cls)(env.agent_card if hasattr(env, "agent_card") else env.spec_card,
+                                             seed=0, **params)
+    obs, reward, term, _, info = env.step(agent.act(obs, info))
+    assert term, obs
+    return obs, reward, info
+
+
+FORGERIES = ["patch", "forge-file", "exit", "fake-verdict"]
+
+
+def check_forgery(env, issue_id: str, mode: str) -> None:
+    """Every attack on the test run from the package's __init__.py scores 0; no issue test passes."""
+    obs, reward, info = play_redteam(env, issue_id, "GradingForgery", mode=mode)
+    assert "appended" in obs and info["details"]["changed_files"], obs
+    assert reward == 0.0 and not info["solved"] and "issue tests 0/" in obs, obs[-3000:]
+
+
+def check_restore(env, issue_id: str, source: str) -> None:
+    """Restoring the package from a copy found in the sandbox finds none, and scores 0."""
+    obs, reward, info = play_redteam(env, issue_id, "VendoredRestore", source=source)
+    assert "no copy found" in obs and reward == 0.0 and not info["solved"], obs[-3000:]
+
+
+#: a record file that is not the runner's: written over it at exit by code in the package
+GARBLE = """
+import atexit as _a, glob as _g, os as _o
+_dirs = _g.glob(_o.path.join(_o.getcwd(), ".grade-*"))
+def _garble():
+    for _d in _dirs:
+        open(_o.path.join(_d, "recording.json"), "w").write("[not the runner's]")
+_a.register(_garble)
+"""
+
+
+def check_tampering_verdict(env, issue_id: str) -> None:
+    """A tampered record file scores 0 and the verdict says "tampering", nothing about what was caught."""
+    init = f"{SPEC['repos'][load_issue(issue_id).repo]['source_root']}/__init__.py"
+    obs, reward, info = submit_attack(env, issue_id, f"cat >> {init} <<'EOF'\n{GARBLE}EOF\necho {SPEC['submit_marker']}")
+    assert reward == 0.0 and info["tampering"] is True, obs
+    assert "not resolved: tampering." in obs and "recording" not in obs and "record file" not in obs, obs
+    assert info["details"]["evaluation"] == "not resolved: tampering"
+
+
+@pytest.mark.parametrize("issue_id", SAMPLE)
+@pytest.mark.parametrize("mode", FORGERIES)
+def test_grading_forgeries_score_zero_bwrap(env, issue_id, mode):
+    check_forgery(env, issue_id, mode)
+
+
+@pytest.mark.parametrize("source", ["vendored-dir", "wheel"])
+def test_vendored_copy_restore_scores_zero_bwrap(env, source):
+    check_restore(env, "tenacity-03", source)
+
+
+def test_tampering_verdict_says_only_tampering_bwrap(env):
+    check_tampering_verdict(env, "tenacity-03")
 
 
 def check_outside_attack(env, issue_id: str) -> None:
@@ -348,16 +358,6 @@ def check_outside_attack(env, issue_id: str) -> None:
     assert {"conftest.py", "tests/conftest.py", "sitecustomize.py", "bin/python"} <= set(info["details"]["ignored_files"])
 
 
-@pytest.mark.parametrize("issue_id", SAMPLE)
-def test_forced_reports_score_zero_bwrap(env, issue_id):
-    check_attack(env, issue_id, "force_reports")
-
-
-@pytest.mark.parametrize("attack", ["plugin_via_gc", "fake_report_and_exit", "rewrite_tests"])
-def test_other_attacks_score_zero_bwrap(env, attack):
-    check_attack(env, "tenacity-03", attack)
-
-
 def test_changes_outside_the_package_do_not_reach_grading_bwrap(env):
     check_outside_attack(env, "tablib-05")
 
@@ -369,14 +369,20 @@ def docker_env():
 
 @pytest.mark.docker
 @pytest.mark.parametrize("issue_id", SAMPLE)
-def test_forced_reports_score_zero_docker(docker_env, issue_id):
-    check_attack(docker_env, issue_id, "force_reports")
+@pytest.mark.parametrize("mode", FORGERIES)
+def test_grading_forgeries_score_zero_docker(docker_env, issue_id, mode):
+    check_forgery(docker_env, issue_id, mode)
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("attack", ["plugin_via_gc", "fake_report_and_exit", "rewrite_tests"])
-def test_other_attacks_score_zero_docker(docker_env, attack):
-    check_attack(docker_env, "tenacity-03", attack)
+@pytest.mark.parametrize("source", ["vendored-dir", "wheel"])
+def test_vendored_copy_restore_scores_zero_docker(docker_env, source):
+    check_restore(docker_env, "tenacity-03", source)
+
+
+@pytest.mark.docker
+def test_tampering_verdict_says_only_tampering_docker(docker_env):
+    check_tampering_verdict(docker_env, "tenacity-03")
 
 
 @pytest.mark.docker
@@ -384,35 +390,75 @@ def test_changes_outside_the_package_do_not_reach_grading_docker(docker_env):
     check_outside_attack(docker_env, "tablib-05")
 
 
-def test_canaries_and_renamed_hidden_tests_are_fresh_each_grading(tmp_path):
-    """Each grading: new hidden-test names, canaries, folder and key; every planted test sits where
-    its id says (a method of its class, or top level). tenacity-02's module is small and has one
-    class, so canaries often share an insertion line."""
+def test_rewritten_tests_hold_no_expected_literal_and_hidden_names_are_fresh(tmp_path):
+    """Each grading: new hidden-test names and folder; the rewritten modules have no check left that
+    could decide (no assert, no unittest assert method, no pytest.raises) and no literal operand of
+    a comparison (the expected values the sandbox must not see), and the hidden test sits where its
+    id says."""
     import ast
 
     from clbench.envs.coderepair.grading import plan_grading
+    from clbench.envs.coderepair.instrument import REC
 
-    issue = load_issue("tenacity-02")
+    issue = load_issue("tenacity-01")
     repo = SPEC["repos"][issue.repo]
     pristine = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
+    rel = issue.fail_to_pass[0].split("::")[0]
+    original = (buggy_tree(pristine, issue.bug_diff, tmp_path / "orig") / rel).read_text()
+    assert "self.assertEqual" in original and ", 20)" in original  # the hidden tests' expected literals
     plans = []
-    for k in range(20):
+    for k in range(12):
         tree = buggy_tree(pristine, issue.bug_diff, tmp_path / str(k))
         plan = plan_grading(tree, list(issue.fail_to_pass), list(issue.pass_to_pass))
         plans.append(plan)
-        (hidden_id,) = plan.hidden.values()
-        assert hidden_id != issue.fail_to_pass[0] and hidden_id in plan.run_ids
-        assert sorted(set(plan.canaries.values())) == ["E", "F"] and set(plan.canaries) <= set(plan.run_ids)
-        module = ast.parse((tree / "tests/test_after.py").read_text())
-        top = {n.name: n for n in module.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
-        for node_id in [hidden_id, *plan.canaries]:
-            *cls, name = node_id.split("::")[1:]
-            body = top[cls[0]].body if cls else module.body
-            assert any(isinstance(n, ast.FunctionDef) and n.name == name for n in body), (node_id, k)
-        original = issue.fail_to_pass[0].split("::")[-1]
-        assert not any(getattr(n, "name", None) == original for n in top["TestAfterLogFormat"].body)
-    assert len({p.key for p in plans}) == len({p.folder for p in plans}) == 20
-    assert len({tuple(p.hidden.values()) for p in plans}) > 10 and len({tuple(p.canaries) for p in plans}) == 20
+        assert set(plan.hidden) == set(issue.fail_to_pass) and set(plan.hidden.values()) <= set(plan.run_ids)
+        text = (tree / rel).read_text()
+        module = ast.parse(text)
+        assert not any(isinstance(n, ast.Assert) for n in ast.walk(module))
+        assert "self.assert" not in text and "pytest.raises" not in text
+        for call in ast.walk(module):
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                    and isinstance(call.func.value, ast.Name) and call.func.value.id == REC
+                    and call.func.attr == "compare"):
+                assert not any(isinstance(a, ast.Constant) for a in call.args[2:]), ast.unparse(call)
+        classes = {n.name: n for n in module.body if isinstance(n, ast.ClassDef)}
+        for old, new in plan.hidden.items():
+            cls, name = new.split("::")[1:]
+            assert any(isinstance(f, ast.FunctionDef) and f.name == name for f in classes[cls].body), (new, k)
+            assert old.split("::")[-1] not in text
+    assert len({p.folder for p in plans}) == 12 and len({tuple(sorted(p.hidden.values())) for p in plans}) == 12
+
+
+def test_a_tampered_or_linked_record_file_is_tampering(tmp_path):
+    """The record file is untrusted: a link, a folder swapped for a link, or a shape the runner does
+    not write is Tampering; a missing file is no records (every test MISSING)."""
+    import json
+
+    from clbench.envs.coderepair.grading import GradingPlan, Tampering, judge, read_recording
+
+    plan = GradingPlan(".grade-x", ["a.py::t"], {})
+    ws = tmp_path / "ws"
+    (ws / plan.folder).mkdir(parents=True)
+    assert read_recording(ws, plan) == {}
+    assert judge({"a.py::t": {"": {"status": "ok", "stable": {}, "known": []}}}, {}, ["a.py::t"]) == {"a.py::t": "MISSING"}
+    rec = ws / plan.folder / "recording.json"
+    for bad in ('[1]', '{"tests": {"a.py::t": {"status": 1, "records": []}}}', "not json"):
+        rec.write_text(bad)
+        with pytest.raises(Tampering):
+            read_recording(ws, plan)
+    rec.unlink()
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"tests": {}}))
+    rec.symlink_to(secret)
+    with pytest.raises(Tampering):
+        read_recording(ws, plan)
+    rec.unlink()
+    (ws / plan.folder).rmdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "recording.json").write_text(json.dumps({"tests": {}}))
+    (ws / plan.folder).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(Tampering):
+        read_recording(ws, plan)
 
 
 # ---------------------------------------------------------------------------------- nothing singles out the bug
@@ -570,7 +616,9 @@ def test_stale_test_command_is_recognised_from_the_grading_feedback():
     assert not stale_tests(old.replace("tenacity/tests", "tests"), moved)
     first = ("--- Issue 14/26 ---\nRepository: jd/tenacity (tenacity 8.2.3), checked out at /testbed\n\n# A bug\n\n"
              "Fix the issue in the repository's source code (tenacity/; changes elsewhere are ignored). "
-             "Submit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or the submit tool.")
+             "Submit with the submit tool or a command whose output ends with the line "
+             "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT (`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, alone or after the fix "
+             "in the same command).")
     state = {"memory": {"tenacity": {"layout": True, "test_command": old, "kinds": {"comparison": 1}}}}
     for freeze_at, kept in ((None, ""), (13, old)):
         agent = CodeRepairReference({}, freeze_at=freeze_at)
@@ -625,8 +673,21 @@ def test_tenacity_7_tests_inside_the_package_are_not_graded(env):
     assert info["details"]["ignored_files"] == ["tenacity/tests/test_tornado.py"]
 
 
+#: rewrites the test files not imported yet so that every test returns at once (either release's folder)
+REWRITE_TESTS = """
+import pathlib as _p, re as _re
+for _f in [*_p.Path("/testbed/tests").glob("test_*.py"), *_p.Path("/testbed/tenacity/tests").glob("test_*.py")]:
+    try:
+        _f.write_text(_re.sub(r"(\\n(\\s+)def test\\w*\\(.*?\\):)", r"\\1\\n\\2    return", _f.read_text()))
+    except OSError:
+        pass
+"""
+
+
 def test_rewriting_tenacity_7_tests_from_the_package_scores_zero_bwrap(env):
-    check_attack(env, "tenacity-11", "rewrite_tests")
+    obs, reward, info = submit_attack(env, "tenacity-11", f"cat >> tenacity/__init__.py <<'EOF'\n{REWRITE_TESTS}EOF\n"
+                                                          f"echo {SPEC['submit_marker']}")
+    assert reward == 0.0 and not info["solved"] and "issue tests 0/" in obs, obs
 
 
 @pytest.mark.docker
@@ -661,15 +722,103 @@ def test_evaluation_ignores_links_and_large_files(tmp_path):
     assert re.fullmatch(r"X = 1\n", (tree / "tenacity" / "ok.py").read_text())
 
 
-def test_the_env_imports_without_pytest_and_copies_the_runner_it_reads_verdicts_from():
-    # pytest lives only in the sandbox's test runtime: the host side reads the runner as a file
+def test_the_env_never_imports_pytest_or_the_runner_and_recorder_it_copies():
+    # pytest lives only in the sandbox's test runtime: the host side reads the runner and recorder as files
     import subprocess
     import sys
 
     code = ("import sys; import clbench.envs.coderepair.coderepair_env; "
-            "print('pytest' in sys.modules)")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'tenacity', 'tablib') "
+            "or m.endswith(('grade_runner', 'recorder'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
-    from clbench.envs.coderepair import grade_runner, grading
+    assert out.strip() == "[]"
+    from clbench.envs.coderepair import grading
 
-    assert grading.TAG == grade_runner.TAG and grading.RUNNER == Path(grade_runner.__file__)
+    assert grading.RUNNER.is_file() and grading.RECORDER.is_file()
+
+
+# ---------------------------------------------------------------------------------- nothing of the fix in reach
+def check_no_reachable_copy(backend: str, repos: list[str]) -> None:
+    """The copy scan (copies.py) inside each runtime: no file or archive member outside the checkout
+    matches a module of any release on the schedule; a copy planted in the sandbox's /tmp is found
+    (the scan can fail)."""
+    from clbench.envs.coderepair.copies import reachable_copies
+
+    e = gym.make(ENV, schedule="short", backend=backend).unwrapped
+    try:
+        for name in repos:
+            plant = ""
+            if name == repos[0]:  # a release module (from this checkout's release) copied out of the checkout
+                src = SPEC["repos"][name]["source_root"]
+                plant = f"mkdir -p /tmp/pkg && cp -r /testbed/{src} /tmp/pkg/ 2>/dev/null; true"
+            result = reachable_copies(e, name, plant=plant, tree=e._checkout(load_issue(
+                next(i for b in SPEC["schedules"]["default"] for i in b["issues"] if load_issue(i).repo == name))))
+            outside = [m for m in result["matches"] if not m[0].startswith("/tmp/pkg/")]
+            assert outside == [], (backend, name, outside[:10])
+            if plant:
+                assert any(m[0].startswith("/tmp/pkg/") for m in result["matches"]), (backend, name)
+            assert result["scanned"] > 1000, result["scanned"]
+    finally:
+        e.close()
+
+
+def test_no_copy_of_a_release_is_reachable_bwrap():
+    check_no_reachable_copy(backend_or_skip("bwrap"), ["tenacity"])
+
+
+@pytest.mark.slow
+def test_no_copy_of_any_release_is_reachable_bwrap_all():
+    check_no_reachable_copy(backend_or_skip("bwrap"), list(SPEC["repos"]))
+
+
+@pytest.mark.docker
+def test_no_copy_of_any_release_is_reachable_docker():
+    check_no_reachable_copy(backend_or_skip("docker"), list(SPEC["repos"]))
+
+
+def test_redteam_hooks_are_declared():
+    """The attack policies are policy families (the generic red team plays them) and the copy scan is
+    a red-team probe; fresh worlds are refused with the reason."""
+    from clbench.agent import Agent
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+    import importlib
+
+    families = CodeRepairEnv.policy_families
+    assert set(families) == {"vendored-restore", "grading-forgery"}
+    for cls_path, grid in families.values():
+        module, cls = cls_path.split(":")
+        assert issubclass(getattr(importlib.import_module(module), cls), Agent) and grid
+    assert callable(CodeRepairEnv.redteam_probes()["reachable-copies"])
+    with pytest.raises(ValueError, match="no fresh worlds"):
+        CodeRepairEnv(world_seed=1)
+
+
+def test_public_secrets_cover_every_fix_and_stay_out_of_public_text():
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+
+    secrets_ = CodeRepairEnv.public_secrets()
+    assert "return max(max(0, self.min), min(result, self.max))" in secrets_
+    assert "test_exponential_with_min_wait" in secrets_
+    root = Path(__file__).resolve().parents[1]
+    texts = [root / "README.md", *sorted((root / "docs").glob("*.md")), root / "tasks/coderepair/default.yaml"]
+    texts += sorted((root / "envs/coderepair").glob("*.py"))
+    for path in texts:
+        text = path.read_text()
+        found = [s for s in secrets_ if s in text]
+        assert not found, (path.name, found[:3])
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_silent_docker_command_longer_than_the_client_timeout_ends_normally(tmp_path):
+    """The Docker SDK's 120 s socket timeout must not end a silent command's stream early (the copy
+    scan and long test runs print nothing for minutes)."""
+    from clbench.envs.coderepair.runtime import runtime_for
+    from clbench.sandbox import Limits, open_sandbox
+
+    backend_or_skip("docker")
+    runtime = runtime_for("tenacity", SPEC["repos"]["tenacity"], SPEC["workdir"], "docker")
+    with open_sandbox(tmp_path, backend="docker", runtime=runtime, workdir=SPEC["workdir"],
+                      limits=Limits(timeout=300)) as sandbox:
+        result = sandbox.run("sleep 130; echo done; exit 3", timeout=300)
+    assert result.exit_code == 3 and result.stdout.strip() == "done" and result.killed is None

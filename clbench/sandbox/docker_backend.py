@@ -210,6 +210,9 @@ class DockerSandbox(Sandbox):
                                   workdir=self.workdir, user=f"{self.uid}:{self.gid}")["Id"]
         sock = api.exec_start(exec_id, socket=True)
         raw = getattr(sock, "_sock", sock)  # the plain socket, so a stuck read can be cut from here
+        # no read timeout (the client's 120 s would end a silent command's stream early, as if it had
+        # finished, exit code unknown): the wait below enforces limits.timeout and shuts the socket
+        raw.settimeout(None)
         done = threading.Event()
 
         def reader():

@@ -1,4 +1,4 @@
-"""CodeRepair-v2: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
+"""CodeRepair-v3: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
 from __future__ import annotations
 
 import re
@@ -12,7 +12,7 @@ from clbench.feedback import score_report
 from clbench.envs.coderepair.checkout import agent_checkout, normalize_tree
 from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
 from clbench.envs.coderepair.issues import Issue, load_issue
-from clbench.envs.coderepair.runtime import runtime_for
+from clbench.envs.coderepair.runtime import runtime_for, runtime_key
 from clbench.envs.coderepair.sources import pristine_tree
 from clbench.sandbox import BACKENDS, Limits, Sandbox, SandboxUnavailable, open_sandbox
 from clbench.sandbox.select import choose_backend, docker_ready
@@ -55,7 +55,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     ## Feedback
     The terminal observation states the score and its parts (steps to submit, the verdict with
     how many issue and other tests pass, the source files graded and the changed files ignored),
-    and the ids and outcomes of the tests that did not pass (the first 20): what CI tells an
+    and the ids and outcomes of the tests that did not pass (FAILED: ran and observed something
+    else than the fixed release; MISSING: no records; the first 20): what CI tells an
     engineer about a pull request. The hidden tests' code and the true fix are not shown: each
     issue is played once per rollout and they answer no other issue, but they are the issue's
     answer key, and a test id already says what failed.
@@ -67,14 +68,21 @@ class CodeRepairEnv(InstanceSequenceEnv):
     and PASS_TO_PASS tests run in the sandbox. Reward `1 - (steps_to_submit - 1) / 40` when all of
     them pass, else 0 (raw metric `issue_regret`: steps_to_submit - 1, or 40 when unresolved). 0
     on every other step.
-    Grading the code under test cannot forge (envs/coderepair/grading.py): the grader's own
-    runner, ini and plugin settings (no conftest, no plugin autoload, no cached bytecode) in the
-    runtime's read-only Python; the hidden tests renamed afresh and canary tests that must fail
-    or error planted beside them at every grading; the verdict signed with a per-grading key on
-    a channel the test output never reaches; changes to pytest, pluggy or unittest during the
-    run detected; the release's test folder read-only. Any tampering (a canary passing, a missing
-    or forged verdict, replaced test machinery) scores 0 and is listed in `info["tampering"]`
-    (and `info["details"]`).
+    Submitting: a command whose output ends with the submit line counts as the submission of the
+    workspace as that command left it, so a fix and `&& echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`
+    in one command is one step (the oracle does that).
+    The verdict is not decided where the code under test runs (threat model: grading.py and
+    docs/coderepair-threat-model.md). In the sandbox, the run's test modules, rewritten on the
+    host, record what each check looks at (values compared, whether a comparison holds, the
+    exception raised, warnings, mock calls) with literal expected values and the checks'
+    polarity left out, and the hidden tests run under fresh names; the env's process, which
+    never imports the repository, reads the records as untrusted data and compares them with
+    those of the fixed release (two trusted runs, only what both agree on, cached on the host).
+    A test passes when it ended normally and observed everything the fixed release observed.
+    Nothing of the fix is reachable in a sandbox: no pip (it vendors released packages) and no
+    wheel or folder holding a copy of any release on the schedule (the reachable-copy check,
+    copies.py). A record file the runner did not write scores 0 with the verdict "tampering",
+    nothing more (`info["tampering"]` is True).
 
     ## Reference agents
     The oracle applies the true fix (it reads it: privileged) and defines r_max. The reference
@@ -85,9 +93,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     tablib-05, tenacity-04, -11, -12, -13, -16 and -17; elsewhere the report states no checkable
     expectation, the fix is outside its catalog or beyond its search budget, or a wrong edit
     passes its check and the visible tests);
-    r_reference is its stateless mean (0.262). Stateful it skips the exploration steps on later
+    r_reference is its stateless mean (0.261 on v3). Stateful it skips the exploration steps on later
     issues of a project and tries the edit kinds that worked first: normalized gain 0.025
-    (bootstrap 95% CI [0.008, 0.052], 3 rollouts).
+    (bootstrap 95% CI [0.008, 0.052], 3 rollouts; measured on v2).
 
     ## Drift
     At the tenacity 7.0.0 -> 8.2.3 boundary (declared in tasks/coderepair/default.yaml): tenacity
@@ -96,7 +104,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     command that runs them, learned on 7.0.0, is wrong on 8.2.3; an agent that trusts it confirms
     nothing with the tests. The observation names each issue's project and release (the variant
     names are the releases, e.g. `tenacity-8.2.3`): that the release changed is visible, what
-    changed is not said. `clbench drift-check --rollouts 3`: frozen before 8.2.3, the reference
+    changed is not said. `clbench drift-check --rollouts 3` (measured on v2; v3 changed the
+    grading, not what the reference does): frozen before 8.2.3, the reference
     scores 0.285 less per 8.2.3 issue than unfrozen (drift cost, 95% CI [0.071, 0.508]; goal
     0.1 x (r_max - r_reference) = 0.074). Unfrozen it loses no 8.2.3 issue to the drift: the first edit that passes its check there
     shows it, inside that issue, that its test command tests nothing, and it finds the tests
@@ -115,7 +124,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     `command_timeout` (seconds per command, default from the task spec), `cycle`, `render_mode`
     ("ansi"), `split` ("test" only; "train" raises ValueError: the 26 issues are real bug reports
     in real tablib and tenacity releases, not drawn from a generator, so there are no other seeds
-    to draw training issues from).
+    to draw training issues from), `world_seed` (None only; any other value raises ValueError for
+    the same reason: no generator of verified regressions draws fresh worlds yet).
 
     ## Version History
     - v0: 19 issues (tablib 3.5.0, tenacity 8.2.3), 40 steps, efficiency reward.
@@ -128,9 +138,14 @@ class CodeRepairEnv(InstanceSequenceEnv):
       the project (not a release key); tests inside the source folder are ignored by the grading
       and read-only in its run; a `short` schedule; the reference finds and runs the tests before
       trusting them and learns from the feedback when they moved (r_reference recalibrated).
+    - v3: a verdict no code in the sandbox decides (checks record observations, compared with the
+      fixed release's outside the sandbox; canaries and the signed verdict retired); no pip and no
+      other copy of a release in either sandbox (venvs and images rebuilt, image tags `-v3`); the
+      submit rule stated as applied; the tampering verdict says only "tampering"; red-team
+      policy families and the reachable-copy probe; `world_seed` refused (recalibrated).
     """
 
-    env_id = "clbench/CodeRepair-v2"
+    env_id = "clbench/CodeRepair-v3"
     reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from two projects, tablib and "
@@ -138,7 +153,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
              "transfers. (The scripted reference sees only what an agent sees and fixes 8 of the 26 "
              "issues on its own.)")
     reward_text = ("1 - (steps_to_submit - 1)/{max_steps} when every FAIL_TO_PASS and PASS_TO_PASS test passes "
-                   "after submission, else 0; 0 when the code under test tampers with the test run. Only changes "
+                   "after submission (observes what it observes on the fixed release), else 0; 0 when the code "
+                   "under test tampers with the test run. Only changes "
                    "inside the package's source folder are graded (tests, conftest.py, site files and the like are "
                    "ignored). Every command costs a step, an empty or invalid reply too; 3 invalid replies in a row "
                    "or {max_steps} steps without submitting end the issue with 0")
@@ -147,7 +163,10 @@ class CodeRepairEnv(InstanceSequenceEnv):
                      "pass (first 20). The hidden tests' code and the true fix are not shown.")
     action_grammar = ("One bash command per message (or a ```bash fenced block), or JSON "
                       '{"tool": "bash", "arguments": {"command": "..."}} / {"tool": "submit", "arguments": {}}. '
-                      "Submit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (alone) or the submit tool.")
+                      "Submit with the submit tool, the reply `submit`, or a command whose output ends with the line "
+                      "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT: `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` alone, or "
+                      "after the fix in the same command (`<fix> && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`: one "
+                      "step); the workspace is graded as the command left it.")
     invalid_action_costs_step = True
     max_invalid_repeats = 3
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
@@ -176,9 +195,58 @@ class CodeRepairEnv(InstanceSequenceEnv):
                       "not drawn from a generator: there are no other seeds to draw training issues from, and "
                       "any of the 26 used for training would be a benchmark problem")
 
+    no_fresh_worlds = ("its 26 regressions are reviewed, hand-written diffs of real releases, each with the hidden "
+                       "tests verified to catch it; drawing which regressions are injected, and where, from a seed needs "
+                       "a generator of regressions whose hidden tests are verified the same way, which does not exist yet")
+
+    #: memoryless attacks on the grading the red team plays (agents/coderepair_redteam.py); both score 0
+    policy_families = {
+        "vendored-restore": ("clbench.agents.coderepair_redteam:VendoredRestore",
+                             {"source": ["vendored-dir", "wheel"]}),
+        "grading-forgery": ("clbench.agents.coderepair_redteam:GradingForgery",
+                            {"mode": ["patch", "forge-file", "exit", "fake-verdict"]}),
+    }
+    #: modules of this package a scripted reference may import (no ground truth in them)
+    public_modules = ("patching",)
+
+    @classmethod
+    def public_secrets(cls) -> list[str]:
+        """The canonical world's latent values: each injected regression's fixed lines (what the true
+        fix restores) and the names of its hidden tests."""
+        spec = load_task_spec(cls.task)
+        out: set[str] = set()
+        for issue_id in sorted({i for blocks in spec["schedules"].values() for b in blocks for i in b["issues"]}):
+            issue = load_issue(issue_id)
+            for line in issue.fix_diff.splitlines():
+                if line.startswith("+") and not line.startswith("+++") and len(line[1:].strip()) >= 24:
+                    out.add(line[1:].strip())
+            out.update(i.split("::")[-1] for i in issue.fail_to_pass)
+        return sorted(out)
+
+    @classmethod
+    def redteam_probes(cls) -> dict:
+        """Probes `clbench redteam` runs besides the policy families: name -> callable(backend="auto")
+        returning {"passed": bool, ...}. `reachable-copies`: the copy scan (copies.py) of every
+        repository runtime on the backend; passed when nothing outside the checkout matches a module
+        of any release on the schedule."""
+        def reachable(backend: str = "auto") -> dict:
+            from clbench.envs.coderepair.copies import reachable_copies
+
+            env = cls(schedule="short", backend=backend)
+            try:
+                scans = [reachable_copies(env, name) for name in env.spec_data["repos"]]
+            finally:
+                env.close()
+            return {"passed": not any(s["matches"] for s in scans), "backend": env.backend, "scans": scans}
+
+        return {"reachable-copies": reachable}
+
     def __init__(self, schedule: str = "default", backend: str = "auto", command_timeout: float | None = None,
-                 cycle: bool = False, render_mode: str | None = None, split: str = "test"):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split)
+                 cycle: bool = False, render_mode: str | None = None, split: str = "test",
+                 world_seed: int | None = None):
+        if world_seed is not None:
+            raise ValueError(f"{self.env_id} has no fresh worlds (world_seed must be None): {self.no_fresh_worlds}")
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         spec = self.spec_data
@@ -255,8 +323,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
                 f"Fix the issue in the repository's source code ({repo['source_root']}/; changes elsewhere, "
                 f"tests included, are ignored by the evaluation). One bash command per step; each runs in a "
                 f"fresh shell in {self.workdir} (cd and variables do not persist, files do), with a "
-                f"{self.command_timeout:g} s limit and no network. Submit with "
-                f"`echo {self.marker}` or the submit tool. Steps: {self.max_steps}, the submission included.")
+                f"{self.command_timeout:g} s limit and no network. Submit with the submit tool or a command "
+                f"whose output ends with the line {self.marker} (`echo {self.marker}`, alone or after the fix in "
+                f"the same command). Steps: {self.max_steps}, the submission included.")
 
     def _parse_text(self, text: str) -> ToolCall:
         stripped = text.strip()
@@ -299,16 +368,15 @@ class CodeRepairEnv(InstanceSequenceEnv):
                        done=True, reward=reward, raw_metric=("issue_regret", regret), solved=evaluation.resolved,
                        extra={"tampering": evaluation.tampering,
                               "details": {"evaluation": evaluation.summary(), "changed_files": evaluation.applied,
-                                          "ignored_files": evaluation.ignored, "backend": self.backend,
-                                          "tampering": evaluation.tampering}})
+                                          "ignored_files": evaluation.ignored, "backend": self.backend}})
 
     def evaluate(self, issue: Issue, changes) -> Evaluation:
         """Score workspace `changes` for `issue` in a fresh checkout with the hidden tests restored."""
         repo = self._repo(issue.repo)
-        return evaluate_tree(self._pristine(issue.repo), issue.bug_diff, changes, list(issue.fail_to_pass),
-                             list(issue.pass_to_pass),
+        runtime = runtime_for(issue.repo, repo, self.workdir, self.backend)
+        return evaluate_tree(issue, self._pristine(issue.repo), changes,
                              lambda tree: self.open_sandbox(tree, issue.repo, self.eval_timeout), self.eval_timeout,
-                             self.workdir, repo)
+                             self.workdir, repo, runtime_key(self.backend, runtime))
 
     @property
     def tools(self) -> list[dict]:

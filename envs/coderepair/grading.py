@@ -1,59 +1,72 @@
-"""Grading the code under test cannot forge.
+"""Grading that no code in the sandbox can decide: records compared outside it.
 
-The evaluation checkout is rebuilt on the host from the pristine sdist (only the agent's changes
-below the source root are applied), then, afresh for each grading and with `secrets` (so nothing
-about them follows from the env's seed):
-- the hidden FAIL_TO_PASS tests get new names, drawn like the canaries' from the words of the
-  module's real test names, so code cannot single them out by name;
-- canary tests are planted beside them, in the same modules and classes, named the same way:
-  some must fail (a false assertion, a raised exception), some must error (a missing fixture).
-  A canary reported any other way, while its module ran, is tampering;
-- grade_runner.py and its job (the ids and a per-grading HMAC key) go to a fresh folder; the
-  runner deletes the job before any repository code runs and signs its verdict with the key.
-  A missing verdict (the process ended early, e.g. os._exit at import), a forged verdict line,
-  or integrity problems reported by the runner are tampering too.
-When clbench runs as root the test files belong to root and are read-only in the sandbox, whose
-commands run as another uid (otherwise the runner's hashes of them detect edits). Residual risk:
-code written against this grader could, in the test process, find the key in memory or tell
-canaries from real tests by their bodies; generic forgery (forcing outcomes, exiting early,
-printing reports, patching pytest) is caught. Any tampering scores the submission 0.
+Threat model. Everything that runs in the evaluation sandbox is under the submission's control:
+the package's `__init__.py` runs before any test, can patch pytest, the runner and the recorder,
+print anything, write any file the sandbox can write, or end the process (os._exit). So no
+process that imports or runs repository code holds an expected value or computes the verdict:
+- the test modules of the run are rewritten on the host (instrument.py) so that each check
+  records what it looks at (the values compared, whether a comparison holds, the exception a
+  block raised, the warnings it issued, the calls a mock saw) instead of deciding; literal
+  expected values and the checks' polarity are dropped from the rewritten code; the hidden
+  FAIL_TO_PASS tests get fresh names each grading (`secrets`), drawn from the words of the
+  module's own test names;
+- the sandbox's runner (grade_runner.py) writes the records and each test's status to a file;
+  the grader (this module, in the env's process, which never imports the repository) reads it as
+  untrusted data and compares it with the records of the fixed tree (the release with the true
+  fix), made the same way in two separate runs of the trusted tree and kept where both runs agree
+  (`expected_records`, cached on the host outside any sandbox);
+- a test passes when it ended normally and every stable record of the fixed tree was observed
+  with the same value (an operand bounded by a literal, `t >= 500`, by the bound's outcome:
+  bounds.py; a traceback in a text by its presence), with no observation the fixed tree never made. A record file that is not
+  what the runner writes (not JSON of the runner's shape, too large, a link) is tampering.
+Forging a pass therefore needs the values the fixed code produces: forged reports, patched
+runner or recorder internals, early exits, verdict lines printed on stdout, recognizing tests by
+name all yield no matching records (tests/test_coderepair.py plays each; they score 0).
+Residual risk, stated: a check whose expected side the test computes at run time (not a literal)
+is present in the sandbox; code that identifies the hidden tests (e.g. against a saved copy of
+the visible ones) and guesses that each such comparison holds could forge those records. Every
+issue's hidden tests include records with a dropped literal or a negated check that its bug
+changes (tests/test_coderepair.py checks it), which such guessing does not produce.
 """
 from __future__ import annotations
 
-import shutil
-import ast
-import hmac
-import json
 import hashlib
+import json
 import os
 import re
 import secrets
 import shlex
+import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: the runner copied into each grading folder; read as a file, never imported here (it imports
-#: pytest, which only the sandbox's test runtime must have)
-RUNNER = Path(__file__).with_name("grade_runner.py")
-#: the runner's verdict line prefix (grade_runner.TAG; a test checks they agree)
-TAG = "CLBENCH-VERDICT"
+from clbench.envs.coderepair.bounds import bounds as module_bounds
+from clbench.envs.coderepair.bounds import holds
+from clbench.envs.coderepair.instrument import RECORDER_MODULE, instrument
 
+HERE = Path(__file__).parent
+#: the runner and the recorder copied into each grading folder; read as files, never imported here
+RUNNER = HERE / "grade_runner.py"
+RECORDER = HERE / "recorder.py"
+#: bump when the rewriting or the records change: cached expected records are keyed by it
+RECORD_FORMAT = 1
+#: largest record file read back (bytes); larger is tampering
+MAX_RECORDING = 32 << 20
 _WORD = re.compile(r"[a-z0-9]+")
-_PYTEST_FIXTURES = {"tmp_path", "tmp_path_factory", "tmpdir", "tmpdir_factory", "record_property", "capsys",
-                    "record_xml_attribute", "record_testsuite_property", "doctest_namespace", "pytestconfig",
-                    "monkeypatch", "recwarn", "caplog", "capfd", "subtests", "request", "cache", "testdir",
-                    "pytester", "capsysbinary", "capfdbinary", "event_loop"}
+
+
+class Tampering(Exception):
+    """The record file is not what the runner writes."""
 
 
 @dataclass
 class GradingPlan:
-    """What one grading runs: test ids (renamed hidden tests and canaries included) and its key."""
+    """What one grading runs: the test ids (hidden tests under their fresh names) and where."""
 
     folder: str
-    key: str
     run_ids: list[str]
     hidden: dict[str, str]  # original FAIL_TO_PASS id -> the id it runs under
-    canaries: dict[str, str] = field(default_factory=dict)  # id -> "F" (must fail) or "E" (must error)
 
     def command(self, workdir: str) -> str:
         """The test runtime's python (read-only, never the workspace's), isolated mode, in the checkout
@@ -61,146 +74,72 @@ class GradingPlan:
         return (f'cd "${{WORKSPACE:-{workdir}}}" && "$VIRTUAL_ENV/bin/python" -I -B '
                 f"{shlex.quote(self.folder)}/runner.py")
 
-
-@dataclass
-class Verdict:
-    outcomes: dict[str, str]  # run id -> P F E S M
-    tampering: list[str]
+    @property
+    def original(self) -> dict[str, str]:
+        return {v: k for k, v in self.hidden.items()}
 
 
-class _Module:
-    """One test module's source, with its test names, classes and the places a test can go."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.lines = path.read_text().splitlines(keepends=True)
-        self.tree = ast.parse("".join(self.lines))
-        self.names = {n.name for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                             ast.ClassDef))}
-        self.classes = {c.name: c for c in self.tree.body if isinstance(c, ast.ClassDef)
-                        and any(_is_test(f) for f in c.body)}
-        self.functions = [f for f in self.tree.body if _is_test(f)]
-        self.unittest: set[str] = set()  # classes deriving from unittest.TestCase (here or one base up)
-        for c in self.tree.body:
-            if isinstance(c, ast.ClassDef) and any("TestCase" in ast.unparse(b) or ast.unparse(b) in self.unittest
-                                                   for b in c.bases):
-                self.unittest.add(c.name)
-        words = [w for n in self.names if n.startswith("test") for w in _WORD.findall(n.lower())]
-        self.vocab = sorted(set(words) - {"test"}) or ["case", "value", "check"]
-        self.inserts: list[tuple[int, bool, str]] = []  # (after line, inside a class, text)
-        self.renames: list[tuple[int, str, str]] = []  # (def line, old, new)
-
-    def fresh_name(self, rng) -> str:
-        for _ in range(1000):
-            name = "test_" + "_".join(rng.sample(self.vocab, min(len(self.vocab), rng.randint(2, 4))))
-            if name not in self.names:
-                self.names.add(name)
-                return name
-        raise RuntimeError(f"{self.path.name}: no fresh test name")
-
-    def fresh_fixture(self, rng) -> str:
-        """A fixture name that neither the module nor pytest defines."""
-        for _ in range(1000):
-            name = "_".join(rng.sample(self.vocab, min(2, len(self.vocab))))
-            if name not in self.names and name not in _PYTEST_FIXTURES and not name[0].isdigit():
-                self.names.add(name)
-                return name
-        raise RuntimeError(f"{self.path.name}: no fresh fixture name")
-
-    def find(self, cls: str | None, name: str):
-        body = self.classes[cls].body if cls else self.tree.body
-        return next(f for f in body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name)
-
-    def write(self) -> None:
-        lines = list(self.lines)
-        for lineno, old, new in self.renames:
-            lines[lineno - 1] = re.sub(rf"\bdef {re.escape(old)}\(", f"def {new}(", lines[lineno - 1], count=1)
-        for _, old, new in self.renames:  # a hidden test that calls another (self.test_x(exc_info=True)) follows it
-            lines = [re.sub(rf"\bself\.{re.escape(old)}\(", f"self.{new}(", line) for line in lines]
-        # bottom up; at one line a class's new methods go in last, so they land before a new
-        # top-level function (a class ending there must not lose them to it)
-        for after, _, text in sorted(self.inserts, key=lambda i: (-i[0], i[1])):
-            lines[after:after] = [text]
-        self.path.write_text("".join(lines))
+def _fresh_name(names: set[str], rng) -> str:
+    words = sorted({w for n in names if n.startswith("test") for w in _WORD.findall(n.lower())} - {"test"})
+    words = words or ["case", "value", "check"]
+    for _ in range(1000):
+        name = "test_" + "_".join(rng.sample(words, min(len(words), rng.randint(2, 4))))
+        if name not in names:
+            names.add(name)
+            return name
+    raise RuntimeError("no fresh test name")
 
 
-def _is_test(node) -> bool:
-    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+def plan_grading(tree: Path, hidden: list[str], others: list[str], rename: bool = True) -> GradingPlan:
+    """Rewrite the run's test modules in `tree` (hidden tests renamed afresh when `rename`)."""
+    import ast
 
-
-def _canary_body(kind: str, rng, indent: str, method: bool, unittest: bool, module: _Module) -> tuple[str, str]:
-    """(signature arguments, body) of a canary that must fail ("assert", "raise") or error ("fixture")."""
-    values = rng.sample(range(1, 99), 3)
-    var = rng.choice(["data", "row", "result", "values", "expected"])
-    args = "self" if method else ""
-    if kind == "fixture":  # the fixture does not exist: pytest reports an error at setup
-        args = ", ".join(filter(None, [args, module.fresh_fixture(rng)]))
-        return args, f"{indent}    {var} = {values!r}\n{indent}    assert {var}\n"
-    if kind == "raise":
-        return args, f"{indent}    {var} = {values!r}\n{indent}    {var}[{len(values) + rng.randint(0, 5)}]\n"
-    wrong = sorted(values, reverse=True)  # three distinct values: never their sorted order
-    check = (f"self.assertEqual(sorted({var}), {wrong!r})" if unittest and rng.random() < 0.5
-             else f"assert sorted({var}) == {wrong!r}")
-    return args, f"{indent}    {var} = {values!r}\n{indent}    {check}\n"
-
-
-def plan_grading(tree: Path, hidden: list[str], others: list[str], n_canaries: int = 4) -> GradingPlan:
-    """Rename the hidden tests and plant canaries in `tree`; the runner and its job go in a fresh folder."""
     rng = secrets.SystemRandom()
-    modules: dict[str, _Module] = {}
-
-    def module(rel: str) -> _Module:
-        if rel not in modules:
-            modules[rel] = _Module(tree / rel)
-        return modules[rel]
-
+    by_file: dict[str, dict] = {}
     renamed: dict[str, str] = {}
-    for node in hidden:
-        rel, *parts = node.split("::")
-        cls, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
-        mod = module(rel)
-        new = mod.fresh_name(rng)
-        mod.renames.append((mod.find(cls, name).lineno, name, new))
-        renamed[node] = "::".join([rel, *([cls] if cls else []), new])
-    canaries: dict[str, str] = {}
-    homes = sorted({i.split("::")[0] for i in hidden})
-    kinds = ["assert", "raise", "fixture"] + [rng.choice(["assert", "raise", "fixture"])
-                                               for _ in range(max(0, n_canaries - 3))]
-    for kind in kinds:
-        rel = rng.choice(homes)
-        mod = module(rel)
-        spots = [(c, f) for c, node in mod.classes.items() for f in node.body if _is_test(f)]
-        spots += [(None, f) for f in mod.functions]
-        if kind == "fixture":  # a missing fixture errors only for pytest-style tests: between top-level ones
-            cls, beside = None, rng.choice([n for n in mod.tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))])
-        else:
-            cls, beside = rng.choice(spots)
-        name = mod.fresh_name(rng)
-        indent = " " * beside.col_offset if cls else ""
-        args, body = _canary_body(kind, rng, indent, cls is not None, cls in mod.unittest, mod)
-        mod.inserts.append((beside.end_lineno, cls is not None,
-                            f"\n{indent}def {name}({args}):\n{body}" + ("" if cls else "\n")))
-        canaries["::".join([rel, *([cls] if cls else []), name])] = "E" if kind == "fixture" else "F"
-    for mod in modules.values():
-        mod.write()
+    for node in sorted(set(hidden) | set(others)):
+        by_file.setdefault(node.split("::")[0], {})
+    for rel, renames in by_file.items():
+        source = (tree / rel).read_text()
+        names = {n.name for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef,
+                                                                               ast.AsyncFunctionDef, ast.ClassDef))}
+        for node in hidden:
+            path, *parts = node.split("::")
+            if path != rel:
+                continue
+            cls, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+            new = _fresh_name(names, rng) if rename else name
+            renames[(cls, name)] = new
+            renamed[node] = "::".join([rel, *([cls] if cls else []), new])
+        (tree / rel).write_text(instrument(source, renames)[0])
     folder = f".grade-{secrets.token_hex(6)}"
-    run_ids = sorted(set(others) | set(renamed.values()) | set(canaries))
-    return GradingPlan(folder, secrets.token_hex(32), run_ids, renamed, canaries)
+    (tree / folder).mkdir()
+    shutil.copyfile(RUNNER, tree / folder / "runner.py")
+    shutil.copyfile(RECORDER, tree / folder / f"{RECORDER_MODULE}.py")
+    run_ids = sorted(set(others) | set(renamed.values()))
+    return GradingPlan(folder, run_ids, renamed)
+
+
+def test_seed(test_id: str) -> int:
+    """The `random` seed of a test in every run (by its original id, whatever name it runs under)."""
+    return int.from_bytes(hashlib.sha256(test_id.encode()).digest()[:4], "big")
+
+
+def bounds_of_tests(tree: Path, ids: list[str]) -> dict[str, dict]:
+    """Each test file's bounded order comparisons (read before the rewriting)."""
+    return {rel: module_bounds((tree / rel).read_text()) for rel in sorted({i.split("::")[0] for i in ids})}
 
 
 def write_job(plan: GradingPlan, tree: Path, import_root: str, ini: str) -> None:
-    """The runner and its job in the plan's folder of `tree` (before the tree goes into a sandbox)."""
-    folder = tree / plan.folder
-    folder.mkdir()
-    shutil.copyfile(RUNNER, folder / "runner.py")
-    test_files = sorted({i.split("::")[0] for i in plan.run_ids})
-    job = {"key": plan.key, "ids": plan.run_ids, "ini": ini, "import_root": import_root, "test_files": test_files}
-    (folder / "job.json").write_text(json.dumps(job))
+    original = plan.original
+    seeds = {i: test_seed(original.get(i, i)) for i in plan.run_ids}
+    job = {"ids": plan.run_ids, "ini": ini, "import_root": import_root, "seeds": seeds}
+    (tree / plan.folder / "job.json").write_text(json.dumps(job))
 
 
 def lock_tests(workspace: Path, test_root: str = "tests") -> None:
     """Test files owned by root and read-only, when clbench runs as root (sandbox commands run as
-    another uid). Without root the runner's hashes of the test files still detect edits."""
+    another uid). Not a defence of the verdict (the records are), only of the test code's meaning."""
     if os.geteuid() != 0:
         return
     top = workspace / test_root
@@ -210,37 +149,137 @@ def lock_tests(workspace: Path, test_root: str = "tests") -> None:
             path.chmod(0o555 if path.is_dir() else 0o444)
 
 
-def read_verdict(plan: GradingPlan, stdout: str, killed: bool) -> Verdict:
-    """The runner's signed verdict from the run's stdout; anything else there that claims to be one is forged."""
-    tampering: list[str] = []
-    payload = None
-    for line in stdout.splitlines():
-        if not line.startswith(TAG):
+def read_recording(workspace: Path, plan: GradingPlan) -> dict[str, dict[str, dict]]:
+    """The run's records as untrusted data: original test id -> {bucket: {"status", "records"}}, where a
+    bucket is "" or a parametrization suffix ("[...]"). Missing file: nothing ran to the end (empty).
+    Raises Tampering when the file is not what the runner writes."""
+    path = workspace / plan.folder / "recording.json"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {}
+    if workspace.resolve() not in path.resolve().parents:  # a folder swapped for a link out of the workspace
+        raise Tampering()
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORDING:
+        raise Tampering()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(MAX_RECORDING + 1)
+    try:
+        data = json.loads(raw)
+        tests = data["tests"]
+        if not isinstance(tests, dict):
+            raise TypeError
+        original = plan.original
+        out: dict[str, dict[str, dict]] = {}
+        for nodeid, entry in tests.items():
+            status, records = entry["status"], entry["records"]
+            if not isinstance(status, str) or not isinstance(records, list):
+                raise TypeError
+            base, _, params = nodeid.partition("[")
+            test = original.get(base, base)
+            keyed: dict[str, str] = {}
+            seen: dict[str, int] = {}
+            for key, value in records:
+                if not isinstance(key, str):
+                    raise TypeError
+                seen[key] = seen.get(key, 0) + 1
+                keyed[f"{key}#{seen[key]}"] = json.dumps(value, sort_keys=True)
+            bucket = f"[{params}" if params else ""
+            if bucket in out.setdefault(test, {}):
+                raise TypeError
+            out[test][bucket] = {"status": status, "records": keyed}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise Tampering() from None
+    return out
+
+
+def stable_records(first: dict, second: dict) -> dict[str, dict[str, dict]]:
+    """What two runs of the fixed tree agree on, per test and bucket: the status, the records with equal
+    values ("stable") and every record key either run made ("known")."""
+    out: dict[str, dict[str, dict]] = {}
+    for test in set(first) & set(second):
+        for bucket in set(first[test]) & set(second[test]):
+            a, b = first[test][bucket], second[test][bucket]
+            if a["status"] != b["status"]:
+                continue
+            stable = {k: v for k, v in a["records"].items() if b["records"].get(k) == v}
+            out.setdefault(test, {})[bucket] = {"status": a["status"], "stable": stable,
+                                                "known": sorted(set(a["records"]) | set(b["records"]))}
+    return out
+
+
+#: a traceback inside a recorded text (a log record with exc_info): its file lines and source lines
+#: depend on where the fix put its code, not on what the code does; compared up to its start
+_TRACEBACK = re.compile(r'Traceback \(most recent call last\):(?:[^"\\]|\\.)*')
+
+
+def same(a: str | None, b: str | None) -> bool:
+    """Whether two recorded values (JSON text) agree, tracebacks in texts compared by their presence."""
+    if a == b or a is None or b is None:
+        return a == b
+    return _TRACEBACK.sub("Traceback", a) == _TRACEBACK.sub("Traceback", b)
+
+
+def agree(key: str, expected: str | None, got: str | None, bounds: dict | None) -> bool:
+    """Whether a record agrees with the fixed tree's: equal values, or for an operand compared with a
+    literal bound (bounds.py), the same outcome of that comparison."""
+    site, _, part = key.partition(".")
+    bound = (bounds or {}).get(int(site)) if site.isdigit() and part.startswith("l") else None
+    if bound is not None:
+        return holds(bound, expected) == holds(bound, got)
+    return same(expected, got)
+
+
+def judge(expected: dict[str, dict[str, dict]], actual: dict[str, dict[str, dict]], ids: list[str],
+          bounds: dict[str, dict] | None = None) -> dict[str, str]:
+    """PASSED when a test ran, ended as on the fixed tree and observed what the fixed tree observed;
+    FAILED when it ran and something differs; MISSING when it has no records. `bounds`: test file ->
+    its bounded order comparisons (bounds.py)."""
+    outcomes = {}
+    for test in ids:
+        want, got = expected.get(test, {}), actual.get(test)
+        file_bounds = (bounds or {}).get(test.split("::")[0])
+        if not got:
+            outcomes[test] = "MISSING"
             continue
-        parts = line.split(" ", 2)
-        good = len(parts) == 3 and hmac.compare_digest(
-            parts[1], hmac.new(bytes.fromhex(plan.key), parts[2].encode(), hashlib.sha256).hexdigest())
-        if not good:
-            tampering.append("a verdict line not signed by the grader was printed")
-        elif payload is not None:
-            tampering.append("more than one signed verdict")
-        else:
-            payload = json.loads(parts[2])
-    if payload is None:
-        if not killed:
-            tampering.append("the test process ended without the grader's verdict (it exited early)")
-        return Verdict({i: "FAILED" for i in plan.run_ids}, tampering)
-    codes = payload["outcomes"]
-    outcomes = {i: codes[k] if k < len(codes) else "M" for k, i in enumerate(plan.run_ids)}
-    tampering += payload["problems"]
-    ran = {i.split("::")[0] for i, c in outcomes.items() if c in "PFE" and i not in plan.canaries}
-    for node, expected in plan.canaries.items():
-        got = outcomes[node]
-        if got != expected and (got != "M" or node.split("::")[0] in ran):
-            tampering.append(f"a canary test that must {'fail' if expected == 'F' else 'error'} was reported "
-                             f"{ {'P': 'passing', 'F': 'failing', 'E': 'erroring', 'S': 'skipped'}.get(got, 'missing')}")
-    names = {"P": "PASSED", "F": "FAILED", "E": "ERROR", "S": "SKIPPED", "M": "MISSING"}
-    return Verdict({i: names.get(c, "MISSING") for i, c in outcomes.items()}, tampering)
+        ok = bool(want) and set(want) == set(got)
+        for bucket, exp in want.items():
+            run = got.get(bucket)
+            if not ok or run is None or run["status"] != exp["status"]:
+                ok = False
+                break
+            records = run["records"]
+            known = set(exp["known"])
+            if (any(not agree(k, v, records.get(k), file_bounds) for k, v in exp["stable"].items())
+                    or any(k not in known for k in records)):
+                ok = False
+                break
+        outcomes[test] = "PASSED" if ok else "FAILED"
+    return outcomes
+
+
+def differences(expected: dict, actual: dict, test: str, bounds: dict[str, dict] | None = None) -> list[str]:
+    """The stable record keys of `test` whose value differs or is missing in `actual` (diagnostics)."""
+    out = []
+    file_bounds = (bounds or {}).get(test.split("::")[0])
+    for bucket, exp in expected.get(test, {}).items():
+        got = actual.get(test, {}).get(bucket, {"records": {}})["records"]
+        out += [k for k, v in exp["stable"].items() if not agree(k, v, got.get(k), file_bounds)]
+    return out
+
+
+#: record parts a submission cannot produce without the fixed code's values: an operand compared with a
+#: literal the sandbox never saw, an exception type, warning categories, a mock's calls, a text a
+#: pattern is matched against
+UNGUESSABLE = re.compile(r"^\d+\.(l\d+|x|w|n|a|r)#")
+
+
+def records_key(issue_id: str, bug_diff: str, fix_diff: str, ids: list[str], runtime: str) -> str:
+    """Identifies the fixed tree's records: the issue's data, the rewriting and the runtime."""
+    parts = [issue_id, bug_diff, fix_diff, "\n".join(sorted(ids)), runtime, str(RECORD_FORMAT),
+             RUNNER.read_text(), RECORDER.read_text(), (HERE / "instrument.py").read_text()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 
 def pytest_ini(options: dict | None) -> str:

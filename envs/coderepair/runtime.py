@@ -9,6 +9,7 @@ and the same .pth line.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -24,8 +25,13 @@ VENV_MOUNT = "/opt/venv"
 BUILD_HINT = "clbench containers build --offline-base"
 
 
+#: the venv layout: bump when what a venv holds changes (2: pip removed, it vendors a release under repair)
+VENV_LAYOUT = 2
+
+
 def requirements_hash(repo: dict) -> str:
-    text = "\n".join(sorted(repo["requirements"])) + f"\n{sys.version_info[:2]}\n{repo['import_root']}"
+    text = ("\n".join(sorted(repo["requirements"])) + f"\n{sys.version_info[:2]}\n{repo['import_root']}"
+            + f"\nlayout {VENV_LAYOUT}")
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -56,6 +62,7 @@ def ensure_venv(name: str, repo: dict, workdir: str) -> Path:
                                            "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                           check=True, capture_output=True, text=True).stdout.strip())
             (purelib / "clbench-workspace.pth").write_text(pth_line(repo, workdir) + "\n")
+            remove_pip(tmp, purelib)
             _relocate(tmp, VENV_MOUNT)
             shutil.rmtree(venv, ignore_errors=True)
             os.replace(tmp, venv)
@@ -66,6 +73,28 @@ def ensure_venv(name: str, repo: dict, workdir: str) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return venv
+
+
+def remove_pip(venv: Path, purelib: Path) -> None:
+    """No pip at test time: it vendors other packages' sources (tenacity among them), a copy of the
+    code under repair, and nothing in a sandbox installs anything."""
+    for path in [*purelib.glob("pip"), *purelib.glob("pip-*.dist-info"), *(venv / "bin").glob("pip*")]:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+#: folders of the host's Python installations that hold copies of released packages (pip vendors
+#: tenacity; the bundled pip wheels contain it): hidden in every bwrap sandbox (a tmpfs over them)
+def hidden_copies() -> list[str]:
+    import glob
+
+    base = sys.base_prefix
+    patterns = ["/usr/lib/python3/dist-packages/pip", "/usr/lib/python3*/dist-packages/pip",
+                "/usr/local/lib/python3*/*-packages/pip", "/usr/share/python-wheels", "/usr/lib/python3*/ensurepip",
+                f"{base}/lib/python3*/ensurepip", f"{base}/lib/python3*/site-packages"]
+    return sorted({p for pattern in patterns for p in glob.glob(pattern) if os.path.isdir(p)})
 
 
 def _relocate(venv: Path, mount: str) -> None:
@@ -90,5 +119,11 @@ def runtime_for(name: str, repo: dict, workdir: str, backend: str) -> Runtime:
                        "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "VIRTUAL_ENV": VENV_MOUNT}.items())),
                        build_hint=BUILD_HINT)
     venv = ensure_venv(name, repo, workdir)
-    return venv_runtime(venv, mount=VENV_MOUNT, image=repo["image"], env=env, build_hint=BUILD_HINT)
+    runtime = venv_runtime(venv, mount=VENV_MOUNT, image=repo["image"], env=env, build_hint=BUILD_HINT)
+    return dataclasses.replace(runtime, hide=tuple(dict.fromkeys([*runtime.hide, *hidden_copies()])))
 
+
+
+def runtime_key(backend: str, runtime: Runtime) -> str:
+    """What the fixed tree's records depend on besides the issue: the backend and its image or venv."""
+    return f"{backend}:{runtime.image if backend == 'docker' else ','.join(h for h, _ in runtime.binds)}"

@@ -1,0 +1,105 @@
+"""Scan run inside a sandbox (copied in as a file, run by the runtime's python): every file the
+sandbox can read, and every Python member of the archives among them (wheels, zips, tarballs), is
+hashed as it is, normalized (comments, blank lines, imports and indentation dropped, so a vendored
+copy whose imports were rewritten still matches) and function by function (each function that
+parses, as `ast.unparse` writes it: another release of the package that shares the fixed
+function matches), and compared with the digests of the repository releases' modules and
+functions given in `digests.json` beside this file (files larger than twice
+the largest module cannot be a copy and are only counted). Prints nothing; writes the
+matches outside the checkout (`skip`) to `matches.json` beside this file.
+"""
+import ast
+import hashlib
+import json
+import os
+import sys
+import tarfile
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARCHIVES = (".whl", ".zip", ".egg", ".pyz", ".tar", ".tar.gz", ".tgz")
+MAX_FILE = 64 << 20
+
+
+#: functions shorter than this (as unparsed) are too common to mean a copy
+MIN_FUNCTION = 160
+
+
+def digests(data: bytes, functions: bool = True) -> list[str]:
+    """The file's digest, its normalized digest and (with `functions`) one per function that parses."""
+    text = data.decode("utf-8", "replace")
+    kept = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "import ", "from ")):
+            kept.append(line)
+    out = [hashlib.sha256(data).hexdigest(), "n" + hashlib.sha256("\n".join(kept).encode()).hexdigest()]
+    if functions and "def " in text:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return out
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                code = ast.unparse(node)
+                if len(code) >= MIN_FUNCTION:
+                    out.append("f" + hashlib.sha256(code.encode()).hexdigest())
+    return out
+
+
+def members(path: str):
+    """(name, bytes) of the .py members of an archive."""
+    try:
+        if path.endswith((".tar", ".tar.gz", ".tgz")):
+            with tarfile.open(path) as tar:
+                for m in tar.getmembers():
+                    if m.isfile() and m.name.endswith(".py") and m.size < MAX_FILE:
+                        yield m.name, tar.extractfile(m).read()
+        else:
+            with zipfile.ZipFile(path) as z:
+                for name in z.namelist():
+                    if name.endswith(".py"):
+                        yield name, z.read(name)
+    except Exception:  # noqa: BLE001 - not an archive after all
+        return
+
+
+def main() -> None:
+    with open(os.path.join(HERE, "digests.json")) as fh:
+        job = json.load(fh)
+    wanted, skip, largest = job["digests"], job["skip"].rstrip("/"), job["largest"]
+    found, scanned = [], 0
+    for top in ("/",):
+        for dirpath, dirnames, filenames in os.walk(top):
+            if dirpath in ("/proc", "/sys", "/dev") or dirpath == skip or dirpath.startswith(skip + "/"):
+                dirnames[:] = []
+                continue
+            dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in ("/proc", "/sys", "/dev")]
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.path.islink(path) or not os.path.isfile(path):
+                        continue
+                    size = os.path.getsize(path)
+                    scanned += 1
+                    if name.endswith(ARCHIVES) and size < MAX_FILE:
+                        for inner, data in members(path):
+                            for d in digests(data):
+                                if d in wanted:
+                                    found.append([f"{path}!{inner}", wanted[d]])
+                        continue
+                    if size > largest:  # larger than any module (even with rewritten imports): no copy
+                        continue
+                    with open(path, "rb") as fh:
+                        data = fh.read()
+                except OSError:
+                    continue
+                for d in digests(data):
+                    if d in wanted:
+                        found.append([path, wanted[d]])
+    with open(os.path.join(HERE, "matches.json"), "w") as fh:
+        json.dump({"scanned": scanned, "matches": found, "python": sys.version}, fh)
+
+
+if __name__ == "__main__":
+    main()
