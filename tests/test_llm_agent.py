@@ -479,3 +479,22 @@ def test_a_non_default_schedule_is_not_normalized_with_the_default_baselines(tmp
         pytest.skip("the short schedule has its own calibration in this checkout")
     assert task["normalized_reward"]["mean"] is None
     assert "not calibrated for schedule 'short'" in task["normalized_reward"]["undefined"]
+
+
+@pytest.mark.parametrize("per_turn", [False, True])
+def test_acc_updates_per_turn_when_asked(prices, per_turn):
+    """ACC's turn-level controller: with per_turn the state is replaced after every answered step
+    (and once more with each instance's outcome), otherwise once per instance."""
+    db = "clbench/DBExplore-v2"  # questions take several steps (catalog, queries, answer)
+    with ScriptedServer(ReferencePolicy(db)) as server:
+        env = gym.make(db)
+        kw = agent_kwargs(server, "acc", prices)
+        kw["memory_args"] = {"per_turn": per_turn}
+        agent = make_agent("llm", env, seed=0, **kw)
+        steps = [len(_play(env, agent, env.reset(seed=0)))] + [len(_play(env, agent)) for _ in range(3)]
+        updates = sum("Memory task: acc" in r["messages"][0]["content"] for r in server.requests)
+        # the last instance's outcome is folded in when the next one begins (never, here)
+        assert updates == (sum(s - 1 for s in steps) if per_turn else 0) + len(steps) - 1
+        assert any(s > 1 for s in steps)
+        if per_turn:
+            assert agent.memory.state is not None and agent.state_dict()["memory_state"]["state"] == agent.memory.state

@@ -174,6 +174,12 @@ class LLMAgent(Agent):
         self._steps = []
 
     def act(self, observation: str, info: dict) -> str:
+        if self._steps and self.memory.per_turn:  # a turn-level memory learns from the step just answered
+            before = self.memory_snapshot()
+            self.memory.observe_step(self._instance_id, self._header, *self._steps[-1], observation)
+            self._context = self.memory.context(observation)
+            self._log.append({"kind": "memory_update", "episode": self._instance_id, "memory": self.memory_name,
+                              "step": len(self._steps), "before": before, "after": self.memory_snapshot()})
         if self._steps:  # the env's answer to the previous action
             last = self._transcript[-1]
             if last.get("tool_calls"):
@@ -206,7 +212,9 @@ class LLMAgent(Agent):
         # the memory learns from this episode when the next instance begins: a stateless agent (one
         # instance, then discarded) and the last instance of a rollout pay for no useless update.
         # `observation` is the env's terminal feedback, kept with the reward.
-        self._pending = Episode(self._instance_id, self._header, self._steps, float(reward), info.get("raw_metric"),
+        # a turn-level memory has seen every step but the last; it folds in that one and the outcome
+        steps = self._steps[-1:] if self.memory.per_turn else self._steps
+        self._pending = Episode(self._instance_id, self._header, steps, float(reward), info.get("raw_metric"),
                                 feedback=observation or "")
         self._transcript, self._steps = [], []
 

@@ -61,8 +61,12 @@ class CognitiveCompressorMemory(Memory):
     description = ("agent cognitive compressor: a bounded, schema-validated cognitive state replaced after each "
                    "instance, fed by recalled artifacts through a qualification gate")
 
-    def __init__(self, model, recall_k: int = 3, min_similarity: float = 0.1, artifact_chars: int = 4000, **options):
+    def __init__(self, model, recall_k: int = 3, min_similarity: float = 0.1, artifact_chars: int = 4000,
+                 per_turn: bool = False, **options):
         super().__init__(model, **options)
+        # per_turn: the state is replaced after every step, as in the ACC paper's turn-level controller;
+        # the default updates once per instance (one model call per instance instead of one per step)
+        self.per_turn = bool(per_turn)
         self.recall_k, self.min_similarity = int(recall_k), float(min_similarity)
         self.artifact_chars = int(artifact_chars)
         self.state: dict | None = None
@@ -87,6 +91,10 @@ class CognitiveCompressorMemory(Memory):
         """Recall candidates from the store and keep those that pass the qualification gate."""
         ranked = tfidf_rank(query, [a["text"] for a in self.artifacts], self.recall_k)
         return [self.artifacts[i] for i, sim in ranked if sim >= self.min_similarity]
+
+    def observe_step(self, instance_id: str, header: str, observation: str, action: str, result: str) -> None:
+        """Per-turn mode: the step and the env's answer go through the same qualify-and-commit update."""
+        self.update(Episode(instance_id, header, [[observation, action]], 0.0, None, feedback=f"Result: {result}"))
 
     def update(self, episode: Episode) -> None:
         text = episode.text(self.artifact_chars)

@@ -113,6 +113,12 @@ class Memory:
     def call_tool(self, name: str, arguments: dict) -> str:
         raise KeyError(name)
 
+    #: whether the memory also learns after every step (`observe_step`), not only per instance
+    per_turn = False
+
+    def observe_step(self, instance_id: str, header: str, observation: str, action: str, result: str) -> None:
+        """One step of the current instance and the env's answer to it (memories with `per_turn`)."""
+
     def update(self, episode: Episode) -> None:
         """Learn from a finished instance."""
 
