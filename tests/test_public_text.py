@@ -83,13 +83,16 @@ def env_texts(env_id: str) -> tuple[dict[str, str], str | None]:
 
 
 def error_messages(env) -> str:
-    """The observations of malformed actions (and of each tool called with no arguments)."""
+    """The env's error messages for malformed actions (and for each tool called with no arguments):
+    the text of every "Invalid action" observation, not what a valid call shows (a tool that needs no
+    argument returns the instance's own data, which the agent is meant to read)."""
     base = env.unwrapped
     errors = []
     env.reset(seed=0)
     for action in MALFORMED + [json.dumps({"tool": t["function"]["name"], "arguments": {}}) for t in base.tools]:
         obs, _, term, trunc, _ = env.step(action)
-        errors.append(obs)
+        if obs.startswith("Invalid action"):
+            errors.append(obs)
         if term or trunc:
             env.reset()
     return "\n".join(errors)

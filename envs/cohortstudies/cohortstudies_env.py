@@ -142,6 +142,8 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/CohortStudies-v2"
+    #: modules a scripted agent may import (parsers of the condition and tag notation the observations use; no world's codings; tests/test_reference_imports.py)
+    public_modules = ("codings",)
     reward_unit = "bits"
     brief = (
         "You are an epidemiologist studying a fictional chronic disease. Each instance gives you one study's "

@@ -101,6 +101,8 @@ class DBExploreEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/DBExplore-v2"
+    #: modules a scripted agent may import (the question grammar and its SQL compiler, applied to the schema an agent discovered; no world's conventions; tests/test_reference_imports.py)
+    public_modules = ("logical",)
     reward_unit = "query-efficiency score 0-1"
     brief = (
         "You are a data analyst. Answer questions about an unfamiliar product-review database (DuckDB SQL, "

@@ -130,6 +130,8 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/MemoryProbe-v2"
+    #: modules a scripted agent may import (text normalisation and the public sentence templates and value domains; no world's facts; tests/test_reference_imports.py)
+    public_modules = ("text", "vocabulary")
     reward_unit = "recall accuracy 0-1"
     suite = False  # a diagnostic of memory systems, not one of the six benchmark tasks
     reward_text = ("Per question +1 if right, -1 if wrong, 0 if left out or answered 'unknown'; the session's reward "

@@ -172,6 +172,8 @@ class PokerEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/Poker-v2"
+    #: modules a scripted agent may import (game mechanics, cards, hand strength and the opponent archetypes with their parameter ranges: what a poker player knows, no world's values; tests/test_reference_imports.py)
+    public_modules = ("betting", "cards", "opponents", "policy", "strength", "table")
     reward_unit = "BB per hand"
     brief = (
         "You play heads-up no-limit Texas hold'em, one hand per episode, against named opponents. Every hand "
