@@ -15,11 +15,21 @@ from clbench.redteam import FeedbackMemorizer, PolicyFamily, Policy, ReplayAgent
 from clbench.registry import clbench_env_ids, env_class
 
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
+#: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
+#: it flags the day a fix lands; each names its issue
+OPEN_HOLES = {"poker": "issue 28, Poker: card-blind bet sizing (raise 1x pot once per street) earns "
+                       "+4.27 bb/hand against r_reference 0.607; opponent kinds that pay solid play are open"}
 
 
 def env_params():
-    return [pytest.param(e, marks=pytest.mark.slow) if env_class(e).task in SLOW_TASKS else e
-            for e in clbench_env_ids()]
+    params = []
+    for e in clbench_env_ids():
+        task = env_class(e).task
+        marks = [pytest.mark.slow] if task in SLOW_TASKS else []
+        if task in OPEN_HOLES:
+            marks.append(pytest.mark.xfail(reason=OPEN_HOLES[task], strict=True))
+        params.append(pytest.param(e, marks=marks))
+    return params
 
 
 @pytest.mark.parametrize("env_id", clbench_env_ids())

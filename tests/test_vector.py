@@ -4,8 +4,8 @@ several instance boundaries, with every info field stackable across sub-envs and
 Before: Poker's `info["table"]` held an int in one sub-env and None in another, gymnasium could not
 stack them, and after the error `AsyncVectorEnv.close()` hung. Sub-envs are made with
 `cycle=True` (a training loop outlives one schedule); actions are the action space's random
-strings, which every env treats as invalid actions, so instances end through the invalid-action
-cap within a few steps and every sub-env crosses several boundaries.
+strings, which most envs treat as invalid actions (instances end through the invalid-action cap
+within a few steps), so every sub-env crosses instance boundaries.
 """
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def test_make_vec_steps_every_env_through_instance_boundaries(env_id, mode):
             for i in range(N):
                 if "instance_id" in info and info.get("_instance_id", [True] * N)[i]:
                     seen[i].add(info["instance_id"][i])
-        assert all(len(ids) >= 3 for ids in seen), seen  # every sub-env crossed at least two boundaries
+        # every sub-env crossed a boundary (most envs several: random text is an invalid action there;
+        # in SalesForecast's shell it is a command, so its instances end by the step budget)
+        assert all(len(ids) >= 2 for ids in seen), seen
     finally:
         _close_within(vec)
