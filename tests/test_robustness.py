@@ -341,7 +341,7 @@ def test_cli_errors_are_one_line_and_leave_no_run_directory(tmp_path):
         "agent": (["rollout", "--env", SPECTRUM, "--agent", "nobody", "--out", "o2"], "unknown agent 'nobody'"),
         "probe-env": (["probe-ladder", "--env", SPECTRUM, "--agent", "llm", "--memory", "icl", "--model", "m",
                        "--base-url", "http://127.0.0.1:9/v1", "--out", "o3"], "cannot be used by the probe ladder"),
-        "probe-agent": (["probe-ladder", "--env", MEMORY, "--agent", "reference", "--out", "o4"],
+        "probe-agent": (["probe-ladder", "--env", MEMORY, "--agent", "random", "--out", "o4"],
                         "does not support the probe ladder"),
     }
     for timeout in ("0", "-1", "inf"):
