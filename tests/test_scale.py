@@ -96,13 +96,15 @@ def test_bad_shock_is_a_clear_error(tmp_path, capsys):
     assert "bad shock" in capsys.readouterr().err
 
 
-def test_flush_shock_on_dbexplore_reference_dips_and_recovers(tmp_path):
-    # at 25 the reference has learned the first release's units and fiscal calendars from feedback;
-    # a flush makes it guess them again until the feedback teaches it once more
-    card = run(RunConfig("clbench/DBExplore-v2", "reference", str(tmp_path), rollouts=1, workers=2,
-                         env_kwargs={"scale": 0.02}, shocks=["flush@25"]), say=lambda m: None, quiet=True)
-    effects = card["tasks"]["dbexplore/reference"]["shocks"]
-    assert [e["position"] for e in effects] == [25]
+def test_flush_shock_on_memoryprobe_reference_dips_and_never_recovers(tmp_path):
+    # a flush at session 12 wipes every fact stated before it; later sessions ask about them, and no
+    # later session states them again, so the reward drops and stays down (DBExplore-v2's reference
+    # re-reads the catalog for every question and relearns units within an instance or two, so a
+    # flush there shows no dip worth asserting)
+    card = run(RunConfig("clbench/MemoryProbe-v2", "reference", str(tmp_path), rollouts=1, workers=2,
+                         shocks=["flush@12"]), say=lambda m: None, quiet=True)
+    effects = card["tasks"]["memoryprobe/reference"]["shocks"]
+    assert [e["position"] for e in effects] == [12]
     e = effects[0]
-    assert e["reward_after"] < e["reward_before"] - 0.1  # it must rediscover the schema
-    assert e["recovery_instances"] is not None and e["recovery_instances"] <= 9
+    assert e["reward_after"] < e["reward_before"] - 0.5
+    assert e["recovery_instances"] is None
