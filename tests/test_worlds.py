@@ -111,16 +111,9 @@ def takes_world_seed(env_id: str) -> bool:
 def _world_params():
     # every env's own tests check its worlds on a few seeds by default (tests/test_<task>.py); this
     # generic check plays the red team, the drift check and both modes on each world: CLBENCH_SLOW=1
-    from tests.test_redteam import OPEN_HOLES
+    from tests.test_redteam import with_open_holes
 
-    params = []
-    for e in clbench_env_ids():
-        task = env_class(e).task
-        marks = [pytest.mark.slow]
-        if task in OPEN_HOLES:
-            marks.append(pytest.mark.xfail(reason=OPEN_HOLES[task], strict=True))
-        params.append(pytest.param(e, marks=marks))
-    return params
+    return [with_open_holes(e, pytest.mark.slow) for e in clbench_env_ids()]
 
 
 @pytest.mark.parametrize("env_id", _world_params())
