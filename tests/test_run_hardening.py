@@ -56,7 +56,7 @@ def _lines(path: Path) -> int:
 def _start_killed_run(out: Path) -> list[int]:
     """A 2-worker run SIGKILLed while its workers play; returns the workers' pids."""
     proc = subprocess.Popen([PY, "-m", "clbench", "rollout", "--env", env_id("SpectrumMonitor"), "--agent",
-                             "reference", "--rollouts", "4", "--workers", "2", "--quiet", "--out", str(out)],
+                             "reference", "--rollouts", "10", "--workers", "2", "--quiet", "--out", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
     while _lines(out / "results.jsonl") < 20:
@@ -81,7 +81,11 @@ def test_workers_die_with_a_sigkilled_run_and_one_resume_writes_at_a_time(tmp_pa
     # two resumes at once: exactly one writes; the other says so in one line and exits 1
     first = subprocess.Popen([PY, "-m", "clbench", "rollout", "--resume", str(out), "--quiet", "--workers", "2"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    lock = out / ".writer.lock"  # the second starts once the first holds the directory
+    deadline = time.monotonic() + 60
+    while f"pid {first.pid}" not in (lock.read_text() if lock.exists() else ""):
+        assert first.poll() is None and time.monotonic() < deadline, "the first resume never took the lock"
+        time.sleep(0.05)
     second = clbench("rollout", "--resume", str(out), "--quiet")
     assert second.returncode == 1 and "is being written by another clbench process (pid" in second.stderr
     assert len(second.stderr.strip().splitlines()) == 1, second.stderr
@@ -94,7 +98,7 @@ def test_workers_die_with_a_sigkilled_run_and_one_resume_writes_at_a_time(tmp_pa
     from collections import Counter
 
     assert max(Counter(keys).values()) <= 2
-    assert len(set(keys)) == 4 * 90 + 90  # every planned record: 4 stateful rollouts, one stateless pass
+    assert len(set(keys)) == 10 * 90 + 90  # every planned record: 10 stateful rollouts, one stateless pass
     assert clbench("report", str(out), "--no-plots").returncode == 0
 
 
