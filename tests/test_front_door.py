@@ -6,26 +6,15 @@ clbench.tasks live in the root folders envs/, agents/ and tasks/, which clbench/
 """
 from __future__ import annotations
 
-import site
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.test_packaging import REPO, borrowing_venv
 
 
 def test_import_and_contract_tests_inside_the_checkout_after_pip_install(tmp_path):
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    # the dependencies of the Python running the tests as plain path entries (an editable clbench
-    # among them stays inactive: its .pth files are not processed)
-    borrowed = [p for p in dict.fromkeys(site.getsitepackages() + [site.getusersitepackages()] + sys.path)
-                if p and Path(p).is_dir() and ("site-packages" in p or "dist-packages" in p) and not p.startswith(str(REPO))]
-    (Path(purelib) / "_borrowed_deps.pth").write_text("".join(p + "\n" for p in borrowed))
+    py = borrowing_venv(tmp_path / "venv")
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(tmp_path / "dist")],
                    check=True, capture_output=True)
     (wheel,) = (tmp_path / "dist").glob("clbench-*.whl")

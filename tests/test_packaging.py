@@ -11,6 +11,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+
+def borrowing_venv(env_dir: Path) -> Path:
+    """A fresh venv that borrows the dependencies of the Python running the tests (a venv, conda or
+    the system's, and the site dirs those add through .pth files, e.g. a shared dependency folder) as
+    plain path entries: their .pth files, an editable clbench among them, stay inactive. Its python."""
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    borrowed = [p for p in dict.fromkeys(site.getsitepackages() + [site.getusersitepackages()] + sys.path)
+                if p and Path(p).is_dir() and ("site-packages" in p or "dist-packages" in p) and not p.startswith(str(REPO))]
+    (Path(purelib) / "_borrowed_deps.pth").write_text("".join(p + "\n" for p in borrowed))
+    return py
+
 def test_wheel_layout_and_fresh_venv_install(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q",
                     "-w", str(tmp_path / "dist")], check=True, capture_output=True)
@@ -25,17 +39,7 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
                    "clbench/tasks/coderepair/tablib-01/bug.diff", "clbench/data/prices.yaml"):
         assert needed in names
 
-    # a fresh venv that borrows the dependencies of the Python running the tests (a venv, conda or
-    # the system's) as plain path entries: their .pth files, an editable clbench among them, stay inactive
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    # (and the site dirs those add through .pth files, e.g. a shared dependency folder)
-    borrowed = [p for p in dict.fromkeys(site.getsitepackages() + [site.getusersitepackages()] + sys.path)
-                if p and Path(p).is_dir() and ("site-packages" in p or "dist-packages" in p) and not p.startswith(str(REPO))]
-    (Path(purelib) / "_borrowed_deps.pth").write_text("".join(p + "\n" for p in borrowed))
+    py = borrowing_venv(tmp_path / "venv")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
     code = ("import clbench, gymnasium as gym, pathlib; "
             "assert 'site-packages' in clbench.__file__ and 'venv' in clbench.__file__, clbench.__file__; "
@@ -44,6 +48,6 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1.0"
     # every env builds from the installed package data alone (task specs, questions, issue diffs)
-    cli = subprocess.run([str(env_dir / "bin" / "clbench"), "list"], capture_output=True, text=True, cwd=tmp_path)
+    cli = subprocess.run([str(py.parent / "clbench"), "list"], capture_output=True, text=True, cwd=tmp_path)
     assert cli.returncode == 0, cli.stderr
     assert "unavailable" not in cli.stdout and cli.stdout.count("| clbench/") >= 7
