@@ -100,6 +100,20 @@ def test_band_flags_worlds_of_another_difficulty():
     assert BAND["headroom_ratio"][0] < 1 < BAND["headroom_ratio"][1]
 
 
+def test_fresh_worlds_are_summarized_with_a_ci_over_worlds():
+    from clbench.commands.worlds import format_worlds, pooled
+
+    rows = [{"world": f"world-{i}", "r_max": 1.0, "r_reference": 0.4, "gain": g, "gain_ci": [g - 0.1, g + 0.1],
+             "drift_cost": 0.1 * i, "drift_cost_ci": [0.1 * i - 0.05, 0.1 * i + 0.05], "drift_share": 0.1,
+             "best_policy": "p", "best_mean": 0.3, "redteam_failures": []} for i, g in enumerate([0.2, 0.4, 0.6], 1)]
+    over = pooled(rows, "gain")
+    assert over["mean"] == pytest.approx(0.4) and over["worlds"] == 3 and (over["min"], over["max"]) == (0.2, 0.6)
+    assert 0.2 <= over["ci"][0] < 0.4 < over["ci"][1] <= 0.6  # a bootstrap over worlds, inside their range
+    assert pooled([dict(r, gain=None) for r in rows], "gain") is None
+    text = format_worlds("x", dict(rows[0], world="canonical"), rows)
+    assert "0.1 [0.05, 0.15]" in text and "mean [95% CI over worlds]" in text  # per-world drift cost CI shown
+
+
 def takes_world_seed(env_id: str) -> bool:
     try:
         gym.make(env_id, world_seed=1).close()

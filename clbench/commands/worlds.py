@@ -48,10 +48,14 @@ def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = Non
         kwargs["world_seed"] = world_seed
     rep = run_drift_check(env_id, kwargs, rollouts=rollouts, workers=workers)  # calibrates the world first
     r_max, r_ref = rep["r_max"], rep["r_reference"]
-    costs = [d["cost"]["mean"] for d in rep["drifts"] if d["cost"]["mean"] is not None]
-    cost = float(np.mean(costs)) if costs else None
+    costs = [d["cost"] for d in rep["drifts"] if d["cost"]["mean"] is not None]
+    cost = float(np.mean([c["mean"] for c in costs])) if costs else None
+    # one drift: its own paired bootstrap CI; several: the mean of their bounds (a conservative band,
+    # since their replicates are not paired with each other)
+    cost_ci = [float(np.mean([c["ci"][k] for c in costs])) for k in (0, 1)] if costs else None
     row = {"world_seed": world_seed, "world": rep.get("world", "canonical"), "r_max": r_max, "r_reference": r_ref,
            "gain": rep["normalized_gain"]["mean"], "gain_ci": rep["normalized_gain"]["ci"], "drift_cost": cost,
+           "drift_cost_ci": cost_ci,
            "drift_share": None if cost is None or r_max <= r_ref else cost / (r_max - r_ref),
            "best_policy": None, "best_mean": None, "redteam_failures": []}
     if redteam:
@@ -91,15 +95,35 @@ def _f(x, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}g}"
 
 
+def _with_ci(x, ci, digits: int = 3) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.{digits}g}" + (f" [{ci[0]:.{digits}g}, {ci[1]:.{digits}g}]" if ci and None not in ci else "")
+
+
+def pooled(rows: list[dict], key: str, n_boot: int = 2000, seed: int = 0) -> dict | None:
+    """The mean of `key` over fresh worlds with a 95% percentile bootstrap CI over worlds (the
+    worlds are the sample: how a score would vary on another draw of worlds)."""
+    vals = np.array([r[key] for r in rows if r.get(key) is not None], dtype=float)
+    if not len(vals):
+        return None
+    rng = np.random.default_rng(seed)
+    means = vals[rng.integers(0, len(vals), size=(n_boot, len(vals)))].mean(axis=1)
+    return {"mean": float(vals.mean()), "ci": [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))],
+            "min": float(vals.min()), "max": float(vals.max()), "worlds": int(len(vals))}
+
+
 def format_worlds(env_id: str, canonical: dict, rows: list[dict]) -> str:
     cols = ("r_max", "r_reference", "gain", "drift_cost", "best_mean")
     lines = [f"{env_id}: canonical world and {len(rows)} fresh worlds",
-             "| world | r_max | r_reference | reference's normalized gain | drift cost | best red-team policy | "
-             "its mean | in band |", "|---|---|---|---|---|---|---|---|"]
+             "| world | r_max | r_reference | reference's normalized gain [95% CI] | drift cost [95% CI] | "
+             "best red-team policy | its mean | in band |", "|---|---|---|---|---|---|---|---|"]
     for row in [canonical, *rows]:
         bad = band_violations(row, canonical) if row is not canonical else []
-        lines.append(f"| {row['world']} | {_f(row['r_max'])} | {_f(row['r_reference'])} | {_f(row['gain'], 3)} | "
-                     f"{_f(row['drift_cost'])} | {row['best_policy'] or 'n/a'} | {_f(row['best_mean'])} | "
+        lines.append(f"| {row['world']} | {_f(row['r_max'])} | {_f(row['r_reference'])} | "
+                     f"{_with_ci(row['gain'], row.get('gain_ci'))} | "
+                     f"{_with_ci(row['drift_cost'], row.get('drift_cost_ci'))} | "
+                     f"{row['best_policy'] or 'n/a'} | {_f(row['best_mean'])} | "
                      f"{'-' if row is canonical else ('yes' if not bad else 'NO: ' + '; '.join(bad))} |")
     if rows:
         stats = []
@@ -107,6 +131,10 @@ def format_worlds(env_id: str, canonical: dict, rows: list[dict]) -> str:
             vals = [r[c] for r in rows if r[c] is not None]
             stats.append(f"{np.mean(vals):.4g} [{min(vals):.4g}, {max(vals):.4g}]" if vals else "n/a")
         lines.append(f"| fresh worlds: mean [range] | {stats[0]} | {stats[1]} | {stats[2]} | {stats[3]} | | {stats[4]} | |")
+        over = [pooled(rows, c) for c in cols]
+        lines.append("| fresh worlds: mean [95% CI over worlds] | "
+                     + " | ".join(_with_ci(o["mean"], o["ci"], 4) if o else "n/a" for o in over[:4])
+                     + f" | | {_with_ci(over[4]['mean'], over[4]['ci'], 4) if over[4] else 'n/a'} | |")
     return "\n".join(lines)
 
 
@@ -127,8 +155,9 @@ def cmd_worlds(args) -> int:
     canonical = world_row(args.env, None, **common)
     rows = [world_row(args.env, s, **common) for s in parse_seeds(args.seeds)]
     if args.json:
-        print(json.dumps({"env_id": args.env, "band": BAND, "canonical": canonical, "worlds": rows}, indent=1,
-                         default=float))
+        over = {c: pooled(rows, c) for c in ("r_max", "r_reference", "gain", "drift_cost", "best_mean")}
+        print(json.dumps({"env_id": args.env, "band": BAND, "canonical": canonical, "worlds": rows,
+                          "over_worlds": over}, indent=1, default=float))
     else:
         print(format_worlds(args.env, canonical, rows))
     return 1 if any(band_violations(r, canonical) for r in rows) or canonical["redteam_failures"] else 0
