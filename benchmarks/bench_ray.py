@@ -9,7 +9,10 @@ RAY_AUTH_MODE=token), and stops exactly those processes at the end (`clbench.exe
 command twice as a fresh process, once with `--workers 2` on the local pool and once with
 `--executor ray --ray-address` on the cluster, alternating which goes first.
 
-Ratio: wall time of the Ray run / wall time of the local-pool run (lower is better; target 1.2).
+Ratios (lower is better; target 1.2): wall time of the Ray run / the local-pool run (20 rollouts);
+and per instance: (Ray's 20-rollout time - its 5-rollout time) / (the same for the local pool),
+each per repeat. The fixed cost per run (the two sides' difference, extrapolated to no instances)
+is printed beside them.
 """
 from __future__ import annotations
 
@@ -25,7 +28,10 @@ from pathlib import Path
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _ratio import Ratio, env_id, run_script, table  # noqa: E402
 
-ENV, ROLLOUTS = "SpectrumMonitor", 5
+#: 20 stateful rollouts + one stateless pass of 90 instances each (1,890 instances): a run worth
+#: scaling out. A run of 5 rollouts is measured too, so the fixed cost of each side (driver start,
+#: Ray's connection, workers that import Ray) and its cost per instance are told apart.
+ENV, ROLLOUTS, SMALL = "SpectrumMonitor", 20, 5
 TARGET = 1.2
 
 
@@ -74,9 +80,9 @@ class Cluster:
             current.unlink(missing_ok=True)
 
 
-def _rollout(out: str, env: dict, *extra: str) -> float:
+def _rollout(out: str, env: dict, rollouts: int, *extra: str) -> float:
     cmd = [sys.executable, "-m", "clbench", "rollout", "--env", env_id(ENV), "--agent", "reference",
-           "--rollouts", str(ROLLOUTS), "--workers", "2", "--quiet", "--out", out, *extra]
+           "--rollouts", str(rollouts), "--workers", "2", "--quiet", "--out", out, *extra]
     t = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     took = time.perf_counter() - t
@@ -85,46 +91,53 @@ def _rollout(out: str, env: dict, *extra: str) -> float:
     return took
 
 
-def measure(quick: bool = False) -> tuple[list[float], list[float]]:
-    """(local seconds, ray seconds) per repeat, alternated."""
+def measure(quick: bool = False) -> dict[tuple[str, int], list[float]]:
+    """Seconds per repeat for (side, rollouts), sides alternated."""
     repeats = 2 if quick else 5
-    local, ray = [], []
+    times: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="clbench-bench-ray-") as tmp:
         cluster = Cluster(tmp)
+        extra = {"local": (), "ray": ("--executor", "ray", "--ray-address", cluster.address)}
         try:
-            sides = {
-                "local": lambda out: local.append(_rollout(out, cluster.env)),
-                "ray": lambda out: ray.append(_rollout(out, cluster.env, "--executor", "ray",
-                                                       "--ray-address", cluster.address)),
-            }
-            # warm-up of both (first imports, the cluster's first workers), not counted
-            _rollout(f"{tmp}/warm-local", cluster.env)
-            _rollout(f"{tmp}/warm-ray", cluster.env, "--executor", "ray", "--ray-address", cluster.address)
+            for side in extra:  # warm-up (first imports, the cluster's first workers), not counted
+                _rollout(f"{tmp}/warm-{side}", cluster.env, 1, *extra[side])
             for i in range(repeats):
-                order = ("local", "ray") if i % 2 == 0 else ("ray", "local")
-                for side in order:
-                    sides[side](f"{tmp}/{side}-{i}")
+                for rollouts in (ROLLOUTS, SMALL):
+                    for side in (("local", "ray") if i % 2 == 0 else ("ray", "local")):
+                        times.setdefault((side, rollouts), []).append(
+                            _rollout(f"{tmp}/{side}-{rollouts}-{i}", cluster.env, rollouts, *extra[side]))
         finally:
             cluster.close()
-    return local, ray
+    return times
 
 
-def _ratio(local: list[float], ray: list[float]) -> Ratio:
-    return Ratio(f"--executor ray, 2-node local cluster (1 CPU each) / local pool, 2 workers; wall time of "
-                 f"`clbench rollout` {ENV} {ROLLOUTS} rollouts", [r / b for r, b in zip(ray, local)], TARGET, "lower")
+def _ratios(times: dict) -> list[Ratio]:
+    ray, local = times["ray", ROLLOUTS], times["local", ROLLOUTS]
+    ray_small, local_small = times["ray", SMALL], times["local", SMALL]
+    what = "--executor ray, 2-node local cluster (1 CPU each) / local pool, 2 workers"
+    return [Ratio(f"{what}; wall time of `clbench rollout` {ENV} {ROLLOUTS} rollouts",
+                  [r / b for r, b in zip(ray, local)], TARGET, "lower"),
+            Ratio(f"{what}; time per instance ({ROLLOUTS} - {SMALL} rollouts)",
+                  [(r - rs) / (b - bs) for r, rs, b, bs in zip(ray, ray_small, local, local_small)], TARGET, "lower")]
 
 
 def ratios(quick: bool = False) -> list[Ratio]:
-    return [_ratio(*measure(quick))]
+    return _ratios(measure(quick))
 
 
 def main(quick: bool = False) -> list[Ratio]:
     import statistics
 
-    local, ray = measure(quick)
-    found = [_ratio(local, ray)]
-    print(f"local pool: median {statistics.median(local):.2f} s {sorted(round(x, 2) for x in local)}")
-    print(f"ray cluster: median {statistics.median(ray):.2f} s {sorted(round(x, 2) for x in ray)}")
+    times = measure(quick)
+    for (side, rollouts), xs in sorted(times.items()):
+        print(f"{side}, {rollouts} rollouts: median {statistics.median(xs):.2f} s {sorted(round(x, 2) for x in xs)}")
+    per = {side: [(big - small) / (ROLLOUTS - SMALL) for big, small in zip(times[side, ROLLOUTS], times[side, SMALL])]
+           for side in ("local", "ray")}
+    fixed = [(times["ray", SMALL][i] - SMALL * per["ray"][i]) - (times["local", SMALL][i] - SMALL * per["local"][i])
+             for i in range(len(per["ray"]))]
+    print(f"Ray's fixed cost per run over the local pool's: median {statistics.median(fixed):.2f} s "
+          f"{sorted(round(x, 2) for x in fixed)}")
+    found = _ratios(times)
     print(table(found))
     return found
 

@@ -53,6 +53,15 @@ def _lines(path: Path) -> int:
     return len(path.read_bytes().splitlines()) if path.exists() else 0
 
 
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        kids = _children(todo.pop())
+        found.update(kids)
+        todo += kids
+    return found
+
+
 def _start_killed_run(out: Path) -> list[int]:
     """A 2-worker run SIGKILLed while its workers play; returns the workers' pids."""
     proc = subprocess.Popen([PY, "-m", "clbench", "rollout", "--env", env_id("SpectrumMonitor"), "--agent",
@@ -100,6 +109,34 @@ def test_workers_die_with_a_sigkilled_run_and_one_resume_writes_at_a_time(tmp_pa
     assert max(Counter(keys).values()) <= 2
     assert len(set(keys)) == 10 * 90 + 90  # every planned record: 10 stateful rollouts, one stateless pass
     assert clbench("report", str(out), "--no-plots").returncode == 0
+
+
+def test_a_sigkilled_ray_driver_leaves_no_ray_process(tmp_path):
+    """Before: Ray's workers and node agents outlived a SIGKILLed `--executor ray` driver."""
+    pytest.importorskip("ray")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([PY, "-m", "clbench", "rollout", "--env", env_id("SpectrumMonitor"), "--agent",
+                             "reference", "--rollouts", "10", "--workers", "2", "--executor", "ray", "--quiet",
+                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    ray = set()
+    while _lines(out / "results.jsonl") < 20:  # records arrive once the Ray workers play
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        ray |= _descendants(proc.pid)
+        time.sleep(0.1)
+    ray |= _descendants(proc.pid)
+    names = {Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in ray if _running(p)}
+    assert any(b"raylet" in n for n in names) and any(n.startswith(b"ray::") for n in names), names
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20  # Ray's own agents took minutes
+    while [p for p in ray if _running(p)]:
+        assert time.monotonic() < deadline, {p: Path(f"/proc/{p}/cmdline").read_bytes()[:60] for p in ray
+                                             if _running(p)}
+        time.sleep(0.2)
+    written = _lines(out / "results.jsonl")
+    time.sleep(1)
+    assert _lines(out / "results.jsonl") == written
 
 
 @pytest.fixture(scope="module")
