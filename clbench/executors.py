@@ -286,8 +286,9 @@ def ray_processes(seen):
         mine |= more
         grew = bool(more)
     return {pid: now[pid][1] for pid in mine}
-seen = {}
-while not select.select([sys.stdin], [], [], 0.5)[0]:  # until the driver's end closes: exit or kill
+seen, began = {}, time.monotonic()
+# until the driver's end closes (exit or kill); Ray's helpers start with it, so later scans are rarer
+while not select.select([sys.stdin], [], [], 0.5 if time.monotonic() - began < 20 else 2.0)[0]:
     seen.update(ray_processes(seen))
 deadline, quiet = time.monotonic() + 60, 0
 while quiet < 3 and time.monotonic() < deadline:  # a raylet may still be starting workers
