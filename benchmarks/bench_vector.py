@@ -72,23 +72,39 @@ def vector(eid: str, mode: str, autoreset: str, instances: int) -> float:
     return rate
 
 
-def ratios(quick: bool = False) -> list[Ratio]:
+def measure(quick: bool = False) -> tuple[list[Ratio], list[str]]:
+    """The ratios, and one line of absolute instances/s (median and range) per env and side."""
+    import statistics
+
     repeats, instances = (2, 200) if quick else (5, 400)
-    found = []
+    found, rates = [], []
+
+    def line(name: str, side: str, xs: list[float]) -> str:
+        return f"| {name} | {side} | {statistics.median(xs):.0f} | {min(xs):.0f}-{max(xs):.0f} |"
+
     for name in ENVS[:1] if quick else ENVS:
         eid = env_id(name)
+        singles = []
         for mode, autoreset in (("sync", "SAME_STEP"), ("async", "SAME_STEP"), ("sync", "NEXT_STEP")):
-            samples = []
+            samples, vec = [], []
             for _ in range(repeats):  # alternated, so a busy machine slows both sides alike
-                base = single(eid, instances)
-                samples.append(vector(eid, mode, autoreset, instances) / base)
+                singles.append(single(eid, instances))
+                vec.append(vector(eid, mode, autoreset, instances))
+                samples.append(vec[-1] / singles[-1])
             target = 1.0 if autoreset == "SAME_STEP" else 0.5
             found.append(Ratio(f"{name} {mode}({N}) {autoreset} / one env, instances/s", samples, target, "higher"))
-    return found
+            rates.append(line(name, f"{mode}({N}) {autoreset}", vec))
+        rates.append(line(name, "one env", singles))
+    return found, rates
+
+
+def ratios(quick: bool = False) -> list[Ratio]:
+    return measure(quick)[0]
 
 
 def main(quick: bool = False) -> list[Ratio]:
-    found = ratios(quick)
+    found, rates = measure(quick)
+    print("| env | side | instances/s (median) | range |\n|---|---|---|---|\n" + "\n".join(rates))
     print(table(found))
     return found
 

@@ -53,6 +53,15 @@ def _lines(path: Path) -> int:
     return len(path.read_bytes().splitlines()) if path.exists() else 0
 
 
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        kids = _children(todo.pop())
+        found.update(kids)
+        todo += kids
+    return found
+
+
 def _start_killed_run(out: Path) -> list[int]:
     """A 2-worker run SIGKILLed while its workers play; returns the workers' pids."""
     proc = subprocess.Popen([PY, "-m", "clbench", "rollout", "--env", env_id("SpectrumMonitor"), "--agent",
@@ -100,6 +109,42 @@ def test_workers_die_with_a_sigkilled_run_and_one_resume_writes_at_a_time(tmp_pa
     assert max(Counter(keys).values()) <= 2
     assert len(set(keys)) == 10 * 90 + 90  # every planned record: 10 stateful rollouts, one stateless pass
     assert clbench("report", str(out), "--no-plots").returncode == 0
+
+
+def test_a_sigkilled_ray_driver_leaves_no_ray_process(tmp_path):
+    """Before: Ray's workers and node agents outlived a SIGKILLed `--executor ray` driver."""
+    pytest.importorskip("ray")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([PY, "-m", "clbench", "rollout", "--env", env_id("SpectrumMonitor"), "--agent",
+                             "reference", "--rollouts", "10", "--workers", "2", "--executor", "ray", "--quiet",
+                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    ray = set()
+    while _lines(out / "results.jsonl") < 20:  # records arrive once the Ray workers play
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        ray |= _descendants(proc.pid)
+        time.sleep(0.1)
+    ray |= _descendants(proc.pid)
+    names = {Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in ray if _running(p)}
+    assert any(b"raylet" in n for n in names) and any(n.startswith(b"ray::") for n in names), names
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20  # Ray's own agents took minutes
+    while [p for p in ray if _running(p)]:
+        assert time.monotonic() < deadline, {p: Path(f"/proc/{p}/cmdline").read_bytes()[:60] for p in ray
+                                             if _running(p)}
+        time.sleep(0.2)
+    written = _lines(out / "results.jsonl")
+    time.sleep(1)
+    assert _lines(out / "results.jsonl") == written
+    # the driver wrote what the workers streamed, checkpoints after their records: a resume completes it
+    resumed = clbench("rollout", "--resume", str(out), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    from collections import Counter
+
+    keys = Counter((r["mode"], r["rollout"], r["instance_id"])
+                   for r in map(json.loads, (out / "results.jsonl").read_text().splitlines()) if r.get("error") is None)
+    assert len(keys) == 10 * 90 + 90 and max(keys.values()) <= 2
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +208,50 @@ def test_a_shock_past_the_schedule_and_a_dead_ray_address_fail_up_front(tmp_path
                    "--rollouts", "1", "--executor", "ray", "--ray-address", "127.0.0.1:1", "--out", str(tmp_path / "b"))
     assert dead.returncode == 1 and time.monotonic() - started < 30
     assert "no Ray cluster answers at 127.0.0.1:1" in dead.stderr and len(dead.stderr.strip().splitlines()) == 1
+
+
+def test_a_ray_job_streams_its_writes_in_order_then_its_records(tmp_path, monkeypatch):
+    """A Ray job is a generator: its writes leave in batches, in the order made (no round trip per
+    write), the driver writes them, and the run directory matches the local pool's byte for byte."""
+    import gymnasium as gym
+
+    from clbench import executors
+    from clbench.runner import LocalSink, RunConfig, plan_jobs, run_job
+
+    def jobs(out):
+        cfg = RunConfig(env_id("Poker"), "reference", str(out), rollouts=1, mode="stateful",
+                        env_kwargs={"schedule": "short"})
+        env = gym.make(cfg.env_id, **cfg.env_kwargs)
+        return plan_jobs(cfg, env.unwrapped.task, env.unwrapped.schedule, resumable=env.unwrapped.resumable)
+
+    monkeypatch.setattr(executors, "FLUSH_SECONDS", 0.001)  # many small batches
+    local_job, = jobs(tmp_path / "local")
+    run_job(local_job)
+    streamed_job, = jobs(tmp_path / "ray")
+    items = list(executors._ray_job(streamed_job))
+    kinds = [kind for kind, _ in items]
+    assert kinds[-1] == "done" and set(kinds[:-1]) == {"ops"} and len(kinds) > 2, kinds
+    sink = LocalSink(tmp_path / "ray")
+    for _, ops in items[:-1]:
+        executors._write(sink, ops)
+    sink.close()
+    for path in (tmp_path / "local").rglob("*.jsonl"):
+        if "state" in path.parts:  # checkpoints are taken on a time budget (runner.CHECKPOINT_SHARE)
+            continue
+        twin = tmp_path / "ray" / path.relative_to(tmp_path / "local")
+        strip = lambda b: [json.dumps({k: v for k, v in json.loads(l).items() if k != "wall_time"}, sort_keys=True)
+                           for l in b.splitlines()]
+        assert strip(twin.read_bytes()) == strip(path.read_bytes()), path
+
+    # a job that fails midway still delivers what it wrote before, then raises
+    def failing(job, sink):
+        sink.append("results.jsonl", [{"n": 1}])
+        sink.checkpoint("state/x.jsonl", b"{}\n")
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(executors, "run_job", failing)
+    monkeypatch.setattr(executors, "FLUSH_SECONDS", 30.0)  # one batch: the job ends long before
+    gen = executors._ray_job(streamed_job)
+    assert next(gen) == ("ops", [("results.jsonl", [{"n": 1}], None), ("state/x.jsonl", None, b"{}\n")])
+    with pytest.raises(RuntimeError, match="boom"):
+        next(gen)

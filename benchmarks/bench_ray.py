@@ -1,0 +1,146 @@
+"""Ray on a 2-node local cluster against the local process pool, same jobs, same worker count.
+
+    python benchmarks/bench_ray.py [--quick]
+
+Starts its own cluster: `ray start --head` (1 CPU) plus a second `ray start --address=...` node
+(1 CPU) on this machine, with token authentication on every party (a fresh token in RAY_AUTH_TOKEN,
+RAY_AUTH_MODE=token), and stops exactly those processes at the end (`clbench.executors.RayLifeline`;
+`ray stop` would stop every Ray on the machine). Each repeat runs the same `clbench rollout`
+command twice as a fresh process, once with `--workers 2` on the local pool and once with
+`--executor ray --ray-address` on the cluster, alternating which goes first.
+
+Ratios (lower is better; target 1.2): wall time of the Ray run / the local-pool run (20 rollouts);
+and per instance: (Ray's 20-rollout time - its 5-rollout time) / (the same for the local pool),
+each per repeat. The fixed cost per run (the two sides' difference, extrapolated to no instances)
+is printed beside them.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _ratio import Ratio, env_id, run_script, table  # noqa: E402
+
+#: 20 stateful rollouts + one stateless pass of 90 instances each (1,890 instances): a run worth
+#: scaling out. A run of 5 rollouts is measured too, so the fixed cost of each side (driver start,
+#: Ray's connection, workers that import Ray) and its cost per instance are told apart.
+ENV, ROLLOUTS, SMALL = "SpectrumMonitor", 20, 5
+TARGET = 1.2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray(*args: str, env: dict) -> None:
+    done = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        raise RuntimeError(f"ray {' '.join(args)} failed: {done.stderr.strip()[-600:]}")
+
+
+class Cluster:
+    """A head and a second node, 1 CPU each; every one of their processes ends with `close`."""
+
+    def __init__(self, tmp: str):
+        from clbench.executors import RayLifeline
+
+        self.port = _free_port()
+        self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+        self.lifeline = RayLifeline()  # tags what `ray start` starts; kills it when this process ends
+        env = {**self.env, **{k: v for k, v in os.environ.items() if k.startswith("CLBENCH_RAY")}}
+        try:
+            _ray("start", "--head", f"--port={self.port}", "--num-cpus=1", "--include-dashboard=false",
+                 "--disable-usage-stats", f"--temp-dir={tmp}", env=env)
+            _ray("start", f"--address=127.0.0.1:{self.port}", "--num-cpus=1", "--disable-usage-stats", env=env)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self.lifeline.untag()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.lifeline.close()
+        # `ray stop` would remove the address file that lets a bare ray.init() attach here
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        if current.exists() and current.read_text().strip().endswith(f":{self.port}"):
+            current.unlink(missing_ok=True)
+
+
+def _rollout(out: str, env: dict, rollouts: int, *extra: str) -> float:
+    cmd = [sys.executable, "-m", "clbench", "rollout", "--env", env_id(ENV), "--agent", "reference",
+           "--rollouts", str(rollouts), "--workers", "2", "--quiet", "--out", out, *extra]
+    t = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    took = time.perf_counter() - t
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd[2:])} failed: {done.stderr.strip()[-600:]}")
+    return took
+
+
+def measure(quick: bool = False) -> dict[tuple[str, int], list[float]]:
+    """Seconds per repeat for (side, rollouts), sides alternated."""
+    repeats = 2 if quick else 5
+    times: dict[tuple[str, int], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="clbench-bench-ray-") as tmp:
+        cluster = Cluster(tmp)
+        extra = {"local": (), "ray": ("--executor", "ray", "--ray-address", cluster.address)}
+        try:
+            for side in extra:  # warm-up (first imports, the cluster's first workers), not counted
+                _rollout(f"{tmp}/warm-{side}", cluster.env, 1, *extra[side])
+            for i in range(repeats):
+                for rollouts in (ROLLOUTS, SMALL):
+                    for side in (("local", "ray") if i % 2 == 0 else ("ray", "local")):
+                        times.setdefault((side, rollouts), []).append(
+                            _rollout(f"{tmp}/{side}-{rollouts}-{i}", cluster.env, rollouts, *extra[side]))
+        finally:
+            cluster.close()
+    return times
+
+
+def _ratios(times: dict) -> list[Ratio]:
+    ray, local = times["ray", ROLLOUTS], times["local", ROLLOUTS]
+    ray_small, local_small = times["ray", SMALL], times["local", SMALL]
+    what = "--executor ray, 2-node local cluster (1 CPU each) / local pool, 2 workers"
+    return [Ratio(f"{what}; wall time of `clbench rollout` {ENV} {ROLLOUTS} rollouts",
+                  [r / b for r, b in zip(ray, local)], TARGET, "lower"),
+            Ratio(f"{what}; time per instance ({ROLLOUTS} - {SMALL} rollouts)",
+                  [(r - rs) / (b - bs) for r, rs, b, bs in zip(ray, ray_small, local, local_small)], TARGET, "lower")]
+
+
+def ratios(quick: bool = False) -> list[Ratio]:
+    return _ratios(measure(quick))
+
+
+def main(quick: bool = False) -> list[Ratio]:
+    import statistics
+
+    times = measure(quick)
+    for (side, rollouts), xs in sorted(times.items()):
+        print(f"{side}, {rollouts} rollouts: median {statistics.median(xs):.2f} s {sorted(round(x, 2) for x in xs)}")
+    per = {side: [(big - small) / (ROLLOUTS - SMALL) for big, small in zip(times[side, ROLLOUTS], times[side, SMALL])]
+           for side in ("local", "ray")}
+    fixed = [(times["ray", SMALL][i] - SMALL * per["ray"][i]) - (times["local", SMALL][i] - SMALL * per["local"][i])
+             for i in range(len(per["ray"]))]
+    print(f"Ray's fixed cost per run over the local pool's: median {statistics.median(fixed):.2f} s "
+          f"{sorted(round(x, 2) for x in fixed)}")
+    found = _ratios(times)
+    print(table(found))
+    return found
+
+
+if __name__ == "__main__":
+    run_script(main, __doc__)
