@@ -100,6 +100,7 @@ class BwrapSandbox(Sandbox):
                 f"{oct(os.stat(closed[0]).st_mode & 0o777)}): make it readable, e.g. chmod o+rx {closed[0]}")
         super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
         self._as_root = os.geteuid() == 0
+        self._mount_args: list[str] | None = None
         if self._as_root:
             self.uid = self.gid = UID_BASE + (os.getpid() * 7919 + id(self)) % UID_SPAN
             chown_tree(self.host_workspace, self.uid, self.gid)
@@ -124,6 +125,12 @@ class BwrapSandbox(Sandbox):
             os.lchown(path, self.uid, self.gid)
 
     def _mounts(self) -> list[str]:
+        """The mount options: the same for every command of the sandbox, so made once."""
+        if self._mount_args is None:
+            self._mount_args = self._make_mounts()
+        return self._mount_args
+
+    def _make_mounts(self) -> list[str]:
         args: list[str] = []
         for name in SYSTEM_DIRS:
             host = Path("/") / name

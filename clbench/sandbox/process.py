@@ -7,6 +7,7 @@ process group is killed (bwrap's --die-with-parent then takes down the sandbox's
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -27,6 +28,35 @@ def _kill_group(proc: subprocess.Popen) -> None:
 WATCH_INTERVAL = 0.2
 
 
+class _Exit:
+    """Waits for a child's exit the moment it happens: `Popen.wait(timeout)` polls with sleeps of up
+    to 50 ms, which was most of a short sandboxed command's round trip. A pidfd (Linux 5.3+) becomes
+    readable when the child exits; without one, this falls back to `Popen.wait`."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        try:
+            self.fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def wait(self, timeout: float) -> None:
+        """Like `proc.wait(timeout)`: returns once the child ended, else raises TimeoutExpired."""
+        if self.fd is not None:
+            poll = select.poll()
+            poll.register(self.fd, select.POLLIN)
+            if not poll.poll(max(0.0, timeout) * 1000):
+                raise subprocess.TimeoutExpired(self.proc.args, timeout)
+            self.proc.wait()
+            return
+        self.proc.wait(timeout=timeout)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None = None,
                 cwd: str | None = None, watch: Callable[[], str | None] | None = None,
                 pass_fds: tuple[int, ...] = (), started: Callable[[int], None] | None = None) -> CommandResult:
@@ -39,6 +69,7 @@ def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None =
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, cwd=cwd, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+    exit_ = _Exit(proc)
     if started is not None:
         started(proc.pid)
 
@@ -56,7 +87,7 @@ def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None =
     try:
         while watch is not None:
             try:
-                proc.wait(timeout=max(0.0, min(WATCH_INTERVAL, deadline - time.monotonic())))
+                exit_.wait(max(0.0, min(WATCH_INTERVAL, deadline - time.monotonic())))
                 break
             except subprocess.TimeoutExpired:
                 why = watch()
@@ -65,7 +96,7 @@ def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None =
                     _kill_group(proc)
                 if time.monotonic() >= deadline:
                     raise
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        exit_.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True
         if not reason:
@@ -73,6 +104,7 @@ def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None =
         _kill_group(proc)
         proc.wait()
     finally:
+        exit_.close()
         _kill_group(proc)  # stray members of the group (unsafe-local) must not outlive the command
     for t in threads:
         t.join(timeout=5)
