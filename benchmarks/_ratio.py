@@ -102,6 +102,25 @@ def interleaved(ours, baseline, repeats: int, clock=time.perf_counter) -> list[f
     return out
 
 
+def paired(ours, baseline, repeats: int, calls: int, clock=time.perf_counter) -> list[float]:
+    """Per-repeat ratios of summed times of `calls` single calls alternated one by one (ours,
+    baseline, baseline, ours, ...): for short operations on a shared machine, where the load
+    changes faster than a block of calls takes (one warm-up pair first)."""
+    ours(), baseline()
+    out = []
+    for _ in range(repeats):
+        a = b = 0.0
+        for k in range(calls):
+            if k % 2:
+                b += seconds(baseline, clock)
+                a += seconds(ours, clock)
+            else:
+                a += seconds(ours, clock)
+                b += seconds(baseline, clock)
+        out.append(a / b)
+    return out
+
+
 def load() -> str:
     """The machine's load average and core count, to print next to a table."""
     import os

@@ -30,7 +30,7 @@ from clbench.sandbox.bwrap import bwrap_works
 from clbench.sandbox.select import docker_ready
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _ratio import Ratio, interleaved, not_available, table  # noqa: E402
+from _ratio import Ratio, not_available, paired, table  # noqa: E402
 
 #: the image of the Docker row: the smallest one `clbench containers build` makes
 DOCKER_IMAGE = "clbench/offline-base:bookworm"
@@ -38,10 +38,6 @@ BWRAP_DEF = ("bwrap sandbox.run('true') / subprocess.run of bwrap with the same 
              "running `true` (the plainest bwrap call in the same isolation)")
 DOCKER_DEF = (f"docker sandbox.run('true') / container.exec_run(['true']) (the SDK's `docker exec CID true`) "
               f"on the same running container ({DOCKER_IMAGE})")
-
-
-def _calls(fn, n: int):
-    return lambda: [fn() for _ in range(n)]
 
 
 def bwrap_ratio(repeats: int, calls: int) -> Ratio:
@@ -61,8 +57,7 @@ def bwrap_ratio(repeats: int, calls: int) -> Ratio:
                 if not box.run("true").ok:
                     raise RuntimeError("`true` failed in the bwrap sandbox")
 
-            samples = interleaved(_calls(ours, calls),
-                                  _calls(lambda: subprocess.run(bare, check=True), calls), repeats)
+            samples = paired(ours, lambda: subprocess.run(bare, check=True), repeats, calls)
     return Ratio(name, samples, 1.2, "lower", BWRAP_DEF)
 
 
@@ -85,7 +80,7 @@ def docker_ratio(repeats: int, calls: int) -> Ratio:
                 if box.container.exec_run(["true"]).exit_code != 0:
                     raise RuntimeError("docker exec true failed")
 
-            samples = interleaved(_calls(ours, calls), _calls(bare, calls), repeats)
+            samples = paired(ours, bare, repeats, calls)
     return Ratio(name, samples, 1.2, "lower", DOCKER_DEF)
 
 

@@ -191,6 +191,11 @@ class SandboxGroup:
         files = [str(p) for p in self._group.procs_files()]
         return ["/bin/sh", "-c", f'{joins} && shift {len(files)} && exec "$@"', "clbench-cgroup", *files, *argv]
 
+    def join(self, pid: int) -> None:
+        """Move process `pid` (held before it starts anything) into the group; its children follow."""
+        for procs in self._group.procs_files():
+            procs.write_text(str(pid))
+
     def verdict(self, limit_mb: int) -> str | None:
         """Why the command was killed, if the memory bound killed something."""
         if self._group.oom_kills():
