@@ -4,7 +4,9 @@ A ratio compares clbench's cost with a baseline doing the same work, both sides 
 run and alternated repeat by repeat, so a busy machine slows both alike. Each repeat gives one
 ratio; the reported value is their median and the noise is their spread (median absolute
 deviation, scaled to a standard deviation). A ratio *misses* when its median is on the wrong
-side of the target by more than that noise.
+side of the target by more than that noise. Every ratio carries its definition (what is divided
+by what), printed under the table; a ratio whose prerequisite is missing (a bench not written
+yet, no Docker engine) is reported as not available, never as a pass or a miss.
 """
 from __future__ import annotations
 
@@ -19,6 +21,12 @@ class Ratio:
     samples: list[float]  # one ratio per repeat
     target: float
     better: str  # "lower" (overhead: value <= target) or "higher" (speed: value >= target)
+    definition: str = ""  # numerator / denominator, in words
+    unavailable: str = ""  # why it was not measured (then samples is empty)
+
+    @property
+    def available(self) -> bool:
+        return bool(self.samples) and not self.unavailable
 
     @property
     def value(self) -> float:
@@ -31,28 +39,45 @@ class Ratio:
         return 1.4826 * statistics.median(abs(s - med) for s in self.samples) if len(self.samples) > 1 else 0.0
 
     @property
+    def spread(self) -> tuple[float, float]:
+        return min(self.samples), max(self.samples)
+
+    @property
     def meets(self) -> bool:
         return self.value <= self.target if self.better == "lower" else self.value >= self.target
 
     @property
     def misses(self) -> bool:
         """Off target by more than the noise."""
+        if not self.available:
+            return False
         if self.better == "lower":
             return self.value > self.target + self.noise
         return self.value < self.target - self.noise
 
     def row(self) -> str:
         op = "<=" if self.better == "lower" else ">="
+        if not self.available:
+            return f"| {self.name} | - | {op} {self.target:g} | - | - | - | not available: {self.unavailable} |"
+        lo, hi = self.spread
         verdict = "ok" if self.meets else ("within noise" if not self.misses else "MISS")
         return (f"| {self.name} | {self.value:.3f} | {op} {self.target:g} | {self.noise:.3f} | "
-                f"{len(self.samples)} | {verdict} |")
+                f"{lo:.3f}-{hi:.3f} | {len(self.samples)} | {verdict} |")
 
 
-HEADER = "| ratio | median | target | noise (1 sd) | repeats | verdict |\n|---|---|---|---|---|---|"
+HEADER = ("| ratio | median | target | noise (1 sd) | min-max | repeats | verdict |\n"
+          "|---|---|---|---|---|---|---|")
 
 
 def table(ratios: list[Ratio]) -> str:
-    return "\n".join([HEADER, *(r.row() for r in ratios)])
+    """The ratios as a markdown table, each one's definition listed under it."""
+    rows = "\n".join([HEADER, *(r.row() for r in ratios)])
+    defs = "\n".join(f"- {r.name}: {r.definition}" for r in ratios if r.definition)
+    return rows + ("\n\nDefinitions:\n" + defs if defs else "")
+
+
+def not_available(name: str, target: float, better: str, why: str, definition: str = "") -> Ratio:
+    return Ratio(name, [], target, better, definition, unavailable=why)
 
 
 def seconds(fn, clock=time.perf_counter) -> float:
@@ -62,9 +87,46 @@ def seconds(fn, clock=time.perf_counter) -> float:
 
 
 def interleaved(ours, baseline, repeats: int, clock=time.perf_counter) -> list[float]:
-    """Per-repeat ratios ours/baseline, the two timed alternately (one warm-up round first)."""
+    """Per-repeat ratios ours/baseline, the two timed alternately (one warm-up round first); the
+    side that goes first alternates too, so neither always runs on a warmer cache."""
     ours(), baseline()
-    return [seconds(ours, clock) / seconds(baseline, clock) for _ in range(repeats)]
+    out = []
+    for k in range(repeats):
+        if k % 2:
+            b = seconds(baseline, clock)
+            a = seconds(ours, clock)
+        else:
+            a = seconds(ours, clock)
+            b = seconds(baseline, clock)
+        out.append(a / b)
+    return out
+
+
+def paired(ours, baseline, repeats: int, calls: int, clock=time.perf_counter) -> list[float]:
+    """Per-repeat ratios of summed times of `calls` single calls alternated one by one (ours,
+    baseline, baseline, ours, ...): for short operations on a shared machine, where the load
+    changes faster than a block of calls takes (one warm-up pair first)."""
+    ours(), baseline()
+    out = []
+    for _ in range(repeats):
+        a = b = 0.0
+        for k in range(calls):
+            if k % 2:
+                b += seconds(baseline, clock)
+                a += seconds(ours, clock)
+            else:
+                a += seconds(ours, clock)
+                b += seconds(baseline, clock)
+        out.append(a / b)
+    return out
+
+
+def load() -> str:
+    """The machine's load average and core count, to print next to a table."""
+    import os
+
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cores"
 
 
 def env_id(name: str) -> str:

@@ -147,3 +147,42 @@ def test_resume_from_an_older_checkpoint_plays_the_rest_again_exactly(tmp_path, 
     assert _stateful_records(cut) == _stateful_records(tmp_path / "whole")
     traj = trajectory_path(cut, task, "reference", "stateful", 0).read_text().splitlines()
     assert [json.loads(t)["position"] for t in traj if '"event":"reset"' in t] == list(range(8))
+
+
+def test_cohort_expressions_in_one_query_read_as_each_on_its_own():
+    """estimate_survival_by_group evaluates its expressions in one query (issue 34): the text must be
+    what each expression gives on its own, errors included (a parse error, a runtime error that
+    fails the shared query, a duplicate)."""
+    import gymnasium as gym
+
+    from clbench import clbench_env_ids
+
+    env = gym.make(max(i for i in clbench_env_ids() if i.startswith("clbench/CohortStudies-"))).unwrapped
+    try:
+        env.reset(seed=0, options={"instance": env.schedule.variants[0].instances[0].instance_id})
+        time_col = env.studies[env.slot.instance.payload["study"]].time["column"]
+        exprs = ["'all'", f'CASE WHEN "{time_col}" < 12 THEN \'early\' ELSE \'late\' END', "CASE WHEN (",
+                 f'CAST(\'x\' || "{time_col}" AS INTEGER)', f'CASE WHEN "{time_col}" > 24 THEN \'long\' END', "'all'"]
+        together = env._estimate({"group_expressions": exprs}).observation.split("\n\n")
+        alone = [env._estimate({"group_expression": e}).observation.split("\n\n") for e in exprs]
+        assert together == [alone[0][0], *(a[1] for a in alone)]
+        assert sum("Error:" in block for block in together) == 2  # the parse error and the runtime error
+    finally:
+        env.close()
+
+
+def test_dbexplore_cached_load_imports_no_pandas():
+    """Entering questions on built databases needs DuckDB only: pandas (1-2 s to import) is for builds."""
+    import gymnasium as gym
+
+    from clbench import clbench_env_ids
+
+    env_id = max(i for i in clbench_env_ids() if i.startswith("clbench/DBExplore-"))
+    env = gym.make(env_id)
+    env.unwrapped.database_paths()  # built (or found) in this process, with pandas
+    env.close()
+    loaded = _modules_after(f"import clbench, gymnasium as gym\nenv = gym.make({env_id!r})\nenv.reset(seed=0)\n"
+                            "env.reset(options={'instance': 'q21', 'stateless': True})\n"
+                            "env.step('QUERY: SELECT 1')\nenv.close()")
+    assert "clbench.envs.dbexplore.dbexplore_env" in loaded
+    assert "pandas" not in loaded

@@ -408,3 +408,43 @@ def test_a_python_environment_under_tmp_stays_visible_inside(tmp_path):
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(env_dir), "venv"], out.stdout
+
+
+# ---------------------------------------------------------------------------------- per-command cost
+def test_a_command_costs_one_docker_exec(sandbox, monkeypatch):
+    """One exec per command, the reaping of what it left running included (issue 34)."""
+    if sandbox.backend != "docker":
+        pytest.skip("docker only")
+    api, calls = sandbox.client.api, []
+    create = api.exec_create
+    monkeypatch.setattr(api, "exec_create", lambda *a, **k: calls.append(a) or create(*a, **k))
+    sandbox.run("sleep 300 > /dev/null 2>&1 &")
+    res = sandbox.run("ps -eo args 2>/dev/null | grep -c 'sleep 30[0]' || true")
+    assert len(calls) == 2 and res.stdout.strip() in ("0", ""), (calls, res.output())
+
+
+def test_bwrap_mounts_are_made_once_per_sandbox(sandbox):
+    """The mount options are the same for every command: made once, equal to a fresh making."""
+    if sandbox.backend != "bwrap":
+        pytest.skip("bwrap only")
+    first = sandbox.argv("true", sandbox.limits)
+    assert sandbox._mounts() is sandbox._mounts() and sandbox._mounts() == sandbox._make_mounts()
+    assert sandbox.argv("true", sandbox.limits) == first and "--ro-bind" in first
+    still_works(sandbox)
+
+
+def test_a_short_command_returns_as_soon_as_it_exits(monkeypatch):
+    """The wait for a command's exit is woken by the exit (a pidfd), not a sleep-and-poll loop,
+    whose backoff added up to 50 ms to every command."""
+    from clbench.sandbox import process
+
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfd on this platform (the fallback polls)")
+    slept = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: slept.append(s) or real_sleep(s))  # Popen.wait's polling
+    res = process.run_process(["/bin/sh", "-c", "sleep 0.2; echo done"], Limits(timeout=5))
+    monkeypatch.undo()
+    assert res.ok and res.stdout == "done\n" and slept == []
+    res = process.run_process(["/bin/sh", "-c", "sleep 5"], Limits(timeout=0.3))
+    assert res.timed_out and res.elapsed < 3

@@ -170,18 +170,6 @@ class OutputCapture:
             return self.head.decode("utf-8", "replace") + note + tail.decode("utf-8", "replace"), True
 
 
-def pump(stream, capture: OutputCapture, on_flood) -> None:
-    """Read a pipe to its end into `capture`; call `on_flood()` once when it overflows."""
-    flooded = False
-    while True:
-        chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
-        if not chunk:
-            break
-        if not capture.feed(chunk) and not flooded:
-            flooded = True
-            on_flood()
-
-
 @dataclass(frozen=True)
 class FileChange:
     """One changed path of the workspace (POSIX path relative to the workspace root)."""

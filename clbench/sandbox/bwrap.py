@@ -9,8 +9,9 @@ sandbox's commands, like a container's); nothing else of the host exists (no /ho
 Bounds of the whole sandbox, not of each process: its memory and its process count are one
 budget for all its processes (a control group per command, clbench.sandbox.cgroup; a summed-RSS
 watchdog where no cgroup can be made); every writable place (the workspace, /tmp, /var/tmp,
-/dev/shm) lives in the one disk quota (clbench.sandbox.quota). `prlimit` adds per-process limits
-(RLIMIT_NPROC, AS, CPU, FSIZE, NOFILE) and a wall-clock timeout kills the process group. A seccomp
+/dev/shm) lives in the one disk quota (clbench.sandbox.quota). Per-process rlimits (NPROC, AS,
+CPU, FSIZE, NOFILE, CORE; set on the held command before it starts bwrap) also apply, and a
+wall-clock timeout kills the process group. A seccomp
 filter refuses new user namespaces (clbench.sandbox.seccomp). bwrap reads its arguments from a
 file descriptor (`--args`), so no host path shows in the sandbox's /proc/1/cmdline.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+import resource
 from dataclasses import replace
 import shutil
 import subprocess
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from clbench.sandbox import cgroup, seccomp
 from clbench.sandbox.base import MiB, CommandResult, Limits, Runtime, Sandbox, SandboxUnavailable, chown_tree
-from clbench.sandbox.process import run_process
+from clbench.sandbox.process import HOLD, run_process
 
 #: top-level system entries mounted read-only (or recreated as the same symlinks)
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -100,6 +102,7 @@ class BwrapSandbox(Sandbox):
                 f"{oct(os.stat(closed[0]).st_mode & 0o777)}): make it readable, e.g. chmod o+rx {closed[0]}")
         super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
         self._as_root = os.geteuid() == 0
+        self._mount_args: list[str] | None = None
         if self._as_root:
             self.uid = self.gid = UID_BASE + (os.getpid() * 7919 + id(self)) % UID_SPAN
             chown_tree(self.host_workspace, self.uid, self.gid)
@@ -124,6 +127,12 @@ class BwrapSandbox(Sandbox):
             os.lchown(path, self.uid, self.gid)
 
     def _mounts(self) -> list[str]:
+        """The mount options: the same for every command of the sandbox, so made once."""
+        if self._mount_args is None:
+            self._mount_args = self._make_mounts()
+        return self._mount_args
+
+    def _make_mounts(self) -> list[str]:
         args: list[str] = []
         for name in SYSTEM_DIRS:
             host = Path("/") / name
@@ -180,16 +189,21 @@ class BwrapSandbox(Sandbox):
         namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
         if not self._as_root:
             namespaces.append("--unshare-user")
-        nproc = limits.processes if self._as_root else limits.processes + _user_process_count()
-        prlimit = ["prlimit", f"--nproc={nproc}", f"--as={limits.memory_mb * MiB}", f"--cpu={limits.cpu_limit}",
-                   f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--core=0", "--"]
         drop = []
         if self._as_root:
             drop = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
         return ([bwrap_path(), *namespaces, "--die-with-parent", "--new-session", "--hostname", "sandbox",
                  *self._mounts(), "--chdir", self.workdir, "--"]
-                + prlimit + drop + ["/bin/bash", "-c", command])
+                + drop + ["/bin/bash", "-c", command])
+
+    def rlimits(self, limits: Limits) -> dict[int, int]:
+        """Per-process limits (soft = hard) of a command's processes: set on the held process that
+        then starts bwrap (`_bounded`), so every process of the sandbox inherits them."""
+        nproc = limits.processes if self._as_root else limits.processes + _user_process_count()
+        return {resource.RLIMIT_NPROC: nproc, resource.RLIMIT_AS: limits.memory_mb * MiB,
+                resource.RLIMIT_CPU: limits.cpu_limit, resource.RLIMIT_FSIZE: limits.file_bytes,
+                resource.RLIMIT_NOFILE: limits.open_files, resource.RLIMIT_CORE: 0}
 
     def _run(self, command: str, limits: Limits) -> CommandResult:
         env = self.runtime.environment(self.workdir)
@@ -212,20 +226,38 @@ class BwrapSandbox(Sandbox):
                 os.close(fd)
 
     def _bounded(self, argv: list[str], limits: Limits, env: dict, fds: tuple[int, ...]) -> CommandResult:
-        """Run argv with the sandbox's memory and processes bounded as a whole (clbench.sandbox.cgroup)."""
+        """Run argv with the sandbox's memory and processes bounded as a whole (clbench.sandbox.cgroup).
+
+        The command starts held (process.HOLD): before it starts anything, this process sets its
+        rlimits and puts it into the command's control group, then lets it go on; one process
+        start fewer per command than a `prlimit` (or a shell joining the group) inside."""
         disk = self._disk_watch()
         memory = limits.memory_mb * MiB
+        rlimits = self.rlimits(limits)
+
+        def limit(pid: int) -> None:
+            for which, value in rlimits.items():
+                resource.prlimit(pid, which, (value, value))
+
         if cgroup.mechanism() == "rss-watchdog":
             rss = cgroup.RssWatch(memory, limits.memory_mb)
 
             def watch():
                 return (disk() if disk else None) or rss()
 
-            return run_process(argv, limits, env=env, watch=watch, pass_fds=fds,
-                               started=lambda pid: setattr(rss, "root", pid))
+            def started(pid: int) -> None:
+                limit(pid)
+                rss.root = pid
+
+            return run_process(HOLD + argv, limits, env=env, watch=watch, pass_fds=fds, started=started, held=True)
         group = cgroup.SandboxGroup(memory, limits.processes)
         try:
-            result = run_process(group.prefix(argv), limits, env=env, watch=disk, pass_fds=fds)
+
+            def started(pid: int) -> None:
+                limit(pid)
+                group.join(pid)
+
+            result = run_process(HOLD + argv, limits, env=env, watch=disk, pass_fds=fds, started=started, held=True)
             why = group.verdict(limits.memory_mb)
         finally:
             group.close()

@@ -1,19 +1,22 @@
 """Running one host process tree under a wall-clock limit with capped output.
 
-Used by the bwrap and unsafe-local backends: the process starts in a new session, both pipes
-are drained by threads into `OutputCapture`s, and on timeout or an output flood the whole
+Used by the bwrap and unsafe-local backends: the process starts in a new session; one loop
+waits on both pipes and on the process's exit together (`select.poll` over the pipes and a
+pidfd), feeding the output into `OutputCapture`s, and on timeout or an output flood the whole
 process group is killed (bwrap's --die-with-parent then takes down the sandbox's pid namespace).
+No thread is started and nothing sleeps: a command returns the moment it ends (issue 34: reader
+threads and `Popen.wait`'s sleep-and-poll were most of a short command's round trip).
 """
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
-import threading
 import time
 from typing import Callable
 
-from clbench.sandbox.base import MiB, CommandResult, Limits, OutputCapture, pump
+from clbench.sandbox.base import MiB, CommandResult, Limits, OutputCapture
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -25,59 +28,112 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 #: seconds between two checks of a command's watchdog (disk quota without a tmpfs)
 WATCH_INTERVAL = 0.2
+#: seconds between two checks of the process's exit where no pidfd can wake the loop
+EXIT_POLL = 0.005
+#: seconds the pipes are still read after the process ended (what it left running holds them)
+DRAIN = 5.0
+#: the start of a held argv (`run_process(held=True)`): waits for one line, then runs the rest
+HOLD = ["/bin/sh", "-c", 'read -r _ && exec "$@" <>/dev/null', "clbench-hold"]
+
+
+def _pidfd(proc: subprocess.Popen) -> int | None:
+    """A descriptor that becomes readable when `proc` exits (Linux 5.3+), or None."""
+    try:
+        return os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None = None,
                 cwd: str | None = None, watch: Callable[[], str | None] | None = None,
-                pass_fds: tuple[int, ...] = (), started: Callable[[int], None] | None = None) -> CommandResult:
+                pass_fds: tuple[int, ...] = (), started: Callable[[int], None] | None = None,
+                held: bool = False) -> CommandResult:
     """Run argv; kill its process group after `limits.timeout` s or `limits.output_kill_mb` of output,
     or as soon as `watch()` returns a reason. `pass_fds` stay open in the child; `started(pid)` is
-    told the child's pid before anything is watched."""
-    out = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
-    err = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
+    told the child's pid before anything is watched. held=True: argv starts with `HOLD`, which waits
+    for a line on its stdin before it runs the rest, so `started` acts on a process that has not
+    started anything yet (its rlimits, its control group); the rest runs with stdin /dev/null."""
+    captures = {}
     reason: list[str] = []
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, cwd=cwd, start_new_session=True, close_fds=True, pass_fds=pass_fds)
-    if started is not None:
-        started(proc.pid)
-
-    def flood():
-        if not reason:
-            reason.append(f"output exceeded {limits.output_kill_mb} MB; the command was killed")
-        _kill_group(proc)
-
-    threads = [threading.Thread(target=pump, args=(proc.stdout, out, flood), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, err, flood), daemon=True)]
-    for t in threads:
-        t.start()
-    timed_out = False
-    deadline = start + limits.timeout
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if held else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True, close_fds=True,
+                            pass_fds=pass_fds)
+    exit_fd = _pidfd(proc)
     try:
-        while watch is not None:
+        if started is not None:
+            started(proc.pid)
+        if held:
             try:
-                proc.wait(timeout=max(0.0, min(WATCH_INTERVAL, deadline - time.monotonic())))
-                break
-            except subprocess.TimeoutExpired:
-                why = watch()
-                if why and not reason:
-                    reason.append(why)
-                    _kill_group(proc)
-                if time.monotonic() >= deadline:
-                    raise
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        if not reason:
-            reason.append(f"timed out after {limits.timeout:g} s; the command and all its processes were killed")
+                proc.stdin.write(b"\n")
+                proc.stdin.close()
+            except BrokenPipeError:  # it died before reading: the loop below reports how
+                pass
+    except BaseException:
         _kill_group(proc)
         proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        if exit_fd is not None:
+            os.close(exit_fd)
+        raise
+    out = captures[proc.stdout.fileno()] = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
+    err = captures[proc.stderr.fileno()] = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
+    poller = select.poll()
+    for fd in (*captures, *([exit_fd] if exit_fd is not None else [])):
+        poller.register(fd, select.POLLIN)
+    open_pipes = set(captures)
+
+    def stop(why: str) -> None:
+        if not reason:
+            reason.append(why)
+        _kill_group(proc)
+
+    timed_out, ended_at = False, None
+    deadline, next_watch = start + limits.timeout, start + WATCH_INTERVAL
+    try:
+        while True:
+            now = time.monotonic()
+            if ended_at is None and proc.poll() is not None:
+                ended_at = now
+                _kill_group(proc)  # stray members of the group (unsafe-local) must not outlive the command
+            if ended_at is not None:
+                if not open_pipes or now >= ended_at + DRAIN:
+                    break
+                wake = ended_at + DRAIN
+            else:
+                if now >= deadline:
+                    timed_out = True
+                    stop(f"timed out after {limits.timeout:g} s; the command and all its processes were killed")
+                    proc.wait()
+                    continue
+                if watch is not None and now >= next_watch:
+                    why = watch()
+                    if why:
+                        stop(why)
+                    next_watch = now + WATCH_INTERVAL
+                wake = min(deadline, next_watch) if watch is not None else deadline
+                if exit_fd is None:
+                    wake = min(wake, now + EXIT_POLL)
+            for fd, _ in poller.poll(max(0.0, wake - now) * 1000):
+                if fd == exit_fd:
+                    poller.unregister(fd)  # the loop's next turn reaps the process
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    poller.unregister(fd)
+                    open_pipes.discard(fd)
+                elif not captures[fd].feed(chunk):
+                    stop(f"output exceeded {limits.output_kill_mb} MB; the command was killed")
     finally:
-        _kill_group(proc)  # stray members of the group (unsafe-local) must not outlive the command
-    for t in threads:
-        t.join(timeout=5)
-    for pipe in (proc.stdout, proc.stderr):
-        pipe.close()
+        if exit_fd is not None:
+            os.close(exit_fd)
+        _kill_group(proc)
+        if proc.returncode is None:
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
     stdout, cut_out = out.text()
     stderr, cut_err = err.text()
     killed = reason[0] if reason else None

@@ -22,7 +22,7 @@ from clbench.envs.cohortstudies.population import Population
 from clbench.envs.cohortstudies.scoring import binary_kl_bits, information_gain_bits
 from clbench.feedback import score_report
 from clbench.schedule import Instance, Schedule, Slot, Variant
-from clbench.sqlguard import QueryRejected, check_readonly, connect_readonly, run_query, time_limit
+from clbench.sqlguard import QueryRejected, connect_readonly, readonly_statement, run_query, time_limit
 
 if TYPE_CHECKING:  # studies imports pandas, which only building a study needs
     from clbench.envs.cohortstudies.studies import StudyData
@@ -44,6 +44,7 @@ class ExpressionRejected(ValueError):
     """A group expression that is not a single scalar SQL expression over the patients table."""
 
 
+@functools.lru_cache(maxsize=4096)  # a text always gets the same verdict; parsing cost ~2 ms a call
 def check_expression(expr: str) -> str:
     """Validate a group expression with DuckDB's parser; return its normalised text."""
     if not expr.strip():
@@ -407,31 +408,53 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         per_month = float(t["per_month"])
         blocks = [f"Kaplan-Meier survival (lifelines) at {', '.join(map(str, self.points))} months; "
                   f"time = {t['column']}, death when {e['column']} = {sql_literal(e['dead'])}."]
+        rejected = (ExpressionRejected, QueryRejected, duckdb.Error)
+        valid = []
+        for expr in exprs:
+            try:
+                valid.append(check_expression(expr))
+            except ExpressionRejected:
+                pass
+        valid = list(dict.fromkeys(valid))
+        # every valid expression in one query (each query has a fixed cost that dominated a call); if
+        # that query fails, each expression again on its own, so every one gets its own result or error
+        try:
+            batch = dict(zip(valid, self._fetch_groups(valid, t["column"], e["column"], e["dead"])))
+        except rejected:
+            batch = {}
         for expr in exprs:
             try:
                 parsed = check_expression(expr)
-                columns = self._fetch_groups(parsed, t["column"], e["column"], e["dead"])
-            except (ExpressionRejected, QueryRejected, duckdb.Error) as exc:
+                columns = batch.get(parsed) or self._fetch_groups([parsed], t["column"], e["column"], e["dead"])[0]
+            except rejected as exc:
                 blocks.append(f"Expression: {expr}\nError: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
                 continue
             blocks.append(self._km_block(expr, *columns, per_month))
         return Outcome("\n\n".join(blocks))
 
-    def _fetch_groups(self, expr: str, time_col: str, event_col: str, dead) -> tuple[np.ndarray, ...]:
-        """(time, death, group label) columns; NULL reads as NaN, False and None."""
-        sql = (f"SELECT {quote_ident(time_col)}, ({quote_ident(event_col)} = {sql_literal(dead)}), "
-               f"CAST((\n{expr}\n) AS VARCHAR) FROM patients")
-        check_readonly(self._con, sql)
+    def _fetch_groups(self, exprs: list[str], time_col: str, event_col: str, dead) -> list[tuple[np.ndarray, ...]]:
+        """(time, death, group label) columns of each expression; NULL reads as NaN, False and None."""
+        if not exprs:
+            return []
+        # named columns: a result's columns come back in a dict keyed by name
+        labels_sql = ", ".join(f"CAST((\n{expr}\n) AS VARCHAR) AS g{k}" for k, expr in enumerate(exprs))
+        sql = (f"SELECT {quote_ident(time_col)} AS t, ({quote_ident(event_col)} = {sql_literal(dead)}) AS e, "
+               f"{labels_sql} FROM patients")
+        statement = readonly_statement(self._con, sql)
         try:
             with time_limit(self._con, QUERY_TIMEOUT_S):
                 # numpy columns: building a Python tuple per row cost most of a KM call
-                time, event, label = self._con.execute(sql).fetchnumpy().values()
+                time, event, *label_columns = self._con.execute(statement).fetchnumpy().values()
         except duckdb.InterruptException:
             raise ExpressionRejected(f"evaluation interrupted after the {QUERY_TIMEOUT_S:g} s time limit") from None
-        labels = np.array(np.ma.getdata(label), dtype=object)
-        labels[np.ma.getmaskarray(label)] = None
-        return (np.ma.asarray(time).astype(float).filled(np.nan),
-                np.ma.asarray(event).astype(bool).filled(False), labels)
+        time = np.ma.asarray(time).astype(float).filled(np.nan)
+        event = np.ma.asarray(event).astype(bool).filled(False)
+        out = []
+        for label in label_columns:
+            labels = np.array(np.ma.getdata(label), dtype=object)
+            labels[np.ma.getmaskarray(label)] = None
+            out.append((time, event, labels))
+        return out
 
     def _km_block(self, expr: str, time: np.ndarray, events: np.ndarray, labels: np.ndarray, per_month: float) -> str:
         keep = labels != None  # noqa: E711  (elementwise on an object array)

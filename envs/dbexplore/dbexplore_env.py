@@ -276,8 +276,7 @@ class DBExploreEnv(InstanceSequenceEnv):
         # The agent can write nothing (read-only SQL), so `fresh` needs no wiping here.
         q: Question = slot.instance.payload
         self._question, self._release, self._queries = q, q.release, 0
-        self._connections(q.release)
-        self._truth(q)
+        self._connections(q.release)  # the true answer is computed when an answer is graded, not here
         lines = [
             self.brief,
             f"Budget: {self.budget} queries for this question. Reward if your answer is correct: "

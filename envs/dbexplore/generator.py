@@ -19,7 +19,8 @@ from datetime import date, datetime, timezone
 
 import duckdb
 import numpy as np
-import pandas as pd
+
+# pandas is imported inside the build functions: a cached load (the group maps) must not pay its import
 
 from clbench.envs.dbexplore.world import GROUPS, table
 
@@ -67,6 +68,7 @@ def _taxonomy(cfg: dict, rng: np.random.Generator):
 
 
 def _items(spec: dict, cfg: dict, n: int, rng: np.random.Generator, leaves: list) -> pd.DataFrame:
+    import pandas as pd
     ids = 1_000_000 + np.cumsum(rng.integers(1, 40, size=n))
     shares = rng.dirichlet(np.full(len(leaves), cfg["leaf_weight_concentration"]))
     leaf = rng.choice(len(leaves), size=n, p=shares)
@@ -119,6 +121,7 @@ def _ratings(spec: dict, cfg: dict, item_idx: np.ndarray, n_items: int, rng: np.
 
 
 def _reviews(spec: dict, cfg: dict, items: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    import pandas as pd
     item_idx, secs = _review_instants(spec, len(items), rng)
     n = len(item_idx)
     rating = _ratings(spec, cfg, item_idx, len(items), rng)
@@ -140,6 +143,7 @@ def _reviews(spec: dict, cfg: dict, items: pd.DataFrame, rng: np.random.Generato
 
 def _stale_stats(spec: dict, items: pd.DataFrame, reviews: pd.DataFrame, rng: np.random.Generator):
     """n_rv / avg_rtg from an old snapshot, kept for only part of the items (a distractor)."""
+    import pandas as pd
     old = reviews[reviews["secs"] < _epoch(spec["stale_snapshot"])]
     agg = old.groupby("itm_id")["rtg"].agg(["count", "mean"])
     stats = items[["itm_id"]].join(agg, on="itm_id")
@@ -168,6 +172,7 @@ def _statuses(spec: dict, g: str, items: pd.DataFrame, reviews: pd.DataFrame, rn
 
 
 def _write_codes(con, spec: dict) -> None:
+    import pandas as pd
     world = spec["world"]
     rows = [(table(world, kind, g), c["column"], str(code), descr) for key, c in world["status"].items()
             for kind, g in [key.split(".")] for code, _, _, descr in c["codes"]]
@@ -189,6 +194,7 @@ def _create_table(con, table: str, frame: pd.DataFrame, select: str, order: str,
 
 
 def _write_taxonomy(con, spec: dict, g: str, cfg: dict, tops: list, leaves: list) -> None:
+    import pandas as pd
     tax = pd.DataFrame([(i, None, name) for i, name in tops] + [(i, p, name) for i, p, name, _, _ in leaves],
                        columns=["cat_id", "par_id", "cat_nm"])
     _create_table(con, table(spec["world"], "taxonomy", g), tax, "cat_id::SMALLINT AS cat_id, "
@@ -257,6 +263,7 @@ def _write_group(con, spec: dict, g: str, rng: np.random.Generator) -> None:
 
 
 def _attributes(cfg: dict, items: pd.DataFrame, leaves: list, rng: np.random.Generator) -> pd.DataFrame:
+    import pandas as pd
     top = np.array([lf[3] for lf in leaves], dtype=object)[items["leaf"]]
     frames = []
     for key, a in cfg["attributes"].items():

@@ -17,13 +17,15 @@ import shutil
 
 import duckdb
 import numpy as np
-import pandas as pd
+
+# pandas is imported inside the build functions: a cached load (the group maps) must not pay its import
 
 from clbench.envs.dbexplore.generator import TIME_EXPR, price_expr
 from clbench.envs.dbexplore.world import migrated, table
 
 
 def _new_prices(con, items: str, dollars: str, rng: np.random.Generator, factor: dict) -> pd.DataFrame:
+    import pandas as pd
     old = con.execute(f"SELECT itm_id, {dollars} AS p FROM {items} i ORDER BY itm_id").df()
     f = np.exp(rng.normal(factor["mean_log"], factor["sd_log"], size=len(old)))
     new = np.maximum(np.ceil(old["p"].to_numpy() * f) - 0.01, 0.99).round(2)
@@ -31,6 +33,7 @@ def _new_prices(con, items: str, dollars: str, rng: np.random.Generator, factor:
 
 
 def _reaudit(con, reviews: str, verified: str, rng: np.random.Generator, m: dict) -> pd.DataFrame:
+    import pandas as pd
     rv = con.execute(f"SELECT rv_id, ({verified}) AS was, rtg FROM {reviews} f ORDER BY rv_id").df()
     n = len(rv)
     audited = rng.random(n) < m["vrf_st_populated"]
@@ -45,6 +48,7 @@ def _reaudit(con, reviews: str, verified: str, rng: np.random.Generator, m: dict
 
 def migrate(spec: dict, release1: str, path: str) -> None:
     """Write release 2 to `path` (which must not exist), derived from the release-1 file."""
+    import pandas as pd
     from clbench.envs.dbexplore.generator import schema_map
 
     m, world = spec["migration"], spec["world"]
