@@ -37,9 +37,23 @@ WINDOW = 20  # instances per measurement window
 GROWTH_TARGET, SDK_TARGET = 1.25, 1.5
 SERVER = (
     "import sys, json\n"
-    "from tests.openai_server import ScriptedServer, ReferencePolicy\n"
+    "from tests.openai_server import ScriptedServer, ReferencePolicy, _blocks, MEMORY_TASK\n"
+    "class Policy(ReferencePolicy):\n"
+    "    # the reference's reply to a block, computed once: the same scans come back (cycle=True), and\n"
+    "    # replaying every carried block per call would make the server, not the agent, the bottleneck\n"
+    "    cache = {}\n"
+    "    def __call__(self, body):\n"
+    "        system = body['messages'][0]['content'] or ''\n"
+    "        blocks = [] if MEMORY_TASK.search(system) else _blocks(body['messages'])\n"
+    "        if not blocks:\n"
+    "            return super().__call__(body)\n"
+    "        tools = sorted(t['function']['name'] for t in body.get('tools') or [])\n"
+    "        key = json.dumps([blocks[-1], tools, 'read_memory_file' in system])\n"
+    "        if key not in self.cache:\n"
+    "            self.cache[key] = super().__call__(body)\n"
+    "        return self.cache[key]\n"
     "kw = json.loads(sys.argv[2])\n"
-    "with ScriptedServer(ReferencePolicy(sys.argv[1], **kw)) as s:\n"
+    "with ScriptedServer(Policy(sys.argv[1], **kw)) as s:\n"
     "    print(s.base_url, flush=True)\n"
     "    sys.stdin.read()\n"
 )
@@ -136,6 +150,7 @@ def run(quick: bool = True, only: list[str] | None = None, repeats: int | None =
         for _ in range(repeats):  # repeats interleave the systems, so a busy spell hits all alike
             for memory in results:
                 results[memory]["runs"].append(measure(memory, url, points))
+                print(f"{memory}: {json.dumps(results[memory]['runs'][-1])}", file=sys.stderr, flush=True)
     return results
 
 
