@@ -9,9 +9,9 @@ so that its CPU time is not ours. Measured in this process:
   taking its transcript and usage; the env's steps excluded) over the `WINDOW` instances that end
   at instance n, divided by the model calls made in them (acting calls and memory-update calls);
 - state size: bytes of the agent's `state_dict()` serialized as JSON at instance n;
-- the bare SDK call: process CPU time of `openai.OpenAI(...).chat.completions.create(...)` sending
-  the agent's latest acting prompt (same messages and tools) to the same server and reading the
-  reply, timed right after the agent's window (the two alternate in every repeat).
+- the bare SDK call: process CPU time per call of `openai.OpenAI(...).chat.completions.create(...)`
+  sending the very requests the agent sent in its window (acting and memory-update calls, same
+  messages and tools) to the same server again and reading the replies, right after the window.
 
 Ratios (medians over independent repeats, spread = 1.4826 x MAD of the repeats):
   growth    = CPU per call at the last point / CPU per call at instance 50 (target <= 1.25:
@@ -78,14 +78,14 @@ class Server:
         self.proc.wait(timeout=30)
 
 
-def bare_sdk_cpu(base_url: str, call: dict, n: int) -> float:
-    """CPU seconds per plain openai SDK call with the agent's prompt `call` (messages, tools)."""
+def bare_sdk_cpu(base_url: str, calls: list[dict]) -> float:
+    """CPU seconds per plain openai SDK call, sending the requests `calls` (messages, tools) again."""
     import openai
 
     sdk = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
-    kw = {"tools": call["tools"]} if call.get("tools") else {}
     cpu = 0.0
-    for _ in range(n):
+    for call in calls:
+        kw = {"tools": call["tools"]} if call.get("tools") else {}
         t = time.process_time()
         reply = sdk.chat.completions.create(model="scripted", messages=call["messages"], temperature=0.0,
                                             max_tokens=2048, **kw)
@@ -93,7 +93,7 @@ def bare_sdk_cpu(base_url: str, call: dict, n: int) -> float:
         _ = (msg.content, msg.tool_calls, reply.usage.prompt_tokens)
         cpu += time.process_time() - t
     sdk.close()
-    return cpu / n
+    return cpu / max(len(calls), 1)
 
 
 def measure(memory: str, base_url: str, points: list[int]) -> dict:
@@ -105,13 +105,13 @@ def measure(memory: str, base_url: str, points: list[int]) -> dict:
 
     env = gym.make(ENV_ID, cycle=True, **ENV_KWARGS)
     agent = make_agent("llm", env, seed=0, memory=memory, model="scripted", base_url=base_url, backoff=0.01)
-    out, cpu, calls, last_call = {}, 0.0, 0, None
+    out, cpu, calls, sent = {}, 0.0, 0, []
     obs, info = env.reset(seed=0)
     for i in range(points[-1]):
         if i:
             obs, info = env.reset()
-        if i == points[-1] or any(i == p - WINDOW for p in points):
-            cpu, calls = 0.0, 0
+        if any(i == p - WINDOW for p in points):
+            cpu, calls, sent = 0.0, 0, []
         t = time.process_time()
         agent.begin_instance(obs, info)
         cpu += time.process_time() - t
@@ -127,11 +127,11 @@ def measure(memory: str, base_url: str, points: list[int]) -> dict:
         log = agent.pop_transcript()
         calls += agent.pop_usage().calls
         cpu += time.process_time() - t
-        last_call = next((e for e in reversed(log) if e.get("purpose") == "act"), last_call)
+        sent += [e for e in log if e.get("kind") == "call"]
         if i + 1 in points:
             out[i + 1] = {"cpu_per_call": cpu / max(calls, 1),
                           "state_bytes": len(json.dumps(agent.state_dict()).encode()),
-                          "sdk_cpu_per_call": bare_sdk_cpu(base_url, last_call, WINDOW)}
+                          "sdk_cpu_per_call": bare_sdk_cpu(base_url, sent)}
     env.close()
     return out
 
@@ -174,8 +174,8 @@ def rows(results: dict) -> list[dict]:
         out.append({"measure": f"memory {memory}: CPU per call vs bare SDK", "anchor": "instance 200",
                     "value": statistics.median(vs_sdk), "spread": spread(vs_sdk), "target": SDK_TARGET,
                     "definition": (f"clbench CPU per model call over the {WINDOW} instances ending at instance 200 / "
-                                   "CPU of a bare openai SDK chat.completions.create with the agent's latest "
-                                   "prompt against the same server")})
+                                   "CPU per call of a bare openai SDK chat.completions.create sending the same "
+                                   "requests to the same server")})
     return out
 
 

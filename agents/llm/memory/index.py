@@ -41,12 +41,21 @@ def _hash(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 class TfidfIndex:
-    """Documents by key (any hashable), ranked by TF-IDF cosine similarity to a query."""
+    """Documents by key (any hashable), ranked by TF-IDF cosine similarity to a query.
+
+    The stored rows live in flat arrays, one slot per document in the order added; a removal marks
+    its slot dead, and the arrays are compacted once the dead outnumber the live, so adding and
+    removing cost the document (amortized), not the store."""
 
     def __init__(self):
         self.rows: dict = {}  # key -> (feature ids, sublinear tf), in insertion order
         self.df = np.zeros(N_FEATURES, dtype=np.int32)  # stored documents per feature (pages untouched stay free)
-        self._stacked = None  # (ids, tf, row of each entry) of all rows, rebuilt lazily after a change
+        self._slot: dict = {}  # key -> its slot
+        self._keys: list = []  # slot -> key, None once removed
+        self._ids = np.zeros(0, dtype=np.int64)  # all slots' entries: feature, tf, slot
+        self._tf = np.zeros(0)
+        self._owner = np.zeros(0, dtype=np.int64)
+        self._pending: list = []  # (slot, ids, tf) added since the arrays were last extended
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -57,29 +66,40 @@ class TfidfIndex:
         ids, tf = _hash(text)
         self.rows[key] = (ids, tf)
         self.df[ids] += 1  # ids are unique within a row
-        self._stacked = None
+        self._slot[key] = len(self._keys)
+        self._keys.append(key)
+        self._pending.append((self._slot[key], ids, tf))
 
     def remove(self, key) -> None:
         row = self.rows.pop(key, None)
-        if row is not None:
-            self.df[row[0]] -= 1
-            self._stacked = None
+        if row is None:
+            return
+        self.df[row[0]] -= 1
+        self._keys[self._slot.pop(key)] = None
+        if len(self._keys) > 2 * len(self.rows) + 8:  # mostly dead: start the arrays afresh
+            self._keys, self._slot = list(self.rows), {k: i for i, k in enumerate(self.rows)}
+            self._ids, self._tf, self._owner = np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
+            self._pending = [(i, *self.rows[k]) for i, k in enumerate(self.rows)]
 
     def keys(self) -> list:
         return list(self.rows)
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._pending:
+            self._ids = np.concatenate([self._ids, *(p[1] for p in self._pending)])
+            self._tf = np.concatenate([self._tf, *(p[2] for p in self._pending)])
+            self._owner = np.concatenate([self._owner, *(np.full(len(p[1]), p[0]) for p in self._pending)])
+            self._pending = []
+        return self._ids, self._tf, self._owner
 
     def rank(self, query: str, k: int) -> list[tuple[object, float]]:
         """Keys and cosine similarities of the `k` stored documents most similar to `query`
         (ties: the earlier added first)."""
         if not self.rows or k <= 0:
             return []
-        if self._stacked is None:
-            rows = list(self.rows.values())
-            self._stacked = (np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows]),
-                             np.repeat(np.arange(len(rows)), [len(r[0]) for r in rows]))
-        ids, tf, owner = self._stacked
+        ids, tf, owner = self._arrays()
         qids, qtf = _hash(query)
-        if not len(ids) and not len(qids):  # no word anywhere (a refit would have no vocabulary)
+        if not len(qids) and not self.df[ids].any():  # no word anywhere (a refit would have no vocabulary)
             return []
         # smooth IDF over the store plus the query, as TfidfVectorizer fitted on [*docs, query]
         n = len(self.rows) + 1
@@ -87,10 +107,11 @@ class TfidfIndex:
         in_query = (qids[pos] == ids) if len(qids) else np.zeros(len(ids), dtype=bool)
         w = tf * (np.log((1.0 + n) / (1.0 + self.df[ids] + in_query)) + 1.0)
         qw = qtf * (np.log((1.0 + n) / (2.0 + self.df[qids])) + 1.0)
-        norms = np.sqrt(np.bincount(owner, weights=w * w, minlength=len(self.rows)))
+        slots = len(self._keys)
+        norms = np.sqrt(np.bincount(owner, weights=w * w, minlength=slots))
         dots = np.bincount(owner, weights=np.where(in_query, w * qw[pos] if len(qids) else 0.0, 0.0),
-                           minlength=len(self.rows))
+                           minlength=slots)
         qnorm = np.linalg.norm(qw) or 1.0  # a query without words is alike to nothing
         sims = dots / (np.where(norms == 0, 1.0, norms) * qnorm)
-        keys = list(self.rows)
-        return [(keys[i], s) for i, s in _top(sims, k)]
+        sims[[i for i, key in enumerate(self._keys) if key is None]] = -np.inf  # removed slots
+        return [(self._keys[i], s) for i, s in _top(sims, min(k, len(self.rows)))]

@@ -19,8 +19,10 @@ def _schema(n: int, chars: int) -> dict:
 
 
 class RetrievalMemory(Memory):
-    """A store of extracted memories, bounded: at most `max_items` (default 1000) of at most
-    `item_chars` characters; past the bound the oldest are evicted. At the start of an instance the
+    """A store of extracted memories, bounded: at most `max_items` (default 200: the memories of the
+    last 40 instances at `per_instance` = 5; 1,000 before, which let a run's cost per call grow by
+    half while the store filled) of at most `item_chars` characters; past the bound the oldest are
+    evicted. At the start of an instance the
     `top_k` most similar to its first observation are recalled: TF-IDF by default (an incremental
     index, `index.TfidfIndex`: a memory is hashed once when stored, so a recall costs the store,
     never a refit), or cosine similarity of vectors from the endpoint's embedding model
@@ -30,7 +32,7 @@ class RetrievalMemory(Memory):
     description = ("the model extracts memories after each instance; the top-k most similar are recalled "
                    "(TF-IDF or embeddings)")
 
-    def __init__(self, model, top_k: int = 5, per_instance: int = 5, max_items: int = 1000, item_chars: int = 500,
+    def __init__(self, model, top_k: int = 5, per_instance: int = 5, max_items: int = 200, item_chars: int = 500,
                  embedding_model: str | None = None, **options):
         super().__init__(model, **options)
         if min(top_k, per_instance, max_items, item_chars) < 1:
