@@ -13,10 +13,11 @@ reach later prompts only through the compressed state, never verbatim.
 Bounds. The ACC paper bounds what persists in the agent (the CCS, replaced, never appended to)
 and what is recalled per turn (a few top-ranked artifacts); its external artifact store takes
 every turn. Here the store is bounded too, so neither memory nor time grows with the run: at most
-`max_artifacts` artifacts (default 64) of at most `artifact_chars` characters each. When a new
-artifact would exceed the bound, the oldest artifact that the committed CCS does not cite in
-`artifact_refs` is evicted (the state's evidence is kept: provenance stays checkable; the CCS
-cites at most 8, so a store of more than 8 always has one to evict). Recall ranks the store with
+`max_artifacts` artifacts (default 64) of at most `artifact_chars` characters each. After each
+update's commit (so the new state may cite any artifact it was shown), a store over the bound
+evicts its oldest artifacts that the committed CCS does not cite in `artifact_refs` (the state's
+evidence is kept, so its provenance stays checkable; a CCS cites at most 8, so a store of more
+than 8 always has one to evict). Recall ranks the store with
 an incremental TF-IDF index (`index.TfidfIndex`: a transcript is hashed once when filed and its
 counts leave with it), the same scores as refitting TF-IDF over the store per update, at a cost
 bounded by the store's bound. Artifact ids count up over the run (A1, A2, ...) and are never

@@ -22,11 +22,10 @@ class RetrievalMemory(Memory):
     """A store of extracted memories, bounded: at most `max_items` (default 200: the memories of the
     last 40 instances at `per_instance` = 5; 1,000 before, which let a run's cost per call grow by
     half while the store filled) of at most `item_chars` characters; past the bound the oldest are
-    evicted. At the start of an instance the
-    `top_k` most similar to its first observation are recalled: TF-IDF by default (an incremental
-    index, `index.TfidfIndex`: a memory is hashed once when stored, so a recall costs the store,
-    never a refit), or cosine similarity of vectors from the endpoint's embedding model
-    `embedding_model` when given."""
+    evicted. At the start of an instance the `top_k` most similar to its first observation are
+    recalled: TF-IDF by default (an incremental index, `index.TfidfIndex`: a memory is hashed once
+    when stored, so a recall costs the store, never a refit), or cosine similarity of vectors from
+    the endpoint's embedding model `embedding_model` when given."""
 
     name = "retrieval"
     description = ("the model extracts memories after each instance; the top-k most similar are recalled "
