@@ -498,3 +498,76 @@ def test_acc_updates_per_turn_when_asked(prices, per_turn):
         assert any(s > 1 for s in steps)
         if per_turn:
             assert agent.memory.state is not None and agent.state_dict()["memory_state"]["state"] == agent.memory.state
+
+
+def _index_matches(index, docs: dict) -> None:
+    """The incremental index holds exactly `docs` (key -> text): same keys in order, the same
+    document frequencies as indexing them afresh, and the ranking of a TF-IDF refit over them."""
+    from clbench.agents.llm.memory.base import tfidf_rank
+    from clbench.agents.llm.memory.index import TfidfIndex
+
+    assert index.keys() == list(docs)
+    fresh = TfidfIndex()
+    for key, text in docs.items():
+        fresh.add(key, text)
+    assert (index.df == fresh.df).all() and index.df.min() >= 0
+    keys, texts = list(docs), list(docs.values())
+    for query in texts[:: max(1, len(texts) // 3)] + ["reward 1 scan channel"]:
+        refit = {keys[i]: s for i, s in tfidf_rank(query, texts, len(texts))}
+        top = sorted(refit.values(), reverse=True)[:3]
+        ranked = index.rank(query, 3)  # equal scores (repeated texts) may come in either order
+        assert [s for _, s in ranked] == pytest.approx(top, abs=1e-9)
+        assert all(refit[k] == pytest.approx(s, abs=1e-9) for k, s in ranked)
+
+
+def test_acc_store_stays_within_its_bound_and_the_index_with_the_store(prices):
+    """ACC files one artifact per instance; past `max_artifacts` the oldest the committed state does
+    not cite is evicted, ids are never reused, the state cites only stored artifacts, and the
+    incremental index always equals the store (also after a reload and a partial reset)."""
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        env = gym.make(SPECTRUM, cycle=True, **SHORT)
+        kw = agent_kwargs(server, "acc", prices)
+        kw["memory_args"] = {"max_artifacts": 10}
+        agent = make_agent("llm", env, seed=0, **kw)
+        _play(env, agent, env.reset(seed=0))
+        seen = []
+        for n in range(2, 41):
+            _play(env, agent)
+            mem = agent.memory
+            ids = [a["id"] for a in mem.artifacts]
+            assert len(ids) == min(n - 1, 10)  # the newest instance is filed when the next begins
+            assert set(mem.state["artifact_refs"]) <= set(ids)
+            seen += [i for i in ids if i not in seen]
+            _index_matches(mem.index, {a["id"]: a["text"] for a in mem.artifacts})
+        assert seen == [f"A{i}" for i in range(1, 40)]  # counted up, never reused
+        cited = agent.memory.state["artifact_refs"]
+        assert cited and set(cited) <= set(ids)  # the evidence of the committed state is kept
+        b = make_agent("llm", env, seed=0, **kw)
+        b.load_state_dict(json.loads(json.dumps(agent.state_dict())))
+        _index_matches(b.memory.index, {a["id"]: a["text"] for a in b.memory.artifacts})
+        b.memory_event("partial-reset", fraction=0.5)
+        _index_matches(b.memory.index, {a["id"]: a["text"] for a in b.memory.artifacts})
+        with pytest.raises(ValueError, match="max_artifacts"):
+            make_agent("llm", env, seed=0, **{**kw, "memory_args": {"max_artifacts": 8}})
+
+
+@pytest.mark.parametrize("memory", ["retrieval", "playbook"])
+def test_retrieval_and_playbook_stay_within_their_bounds_with_a_consistent_index(prices, memory):
+    # the scripted curator repeats one lesson: with dedup off it fills the playbook to its bound
+    bound = {"retrieval": {"max_items": 6}, "playbook": {"max_bullets": 6, "dedup_threshold": 1.01}}[memory]
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        env = gym.make(SPECTRUM, cycle=True, **SHORT)
+        kw = agent_kwargs(server, memory, prices)
+        kw["memory_args"] = bound
+        agent = make_agent("llm", env, seed=0, **kw)
+        _play(env, agent, env.reset(seed=0))
+        for _ in range(16):
+            _play(env, agent)
+            mem = agent.memory
+            if memory == "retrieval":
+                docs = dict(zip(mem._keys, (it["text"] for it in mem.items)))
+            else:
+                docs = {b["id"]: b["content"] for b in mem.bullets}
+            assert 0 < len(docs) <= 6
+            _index_matches(mem.index, docs)
+        assert len(docs) == 6

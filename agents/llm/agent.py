@@ -64,6 +64,20 @@ def merge_user_turns(messages: list[dict]) -> list[dict]:
     return out
 
 
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validator(schema: dict):
+    """A validator per schema, checked and built once (`jsonschema.validate` re-checks the schema
+    on every call, which cost more than the rest of a memory update)."""
+    key = json.dumps(schema, sort_keys=True)
+    if key not in _VALIDATORS:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        _VALIDATORS[key] = cls(schema)
+    return _VALIDATORS[key]
+
+
 class MemoryModel:
     """The model calls of memory systems, accounted in the agent's usage (see memory/base.py)."""
 
@@ -71,6 +85,7 @@ class MemoryModel:
         self.agent = agent
         self.brief = agent.card.brief
         self.count_messages = agent.tokens.messages  # the context budget's token count
+        self.history_limit = agent.context_tokens - agent.max_tokens  # no carried history can be longer
 
     def ask(self, kind: str, instructions: str, material: str) -> str | None:
         system = (f"Memory task: {kind}\nYou maintain the memory of an agent that works through a sequence of "
@@ -91,10 +106,9 @@ class MemoryModel:
         if text is None:
             return None
         obj = extract_json(text)
-        try:
-            jsonschema.validate(obj, schema)
-        except jsonschema.ValidationError as exc:
-            self.agent.usage.faults.append(f"memory update {kind}: reply does not validate ({exc.message[:200]})")
+        error = jsonschema.exceptions.best_match(_validator(schema).iter_errors(obj))
+        if error is not None:
+            self.agent.usage.faults.append(f"memory update {kind}: reply does not validate ({error.message[:200]})")
             return None
         return obj
 
@@ -161,6 +175,7 @@ class LLMAgent(Agent):
         self._pending: Episode | None = None
         self._shocks = 0  # shocks applied (seeds partial-reset draws)
         self._probe: tuple[str, list[dict]] | None = None  # probe ladder for the next instance
+        self._last_snapshot: str | None = None  # the memory as the last update left it (None: unknown)
 
     # ------------------------------------------------------------------ the runner's interface
     def begin_instance(self, observation: str, info: dict) -> None:
@@ -175,11 +190,11 @@ class LLMAgent(Agent):
 
     def act(self, observation: str, info: dict) -> str:
         if self._steps and self.memory.per_turn:  # a turn-level memory learns from the step just answered
-            before = self.memory_snapshot()
+            before = self._snapshot_before()
             self.memory.observe_step(self._instance_id, self._header, *self._steps[-1], observation)
             self._context = self.memory.context(observation)
             self._log.append({"kind": "memory_update", "episode": self._instance_id, "memory": self.memory_name,
-                              "step": len(self._steps), "before": before, "after": self.memory_snapshot()})
+                              "step": len(self._steps), "before": before, "after": self._snapshot_after()})
         if self._steps:  # the env's answer to the previous action
             last = self._transcript[-1]
             if last.get("tool_calls"):
@@ -221,14 +236,22 @@ class LLMAgent(Agent):
     def _learn(self) -> None:
         if self._pending is not None:
             episode, self._pending = self._pending, None
-            before = self.memory_snapshot()
+            before = self._snapshot_before()
             self.memory.update(episode)
             self._log.append({"kind": "memory_update", "episode": episode.instance_id, "memory": self.memory_name,
-                              "before": before, "after": self.memory_snapshot()})
+                              "before": before, "after": self._snapshot_after()})
 
     def memory_snapshot(self) -> str:
         """The memory's whole state as text (what it can carry forward)."""
         return json.dumps(self.memory.state_dict(), indent=1, sort_keys=True, ensure_ascii=False, default=str)
+
+    def _snapshot_before(self) -> str:
+        """The memory before an update: the last update's snapshot unless a shock or a load came between."""
+        return self._last_snapshot if self._last_snapshot is not None else self.memory_snapshot()
+
+    def _snapshot_after(self) -> str:
+        self._last_snapshot = self.memory_snapshot()
+        return self._last_snapshot
 
     def pop_transcript(self) -> list[dict]:
         """This instance's model calls and memory updates, in order (the runner stores them)."""
@@ -294,6 +317,7 @@ class LLMAgent(Agent):
         if state["memory"] != self.memory_name:
             raise ValueError(f"state is for memory {state['memory']!r}, this agent uses {self.memory_name!r}")
         self.memory.load_state_dict(state["memory_state"])
+        self._last_snapshot = None
         self.native = bool(state["native"])
         self._pending = Episode.from_dict(state["pending"]) if state.get("pending") else None
         self._shocks = int(state.get("shocks", 0))
@@ -303,6 +327,7 @@ class LLMAgent(Agent):
         if event not in ("flush", "partial-reset", "recompact"):
             super().memory_event(event, **params)
         self._shocks += 1
+        self._last_snapshot = None  # the shock changes the memory outside an update
         if event == "flush":
             self._pending = None
             self.memory = memory_class(self.memory_name)(MemoryModel(self), **self.memory_args)

@@ -9,12 +9,26 @@ fully replaces the old one. The CCS is validated against a bounded JSON schema a
 references must name stored artifacts: a state that fails either check is not committed (the
 previous one stays), so unverified content never becomes persistent memory. Recalled artifacts
 reach later prompts only through the compressed state, never verbatim.
+
+Bounds. The ACC paper bounds what persists in the agent (the CCS, replaced, never appended to)
+and what is recalled per turn (a few top-ranked artifacts); its external artifact store takes
+every turn. Here the store is bounded too, so neither memory nor time grows with the run: at most
+`max_artifacts` artifacts (default 64) of at most `artifact_chars` characters each. After each
+update's commit (so the new state may cite any artifact it was shown), a store over the bound
+evicts its oldest artifacts that the committed CCS does not cite in `artifact_refs` (the state's
+evidence is kept, so its provenance stays checkable; a CCS cites at most 8, so a store of more
+than 8 always has one to evict). Recall ranks the store with
+an incremental TF-IDF index (`index.TfidfIndex`: a transcript is hashed once when filed and its
+counts leave with it), the same scores as refitting TF-IDF over the store per update, at a cost
+bounded by the store's bound. Artifact ids count up over the run (A1, A2, ...) and are never
+reused, so a reference never points at a different artifact after an eviction.
 """
 from __future__ import annotations
 
 import json
 
-from clbench.agents.llm.memory.base import Episode, Memory, bullet_list, keep_share, tfidf_rank
+from clbench.agents.llm.memory.base import Episode, Memory, bullet_list, keep_share
+from clbench.agents.llm.memory.index import TfidfIndex
 
 FIELDS = ("episodic_trace", "semantic_gist", "focal_entities", "relations", "goal", "constraints",
           "predictive_cue", "uncertainty", "artifact_refs")
@@ -62,8 +76,12 @@ class CognitiveCompressorMemory(Memory):
                    "instance, fed by recalled artifacts through a qualification gate")
 
     def __init__(self, model, recall_k: int = 3, min_similarity: float = 0.1, artifact_chars: int = 4000,
-                 per_turn: bool = False, **options):
+                 per_turn: bool = False, max_artifacts: int = 64, **options):
         super().__init__(model, **options)
+        max_refs = CCS_SCHEMA["properties"]["artifact_refs"]["maxItems"]
+        if max_artifacts <= max_refs:
+            raise ValueError(f"max_artifacts must exceed {max_refs} (the artifacts a state may cite)")
+        self.max_artifacts = int(max_artifacts)
         # per_turn: the state is replaced after every step, as in the ACC paper's turn-level controller;
         # the default updates once per instance (one model call per instance instead of one per step)
         self.per_turn = bool(per_turn)
@@ -71,6 +89,8 @@ class CognitiveCompressorMemory(Memory):
         self.artifact_chars = int(artifact_chars)
         self.state: dict | None = None
         self.artifacts: list[dict] = []  # {"id", "instance_id", "reward", "text"}; the store, never in the prompt
+        self.index = TfidfIndex()  # the artifacts' texts by id, kept in step with self.artifacts
+        self.next_id = 1
         self.rejected = 0  # states that failed the commit checks
 
     def context(self, observation: str) -> str:
@@ -89,8 +109,16 @@ class CognitiveCompressorMemory(Memory):
 
     def qualified(self, query: str) -> list[dict]:
         """Recall candidates from the store and keep those that pass the qualification gate."""
-        ranked = tfidf_rank(query, [a["text"] for a in self.artifacts], self.recall_k)
-        return [self.artifacts[i] for i, sim in ranked if sim >= self.min_similarity]
+        by_id = {a["id"]: a for a in self.artifacts}
+        return [by_id[i] for i, sim in self.index.rank(query, self.recall_k) if sim >= self.min_similarity]
+
+    def evict(self) -> None:
+        """Back within the bound: evict the oldest artifacts the committed state does not cite."""
+        cited = set(self.state["artifact_refs"]) if self.state else set()
+        while len(self.artifacts) > self.max_artifacts:
+            gone = next(a for a in self.artifacts if a["id"] not in cited)
+            self.artifacts.remove(gone)
+            self.index.remove(gone["id"])
 
     def observe_step(self, instance_id: str, header: str, observation: str, action: str, result: str) -> None:
         """Per-turn mode: the step and the env's answer go through the same qualify-and-commit update."""
@@ -100,9 +128,11 @@ class CognitiveCompressorMemory(Memory):
         text = episode.text(self.artifact_chars)
         query = text + ("\n" + json.dumps(self.state) if self.state else "")
         recalled = self.qualified(query)
-        artifact = {"id": f"A{len(self.artifacts) + 1}", "instance_id": episode.instance_id,
+        artifact = {"id": f"A{self.next_id}", "instance_id": episode.instance_id,
                     "reward": episode.reward, "text": text}
+        self.next_id += 1
         self.artifacts.append(artifact)
+        self.index.add(artifact["id"], artifact["text"])
         material = "\n\n".join([
             f"Previous CCS:\n{json.dumps(self.state, indent=1) if self.state else '(none: this is the first turn)'}",
             "Recalled artifacts that passed the qualification gate:\n" + (
@@ -113,12 +143,14 @@ class CognitiveCompressorMemory(Memory):
         known = {a["id"] for a in self.artifacts}
         if new is None or not set(new["artifact_refs"]) <= known:
             self.rejected += 1  # not committed: the previous state stays
-            return
-        self.state = new
+        else:
+            self.state = new
+        self.evict()  # after the commit, so the new state may cite any artifact it was shown
 
     def forget(self, fraction, rng) -> None:
         """Lose a share of the artifact store and of every list in the state (refs stay valid)."""
         self.artifacts = keep_share(self.artifacts, fraction, rng)
+        self._reindex()
         if self.state:
             known = {a["id"] for a in self.artifacts}
             for name in FIELDS:
@@ -127,9 +159,18 @@ class CognitiveCompressorMemory(Memory):
             self.state["artifact_refs"] = [r for r in self.state["artifact_refs"] if r in known]
 
     def state_dict(self) -> dict:
-        return {"state": self.state, "artifacts": self.artifacts, "rejected": self.rejected}
+        return {"state": self.state, "artifacts": self.artifacts, "rejected": self.rejected, "next_id": self.next_id}
 
     def load_state_dict(self, state: dict) -> None:
         self.state = state["state"]
         self.artifacts = [dict(a) for a in state["artifacts"]]
         self.rejected = int(state["rejected"])
+        # states saved before ids were counted: the next id follows the store's newest
+        self.next_id = int(state.get("next_id") or 1 + max((int(a["id"][1:]) for a in self.artifacts), default=0))
+        self._reindex()
+        self.evict()
+
+    def _reindex(self) -> None:
+        self.index = TfidfIndex()
+        for a in self.artifacts:
+            self.index.add(a["id"], a["text"])

@@ -208,8 +208,9 @@ def cosine_rank(query: list[float], vectors: list[list[float]], k: int) -> list[
 
 
 def _top(sims: np.ndarray, k: int) -> list[tuple[int, float]]:
-    order = sorted(range(len(sims)), key=lambda i: (-sims[i], i))[:k]  # ties: older first, deterministic
-    return [(i, float(sims[i])) for i in order]
+    sims = np.asarray(sims, dtype=float)
+    order = np.lexsort((np.arange(len(sims)), -sims))[:k]  # ties: older first, deterministic
+    return [(int(i), float(sims[i])) for i in order]
 
 
 def bullet_list(items: list[str], empty: str = "(none yet)") -> str:

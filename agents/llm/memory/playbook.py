@@ -3,15 +3,17 @@
 After each instance a reflector call judges the transcript (what went right or wrong, which
 playbook bullets helped or misled) and a curator call turns the reflection into delta
 operations (ADD a bullet to a section, REMOVE one). Bullets carry helpful/harmful counters;
-near-duplicates (TF-IDF cosine >= `dedup_threshold`) are not added twice, and past `max_bullets`
-the bullet with the worst helpful-minus-harmful score (oldest first) goes. Delta edits instead of
+near-duplicates (TF-IDF cosine >= `dedup_threshold`, on an incremental index: a bullet is hashed
+once when added) are not added twice, and past `max_bullets` (the bound, default 80) the bullet
+with the worst helpful-minus-harmful score (oldest first) goes. Delta edits instead of
 full rewrites keep detailed knowledge from collapsing into a short summary.
 """
 from __future__ import annotations
 
 import json
 
-from clbench.agents.llm.memory.base import Episode, Memory, keep_share, tfidf_rank
+from clbench.agents.llm.memory.base import Episode, Memory, keep_share
+from clbench.agents.llm.memory.index import TfidfIndex
 
 REFLECT = (
     "You are the reflector. Study the instance that just finished, with the playbook the agent used. Diagnose "
@@ -58,6 +60,7 @@ class PlaybookMemory(Memory):
         self.dedup_threshold = float(dedup_threshold)
         self.bullets: list[dict] = []  # {"id", "section", "content", "helpful", "harmful"}
         self.next_id = 1
+        self.index = TfidfIndex()  # bullet contents by id, kept in step with self.bullets
 
     def render(self) -> str:
         sections: dict[str, list[str]] = {}
@@ -90,23 +93,32 @@ class PlaybookMemory(Memory):
         for op in operations:
             if op["type"] == "REMOVE":
                 self.bullets = [b for b in self.bullets if b["id"] != op.get("id")]
+                self.index.remove(op.get("id"))
                 continue
             content = (op.get("content") or "").strip()
             if not content:
                 continue
-            best = tfidf_rank(content, [b["content"] for b in self.bullets], 1)
+            best = self.index.rank(content, 1)
             if best and best[0][1] >= self.dedup_threshold:
-                self.bullets[best[0][0]]["helpful"] += 1  # the same lesson again: reinforce, do not repeat
-                continue
-            self.bullets.append({"id": f"b-{self.next_id:03d}", "section": (op.get("section") or "general").strip(),
-                                 "content": content, "helpful": 0, "harmful": 0})
+                next(b for b in self.bullets if b["id"] == best[0][0])["helpful"] += 1  # the same lesson again:
+                continue  # reinforce, do not repeat
+            bullet = {"id": f"b-{self.next_id:03d}", "section": (op.get("section") or "general").strip(),
+                      "content": content, "helpful": 0, "harmful": 0}
+            self.bullets.append(bullet)
+            self.index.add(bullet["id"], content)
             self.next_id += 1
         while len(self.bullets) > self.max_bullets:
             score = [b["helpful"] - b["harmful"] for b in self.bullets]
-            self.bullets.pop(min(range(len(score)), key=lambda i: (score[i], i)))
+            self.index.remove(self.bullets.pop(min(range(len(score)), key=lambda i: (score[i], i)))["id"])
 
     def forget(self, fraction, rng) -> None:
         self.bullets = keep_share(self.bullets, fraction, rng)
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self.index = TfidfIndex()
+        for b in self.bullets:
+            self.index.add(b["id"], b["content"])
 
     def state_dict(self) -> dict:
         return {"bullets": self.bullets, "next_id": self.next_id}
@@ -114,3 +126,4 @@ class PlaybookMemory(Memory):
     def load_state_dict(self, state: dict) -> None:
         self.bullets = [dict(b) for b in state["bullets"]]
         self.next_id = int(state["next_id"])
+        self._reindex()
