@@ -14,13 +14,25 @@ reach (tests/test_poker.py; on Poker-v2's opponents card-blind lines still do: i
   after the flop with `call_tier` or better (-1: call everything).
 - `BetGiveUp` (bet/give-up lines): raise preflop, bet the first `streets` streets after the flop
   at every chance, and give up (fold) to any bet or raise without `keep_tier`.
+- `ValueBluff` (a card-, position- and bet-size-aware line): opens the top `open_pct` of its buttons,
+  defends the top `defend_pct` of its big blinds; after the flop bets `value_tier` or better and
+  draws, bluffs a fixed share (`bluff`) of the other flops and turns, calls bets up to half the pot
+  with `small_tier`, bigger ones with `big_tier`, and folds to a raise of its bet without a strong hand.
+- `PushFold` (preflop only): all-in with the top `push_pct` of its hands, fold (or check) the rest.
+
+`replay(env, policy)` plays a family point on the env's own schedule and opponents on the betting
+model (`betting.Betting`, which tests check agrees with the library move for move) without the
+runner: the same chips as the env, some thousand times faster, so `search` can sweep grids far
+larger than the runner's (the widest search of issue 28). It reads the env's opponents: a tool
+for measuring the red team, never an agent.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from clbench.agent import Agent
-from clbench.agents.poker import action_text, table_spot
+from clbench.agents.poker import BOARD_LEN, action_text, bet_share, table_spot
+from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CHECK, Decision, Policy, Spot
 
 
@@ -91,6 +103,81 @@ class BetGiveUp(Policy):
         return s.check_or_call() if st.tier >= self.keep_tier else s.check_or_fold()
 
 
+@dataclass(frozen=True)
+class ValueBluff(Policy):
+    open_pct: float = 0.6
+    defend_pct: float = 0.5
+    value_tier: int = 3
+    bluff: float = 0.0
+    fraction: float = 0.66
+    small_tier: int = 1
+    big_tier: int = 3
+
+    def decide(self, s: Spot) -> Decision:
+        st = s.strength
+        if s.street == 0:
+            if not s.raises:
+                if s.to_call:
+                    return s.raise_times(2.5) if st.pct >= 1 - self.open_pct else s.check_or_fold()
+                return s.raise_times(3.5) if st.pct >= 0.75 else s.check_or_call()
+            if st.pct >= 0.92 and s.raises < 4:
+                return s.raise_times(3)
+            keep = self.defend_pct if s.raises == 1 and s.to_call <= 3 * s.big_blind else self.defend_pct / 2
+            return s.check_or_call() if st.pct >= 1 - keep else s.check_or_fold()
+        if not s.to_call:
+            bluff = s.street < 3 and (st.draw or st.code < 100 * self.bluff)
+            return s.bet_pot(self.fraction) if st.tier >= self.value_tier or bluff else s.check_or_call()
+        if st.tier >= 5 and s.raises < 3:
+            return s.raise_times(3)
+        if _my_raises(s):  # our bet met a raise
+            return s.check_or_call() if st.tier >= 4 else s.check_or_fold()
+        share = bet_share(s)
+        keep = st.tier >= (self.small_tier if share <= 0.55 else self.big_tier) or st.draw and s.street < 3 and share <= 0.8
+        return s.check_or_call() if keep else s.check_or_fold()
+
+
+@dataclass(frozen=True)
+class PushFold(Policy):
+    push_pct: float = 0.5
+
+    def decide(self, s: Spot) -> Decision:
+        if s.street == 0 and s.strength.pct >= 1 - self.push_pct:
+            return s.raise_to(s.max_raise) if s.max_raise else s.check_or_call()
+        return s.check_or_call() if s.street and not s.to_call else s.check_or_fold()
+
+
+def replay(env, policy: Policy) -> dict[str, float]:
+    """`policy`'s reward (big blinds) on every hand of `env`'s schedule, played on the betting model
+    against the env's opponents (`env` unwrapped; the cards and seats of each hand as the env deals them)."""
+    rewards = {}
+    for variant in env.schedule.variants:
+        for inst in variant.instances:
+            hand = inst.payload
+            b = Betting(0 if hand.agent_button else 1, env.stack, env.small_blind, env.big_blind)
+            holes, board = (hand.deal.agent, hand.deal.opponent), tuple(hand.deal.board)
+            players = (policy, env.opponents[hand.policy])
+            while not b.over:
+                spot = b.spot(holes[b.to_act], board[:BOARD_LEN[b.street]])
+                b.apply(spot.legalize(players[b.to_act].decide(spot)))
+            rewards[inst.instance_id] = b.payoff(0, holes, board) / env.big_blind
+    return rewards
+
+
+def search(env, families: dict, full: bool = True) -> list[tuple[float, str, dict]]:
+    """(mean reward, family, params) of every point of `families` (clbench.redteam.families of the env
+    class), best first, each played by `replay`."""
+    import importlib
+
+    rows = []
+    for name, fam in families.items():
+        module, cls = fam.cls.split(":")
+        policy_class = getattr(importlib.import_module(module), cls).policy_class
+        for params in fam.points(full):
+            rewards = replay(env, policy_class(**params))
+            rows.append((sum(rewards.values()) / len(rewards), name, params))
+    return sorted(rows, key=lambda r: -r[0])
+
+
 class FamilyAgent(Agent):
     """Plays one family point: `Cls(card, seed=..., latent=None, **params)` as the red team builds it."""
 
@@ -124,3 +211,11 @@ class CheckCallAgent(FamilyAgent):
 
 class BetGiveUpAgent(FamilyAgent):
     policy_class = BetGiveUp
+
+
+class ValueBluffAgent(FamilyAgent):
+    policy_class = ValueBluff
+
+
+class PushFoldAgent(FamilyAgent):
+    policy_class = PushFold

@@ -18,7 +18,8 @@ SLOW_TASKS = {"coderepair"}  # a sandbox per instance
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
 OPEN_HOLES = {"poker": "issue 28, Poker: card-blind bet sizing (raise 1x pot once per street) earns "
-                       "+4.27 bb/hand against r_reference 0.607; opponent kinds that pay solid play are open"}
+                       "+4.27 bb/hand against r_reference 0.607 (2x pot once per street, folding to raises: +4.43); "
+                       "opponent kinds that pay solid play are open"}
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":

@@ -1,7 +1,6 @@
 """Poker-v2: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,29 +16,30 @@ from clbench.envs.poker.view import HandView
 from clbench.schedule import Instance, Schedule, Slot, Variant
 
 
-_SLOW = os.environ.get("CLBENCH_SLOW") == "1"
 _RT = "clbench.agents.poker_redteam"
 
-
-def _grid(short: list, full: list) -> list:
-    return full if _SLOW else short
-
-
-#: opponent-blind memoryless lines (agents/poker_redteam.py): a few points each by default, the full
-#: search with CLBENCH_SLOW=1
-FAMILIES: dict[str, tuple[str, dict[str, list]]] = {
-    "card_blind_sizing": (f"{_RT}:BetSizingAgent", {
-        "fraction": _grid([0.0, 0.5, 1.0], [0.0, 0.5, 1.0, 2.0]), "cap": _grid([1, 9], [1, 2, 9]),
-        "fold": [False, True]}),
+#: opponent-blind memoryless lines (agents/poker_redteam.py): a few points each by default, `full_grid`
+#: with CLBENCH_SLOW=1 or `clbench redteam --full` (issue 28's widest search: `poker_redteam.search`)
+FAMILIES: dict[str, tuple[str, dict[str, list], dict]] = {
+    "card_blind_sizing": (f"{_RT}:BetSizingAgent", {"fraction": [0.0, 0.5, 1.0], "cap": [1, 9], "fold": [False, True]},
+                          {"full_grid": {"fraction": [0.0, 0.33, 0.5, 1.0, 2.0], "cap": [1, 2, 9],
+                                         "fold": [False, True]}}),
     "strength_thresholds": (f"{_RT}:ThresholdsAgent", {
-        "pre_raise": _grid([0.6, 0.8], [0.5, 0.7, 0.85]), "pre_call": _grid([0.1, 0.4], [0.1, 0.3, 0.5]),
-        "bet_tier": _grid([2, 4], [2, 3, 4, 5]), "call_tier": _grid([1, 3], [0, 1, 2, 3]),
-        "fraction": _grid([0.66], [0.5, 1.0])}),
-    "check_call": (f"{_RT}:CheckCallAgent", {
-        "pre_call": _grid([0.5, 1.0], [0.3, 0.6, 1.0]), "call_tier": _grid([-1, 1, 3], [-1, 0, 1, 2, 3])}),
-    "bet_give_up": (f"{_RT}:BetGiveUpAgent", {
-        "fraction": _grid([0.33, 1.0], [0.33, 0.66, 1.0]), "streets": _grid([1, 3], [1, 2, 3]),
-        "keep_tier": _grid([4, 9], [3, 4, 5, 9])}),
+        "pre_raise": [0.6, 0.8], "pre_call": [0.1, 0.4], "bet_tier": [2, 4], "call_tier": [1, 3], "fraction": [0.66]},
+        {"full_grid": {"pre_raise": [0.5, 0.7, 0.85], "pre_call": [0.1, 0.3, 0.5], "bet_tier": [2, 3, 4, 5],
+                       "call_tier": [0, 1, 2, 3], "fraction": [0.33, 0.66, 1.0]}}),
+    "check_call": (f"{_RT}:CheckCallAgent", {"pre_call": [0.5, 1.0], "call_tier": [-1, 1, 3]},
+                   {"full_grid": {"pre_call": [0.3, 0.6, 1.0], "call_tier": [-1, 0, 1, 2, 3]}}),
+    "bet_give_up": (f"{_RT}:BetGiveUpAgent", {"fraction": [0.33, 1.0], "streets": [1, 3], "keep_tier": [4, 9]},
+                    {"full_grid": {"fraction": [0.33, 0.66, 1.0], "streets": [1, 2, 3], "keep_tier": [2, 3, 4, 5, 9]}}),
+    "value_bluff": (f"{_RT}:ValueBluffAgent", {"open_pct": [0.7], "defend_pct": [0.6], "value_tier": [3],
+                                              "bluff": [0.0, 0.3], "fraction": [0.5], "small_tier": [0, 1],
+                                              "big_tier": [3]},
+                    {"full_grid": {"open_pct": [0.5, 0.8], "defend_pct": [0.4, 0.7], "value_tier": [2, 3],
+                                   "bluff": [0.0, 0.3, 0.6], "fraction": [0.5, 1.0], "small_tier": [0, 1],
+                                   "big_tier": [3, 4]}}),
+    "push_fold": (f"{_RT}:PushFoldAgent", {"push_pct": [0.1, 0.5]}, {"full_grid": {"push_pct": [0.05, 0.1, 0.2, 0.35,
+                                                                                               0.5, 0.75, 1.0]}}),
 }
 
 
