@@ -165,14 +165,15 @@ def rows(results: dict) -> list[dict]:
         vs_sdk = [r[200]["cpu_per_call"] / r[200]["sdk_cpu_per_call"] for r in runs]
         bounded = memory_class(memory).bounded
         out.append({"measure": f"memory {memory}: CPU per call growth", "anchor": f"instance {last} vs 50",
-                    "value": statistics.median(growth), "spread": spread(growth),
+                    "value": statistics.median(growth), "spread": spread(growth), "samples": growth,
                     "target": GROWTH_TARGET if bounded else None,
                     "definition": (f"clbench CPU per model call (agent only, server and env excluded) over the "
                                    f"{WINDOW} instances ending at instance {last} / the same at instance 50; "
                                    "SpectrumMonitor short, cycle=True"
                                    + ("" if bounded else "; the prompt grows by design to the context limit"))})
         out.append({"measure": f"memory {memory}: CPU per call vs bare SDK", "anchor": "instance 200",
-                    "value": statistics.median(vs_sdk), "spread": spread(vs_sdk), "target": SDK_TARGET,
+                    "value": statistics.median(vs_sdk), "spread": spread(vs_sdk), "samples": vs_sdk,
+                    "target": SDK_TARGET,
                     "definition": (f"clbench CPU per model call over the {WINDOW} instances ending at instance 200 / "
                                    "CPU per call of a bare openai SDK chat.completions.create sending the same "
                                    "requests to the same server")})

@@ -100,6 +100,19 @@ def domain_benchmarks(quick: bool) -> list[Ratio]:
     return ratios
 
 
+def as_ratio(row) -> Ratio:
+    """A bench's row as a Ratio: benches return Ratio objects or dict rows {"measure", "anchor",
+    "value", "samples" (one ratio per repeat; [value] when absent), "target" (None: reported, not
+    judged), "definition"}."""
+    if isinstance(row, Ratio):
+        return row
+    name = f"{row['measure']} ({row['anchor']})" if row.get("anchor") else row["measure"]
+    target = row.get("target")
+    definition = row.get("definition", "") + ("" if target is not None else " (reported, no target)")
+    return Ratio(name, list(row.get("samples") or [row["value"]]), float("inf") if target is None else target,
+                 row.get("better", "lower"), definition)
+
+
 def ratio_benchmarks(quick: bool) -> list[Ratio]:
     """Every bench's `ratios()`, and a not-available row for each expected one that is missing."""
     ratios = []
@@ -108,7 +121,7 @@ def ratio_benchmarks(quick: bool) -> list[Ratio]:
         if hasattr(mod, "ratios"):
             print(f"measuring {name} ...", flush=True)
             try:
-                ratios += mod.ratios(quick=quick)
+                ratios += [as_ratio(r) for r in mod.ratios(quick=quick)]
                 found.add(name)
             except Exception as exc:  # one bench's missing prerequisite must not hide the others
                 print(f"skipped: {type(exc).__name__}: {exc}")
