@@ -48,9 +48,21 @@ def _json_default(obj):
 _STRICT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=False)
 
 
+try:  # _STRICT's C encoder itself, built once: JSONEncoder.encode builds one per call (most of a line's
+    # cost). No circular check (records are trees): a marker table would outlive an encode that failed
+    from json.encoder import c_make_encoder as _c_make_encoder, encode_basestring_ascii as _ascii
+
+    _C_STRICT = _c_make_encoder(None, _json_default, _ascii, None, ":", ",", True, False, False) \
+        if _c_make_encoder is not None else None
+except ImportError:  # a Python without the C accelerator
+    _C_STRICT = None
+
+
 def dumps(obj) -> str:
     """Compact, key-sorted, NaN-free JSON (NaN/inf become null) for byte-stable files."""
     try:  # the C encoder alone when every float is finite (nearly always): walking first cost 20x
+        if _C_STRICT is not None and type(obj) is dict:
+            return "".join(_C_STRICT(obj, 0))
         return _STRICT.encode(obj)
     except ValueError:
         return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"), default=_json_default)
@@ -80,12 +92,16 @@ def append_lines(path: Path, objs: Iterable[dict]) -> None:
 
 class AppendFiles:
     """`append_lines` on files kept open between appends, at most `keep` at a time (least recently
-    used closed first). Every append is still one locked write to the OS, so what a killed process
-    leaves is the same; only the open (and mkdir) per append is saved, which cost more than the
-    write in a rollout. For one writer's lifetime (a job): call `close` when done."""
+    used closed first). Every append is one write to the OS, so what a killed process leaves is the
+    same; only the open (and mkdir) per append is saved, which cost more than the write in a
+    rollout. Files in `shared` (written by several processes: results.jsonl) take the lock and end
+    a torn last line at every append; the others have one writer while open (a job's own
+    trajectory file), so that is done once when they are opened. For one writer's lifetime (a
+    job): call `close` when done."""
 
-    def __init__(self, keep: int = 8):
+    def __init__(self, keep: int = 8, shared: Iterable[str | Path] = ()):
         self.keep = keep
+        self.shared = frozenset(shared)
         self._fds: dict[str | Path, int] = {}  # insertion order = least recently used first
 
     def append(self, path: str | Path, objs: Iterable[dict]) -> None:
@@ -95,10 +111,15 @@ class AppendFiles:
         fd = self._fds.pop(path, None)
         if fd is None:
             fd = _open_append(path)
+            if path not in self.shared:
+                _write_locked(fd, b"")  # a line torn by an earlier, killed writer is ended
         self._fds[path] = fd
         if len(self._fds) > self.keep:
             os.close(self._fds.pop(next(iter(self._fds))))
-        _write_locked(fd, data)
+        if path in self.shared:
+            _write_locked(fd, data)
+        else:
+            _write_all(fd, data)
 
     def close(self) -> None:
         while self._fds:
@@ -114,11 +135,15 @@ def _write_locked(fd: int, data: bytes) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         _repair_torn_tail(fd)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _repair_torn_tail(fd: int) -> None:

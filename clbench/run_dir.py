@@ -158,7 +158,8 @@ class LocalSink:
     def __init__(self, out: str | Path):
         self.out = Path(out)
         self._root = str(out)
-        self.files = AppendFiles()
+        # results.jsonl is appended by every worker; trajectory and transcript files by their job alone
+        self.files = AppendFiles(shared={os.path.join(self._root, RESULTS_FILE)})
 
     def append(self, rel: str, lines: list[dict]) -> None:
         self.files.append(os.path.join(self._root, rel), lines)  # str, not Path: a Path per append showed in profiles
