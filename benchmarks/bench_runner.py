@@ -40,17 +40,24 @@ MEMORY_DEFINITION = ("tracemalloc peak of clbench.metrics.compute (the run card'
                      "run of 40 rollouts / of 5 rollouts")
 
 
-def command(env: str, rollouts: int = ROLLOUTS, out: str | None = None) -> None:
-    """`clbench rollout` in this process (inline worker), on a fresh env, into a fresh directory."""
+def command(env: str, out: str, rollouts: int = ROLLOUTS) -> None:
+    """`clbench rollout` in this process (inline worker), on a fresh env, into the new directory `out`."""
     from clbench.cli import main
     from clbench.runner import close_cached_envs
 
     close_cached_envs()
-    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
-        rc = main(["rollout", "--env", env, "--agent", "reference", "--out", out or f"{tmp}/run",
-                   "--rollouts", str(rollouts), "--workers", "1", "--quiet"])
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["rollout", "--env", env, "--agent", "reference", "--out", out, "--rollouts", str(rollouts),
+                   "--workers", "1", "--quiet"])
     if rc:
         raise RuntimeError(f"clbench rollout exited {rc}")
+
+
+def timed_command(env: str, rollouts: int = ROLLOUTS) -> float:
+    """Seconds of `command`; making and removing the temporary run directory is not timed (neither
+    is part of `clbench rollout`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return _seconds(lambda: command(env, f"{tmp}/run", rollouts))
 
 
 def bare(env_id_: str, rollouts: int = ROLLOUTS) -> None:
@@ -91,12 +98,11 @@ def _seconds(fn) -> float:
 
 def runner_ratio(name: str, repeats: int) -> Ratio:
     env = env_id(name)
-    command(env), bare(env)  # warm-up: imports, caches, built data
+    timed_command(env), bare(env)  # warm-up: imports, caches, built data
     samples = []
     for _ in range(repeats):
         b = _seconds(lambda: bare(env))
-        c = _seconds(lambda: command(env))
-        samples.append(c / b)
+        samples.append(timed_command(env) / b)
     return Ratio(f"runner: clbench rollout / hand-written loop ({name}, {ROLLOUTS} rollouts)", samples, 1.1, "lower")
 
 
@@ -108,7 +114,7 @@ def bootstrap_peak(rollouts: int) -> float:
     from clbench.results import load_metadata, load_records
 
     with tempfile.TemporaryDirectory() as tmp:
-        command(env_id("SpectrumMonitor"), rollouts, out=f"{tmp}/run")
+        command(env_id("SpectrumMonitor"), f"{tmp}/run", rollouts)
         recs, meta = load_records(f"{tmp}/run"), load_metadata(f"{tmp}/run")
     tracemalloc.start()
     try:
