@@ -103,6 +103,7 @@ def runner_ratio(name: str, repeats: int) -> Ratio:
     for _ in range(repeats):
         b = _seconds(lambda: bare(env))
         samples.append(timed_command(env) / b)
+        print(f"  {name}: bare {b:.3f} s, ratio {samples[-1]:.3f}", flush=True)
     return Ratio(f"runner: clbench rollout / hand-written loop ({name}, {ROLLOUTS} rollouts)", samples, 1.1, "lower")
 
 
@@ -133,6 +134,7 @@ def measured(quick: bool = False, envs=ENVS) -> tuple[list[Ratio], dict]:
         except Exception as exc:  # one env's missing prerequisite must not hide the others
             print(f"{name}: skipped ({type(exc).__name__}: {exc})")
     peaks = {k: bootstrap_peak(k) for k in (5, 40)}
+    print(f"  bootstrap peak: {peaks}", flush=True)
     return out, peaks
 
 
