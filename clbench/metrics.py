@@ -252,7 +252,7 @@ def stateful_rewards(tr: TaskRecords, rollouts: list[int], ids: list[str]) -> tu
 
 
 #: cells (replicate weights x rollouts x positions) of the curves' bootstrap computed at a time
-CURVE_CELLS = 1 << 18
+CURVE_CELLS = 1 << 16
 #: replicates drawn, and computed, at a time: (replicates x instances) arrays then stay in cache
 #: (whole, their allocation and traffic were most of the metrics' time)
 BLOCK = 1000
@@ -333,12 +333,20 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     }
 
 
+#: cells (replicates x columns of a product) of the headline replicates computed at a time
+HEADLINE_CELLS = 1 << 17
+
+
 def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
-    """headline_stats of every bootstrap replicate from the counts ck, ci, cp (_counts), BLOCK
-    replicates at a time (each replicate is computed on its own: the same numbers as all at once)."""
+    """headline_stats of every bootstrap replicate from the counts ck, ci, cp (_counts), a block of
+    replicates at a time (each replicate is computed on its own: the same numbers as all at once);
+    blocks hold at most BLOCK replicates and about HEADLINE_CELLS cells, so memory stays flat in
+    the numbers of rollouts and passes."""
+    (K, n), P = m.sf.shape, m.sl.shape[0]
+    block = int(np.clip(HEADLINE_CELLS // (3 * (n + K * (2 + P))), 64, BLOCK))
     parts = []
-    for s in range(0, max(len(ck), 1), BLOCK):
-        rows = slice(s, s + BLOCK)
+    for s in range(0, max(len(ck), 1), block):
+        rows = slice(s, s + block)
         parts.append(headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference,
                                     *(c[rows].astype(float) for c in (ck, ci, cp))))
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
