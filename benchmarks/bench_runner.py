@@ -1,20 +1,20 @@
-"""Runner overhead: `clbench rollout` against the bare env + agent work, on SpectrumMonitor.
+"""Runner overhead: `clbench rollout` against a hand-written loop over the same env and agent, per env.
 
-    python benchmarks/bench_runner.py [--quick]
+    python benchmarks/bench_runner.py [--quick] [--envs Poker,SpectrumMonitor]
 
-Both sides run in this process, alternately. The command side is `clbench rollout --agent
-reference --workers 1` (5 stateful rollouts and the stateless pass, every record, trajectory and
-agent checkpoint written, then the metrics), run through the CLI entry point with a fresh env. The
-bare side plays the same rollouts and stateless instances with the same agents and seeds and
-writes nothing. Targets: command <= 1.3x bare; and the runner linear in the schedule length: on a
-schedule twice as long (every variant with twice the scans) the runner's own time (command minus
-bare) <= 2.2x its time on the default schedule. The runner's own time is what is compared because
-the reference agent itself is superlinear (it matches each scan against all it has seen); the
-whole command's 2x/1x ratio is printed too. The runner's own time is a small difference of two
-large times, so it is taken in CPU time of this process (user + system): on a shared machine the
-wall-clock noise of either side (other processes' scheduling) is as large as the difference itself.
-The overhead ratio is wall time, as the target says (its CPU-time value and the wall-clock growth
-are printed for reference).
+Definition (printed next to each ratio): wall time of `clbench rollout --agent reference
+--rollouts 5 --workers 1 --quiet` run in this process through the CLI entry point (a fresh env,
+every record, trajectory and agent checkpoint written, the run card with its bootstrap, the metrics
+printed) divided by the wall time of a hand-written loop that plays the same stateful rollouts and
+stateless passes with the same agents and seeds and writes nothing. The two alternate repeat by
+repeat; the value is the median ratio and the spread 1.4826 x its median absolute deviation.
+Target: <= 1.1 (the runner's own time at most 10% of the bare loop's).
+
+Also: the run card's bootstrap memory (tracemalloc peak of clbench.metrics.compute) at 5, 40 and
+80 rollouts of SpectrumMonitor; flat means 80 rollouts need no more than 40 (target 80 / 40 <= 1.2).
+
+`ratios()` returns rows {"measure", "anchor", "value", "spread", "target", "definition"} for
+benchmarks/run_all.py.
 """
 from __future__ import annotations
 
@@ -26,48 +26,46 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _ratio import Ratio, env_id, table, run_script  # noqa: E402
+from _ratio import Ratio, env_id, run_script, table  # noqa: E402
 
-DOUBLE_ENV = "clbench-bench/SpectrumMonitorDouble"
 ROLLOUTS = 5
+#: scripted envs whose reference agent runs without a sandbox (CodeRepair and SalesForecast spend
+#: their time in sandbox commands: `--envs` adds them)
+ENVS = ("Poker", "SpectrumMonitor", "MemoryProbe", "DBExplore", "CohortStudies")
+DEFINITION = ("wall time of in-process `clbench rollout --agent reference --rollouts 5 --workers 1 --quiet` "
+              "(records, trajectories, checkpoints, run card, metrics) / a hand-written loop playing the same "
+              "rollouts and stateless passes with the same agents and seeds, writing nothing; alternated, "
+              "median of the per-repeat ratios")
+MEMORY_DEFINITION = ("tracemalloc peak of clbench.metrics.compute (the run card's bootstrap) on SpectrumMonitor "
+                     "reference records of 80 stateful rollouts / of 40 (a 5-rollout run's rollouts repeated)")
 
 
-def _register_double() -> None:
-    """SpectrumMonitor whose default schedule has twice the scans per variant."""
-    import gymnasium as gym
-
-    from clbench.envs.spectrummonitor.spectrummonitor_env import SpectrumMonitorEnv
-
-    class SpectrumMonitorDouble(SpectrumMonitorEnv):
-        def _build_schedule(self, name: str):
-            doubled = [dict(v, scans=2 * v["scans"]) for v in self.spec_data["schedules"][name]]
-            # a copy: the loaded spec is cached and shared with the real env
-            self.spec_data = dict(self.spec_data, schedules=dict(self.spec_data["schedules"], **{name: doubled}))
-            return super()._build_schedule(name)
-
-    if DOUBLE_ENV not in gym.registry:
-        gym.register(DOUBLE_ENV, entry_point=SpectrumMonitorDouble)
-
-
-def command(env_id: str) -> None:
-    """`clbench rollout` in this process (inline worker), on a fresh env, into a fresh directory."""
+def command(env: str, out: str, rollouts: int = ROLLOUTS) -> None:
+    """`clbench rollout` in this process (inline worker), on a fresh env, into the new directory `out`."""
     from clbench.cli import main
     from clbench.runner import close_cached_envs
 
     close_cached_envs()
-    with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()):
-        rc = main(["rollout", "--env", env_id, "--agent", "reference", "--out", f"{out}/run",
-                   "--rollouts", str(ROLLOUTS), "--workers", "1", "--quiet"])
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["rollout", "--env", env, "--agent", "reference", "--out", out, "--rollouts", str(rollouts),
+                   "--workers", "1", "--quiet"])
     if rc:
         raise RuntimeError(f"clbench rollout exited {rc}")
 
 
-def bare(env_id: str) -> None:
-    """The same episodes with the same agents and seeds; nothing recorded."""
-    from clbench.agent import make_agent
-    from clbench.runner import make_env
+def timed_command(env: str, rollouts: int = ROLLOUTS) -> float:
+    """Seconds of `command`; making and removing the temporary run directory is not timed (neither
+    is part of `clbench rollout`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return _seconds(lambda: command(env, f"{tmp}/run", rollouts))
 
-    env = make_env(env_id)
+
+def bare(env_id_: str, rollouts: int = ROLLOUTS) -> None:
+    """The same episodes with the same agents and seeds, as a user would write the loop; nothing recorded."""
+    from clbench.agent import end_instance, make_agent
+    from clbench.runner import RunConfig, make_env, stateless_agent_seed, stateless_plan
+
+    env = make_env(env_id_)
 
     def play(agent, obs, info):
         agent.begin_instance(obs, info)
@@ -75,56 +73,110 @@ def bare(env_id: str) -> None:
             obs, reward, term, trunc, info = env.step(agent.act(obs, info))
             if term or trunc:
                 break
-        agent.end_instance(reward, info)
+        end_instance(agent, reward, info, obs)
 
-    for k in range(ROLLOUTS):
+    for k in range(rollouts):
         agent = make_agent("reference", env, seed=k)
         obs, info = env.reset(seed=k)
         for pos in range(len(env.unwrapped.schedule)):
             if pos:
                 obs, info = env.reset()
             play(agent, obs, info)
-            agent.state_dict()  # the agent's own cost of producing its state is not the runner's
-    for inst in env.unwrapped.schedule.order(0):
-        agent = make_agent("reference", env, seed=0)
-        play(agent, *env.reset(seed=0, options={"instance": inst.instance_id, "stateless": True}))
+    passes = stateless_plan(RunConfig(env_id_, "reference", "-", rollouts=rollouts))["passes"]
+    for p in range(passes):
+        for inst in env.unwrapped.schedule.order(0):
+            agent = make_agent("reference", env, seed=stateless_agent_seed(p, inst.instance_id))
+            play(agent, *env.reset(seed=p, options={"instance": inst.instance_id, "stateless": True}))
     env.close()
 
 
-def timed(fn) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process) of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
+def _seconds(fn) -> float:
+    t = time.perf_counter()
     fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    return time.perf_counter() - t
 
 
-def ratios(quick: bool = False) -> list[Ratio]:
-    env = env_id("SpectrumMonitor")
-    _register_double()
-    repeats = 3 if quick else 7
-    overhead, cpu_overhead, growth, wall_growth, whole = [], [], [], [], []
-    command(env), bare(env)  # warm-up
+def runner_ratio(name: str, repeats: int) -> Ratio:
+    env = env_id(name)
+    timed_command(env), bare(env)  # warm-up: imports, caches, built data
+    samples = []
     for _ in range(repeats):
-        (b1, cb1), (c1, cc1) = timed(lambda: bare(env)), timed(lambda: command(env))
-        (b2, cb2), (c2, cc2) = timed(lambda: bare(DOUBLE_ENV)), timed(lambda: command(DOUBLE_ENV))
-        overhead.append(c1 / b1)
-        cpu_overhead.append(cc1 / cb1)
-        growth.append((cc2 - cb2) / (cc1 - cb1))
-        wall_growth.append((c2 - b2) / (c1 - b1))
-        whole.append(c2 / c1)
-    print(f"whole command, 2x schedule / 1x schedule: median {statistics.median(whole):.2f} "
-          f"(bare env+agent: the same ratio includes the agent's own growth)")
-    print(f"for reference: clbench rollout / bare in CPU time: median {statistics.median(cpu_overhead):.3f}; "
-          f"the runner's own time, 2x / 1x, in wall-clock time: median {statistics.median(wall_growth):.2f}")
-    return [Ratio("runner: clbench rollout / bare env+agent (SpectrumMonitor)", overhead, 1.3, "lower"),
-            Ratio("runner: own CPU time (command - bare), 2x schedule / 1x schedule", growth, 2.2, "lower")]
+        b = _seconds(lambda: bare(env))
+        samples.append(timed_command(env) / b)
+        print(f"  {name}: bare {b:.3f} s, ratio {samples[-1]:.3f}", flush=True)
+    return Ratio(f"runner: clbench rollout / hand-written loop ({name}, {ROLLOUTS} rollouts)", samples, 1.1, "lower")
 
 
-def main(quick: bool = False) -> list[Ratio]:
-    out = ratios(quick)
-    print(table(out))
+def bootstrap_peaks(rollouts=(5, 40, 80)) -> dict:
+    """MiB: tracemalloc peak of the metrics (the run card's bootstrap included) of SpectrumMonitor
+    reference records with each number of stateful rollouts: one real 5-rollout run, its stateful
+    rollouts repeated under new rollout numbers (the memory depends on the shape, not the rewards)."""
+    import tracemalloc
+
+    from clbench import metrics
+    from clbench.results import load_metadata, load_records
+
+    with tempfile.TemporaryDirectory() as tmp:
+        command(env_id("SpectrumMonitor"), f"{tmp}/run", ROLLOUTS)
+        recs, meta = load_records(f"{tmp}/run"), load_metadata(f"{tmp}/run")
+    stateful = [r for r in recs if r["mode"] == "stateful"]
+    stateless = [r for r in recs if r["mode"] == "stateless"]
+    peaks = {}
+    for k in rollouts:
+        grown = stateless + [dict(r, rollout=r["rollout"] + ROLLOUTS * j) for j in range(-(-k // ROLLOUTS))
+                             for r in stateful if r["rollout"] + ROLLOUTS * j < k]
+        tracemalloc.start()
+        try:
+            metrics.compute(grown, meta)
+            peaks[k] = tracemalloc.get_traced_memory()[1] / 2 ** 20
+        finally:
+            tracemalloc.stop()
+    return peaks
+
+
+def measured(quick: bool = False, envs=ENVS) -> tuple[list[Ratio], dict]:
+    repeats = 3 if quick else 7
+    out = []
+    for name in envs:
+        try:
+            out.append(runner_ratio(name, repeats))
+        except Exception as exc:  # one env's missing prerequisite must not hide the others
+            print(f"{name}: skipped ({type(exc).__name__}: {exc})")
+    peaks = bootstrap_peaks()
+    print(f"  bootstrap peak: {peaks}", flush=True)
+    return out, peaks
+
+
+def rows(found: list[Ratio], peaks: dict) -> list[dict]:
+    out = [{"measure": r.name, "anchor": 1.0, "value": r.value, "spread": r.noise, "target": r.target,
+            "definition": DEFINITION} for r in found]
+    out.append({"measure": f"run card bootstrap memory, 80 / 40 rollouts ({peaks[80]:.1f} / {peaks[40]:.1f} MiB; "
+                           f"{peaks[5]:.1f} MiB at 5)", "anchor": 1.0, "value": peaks[80] / peaks[40], "spread": 0.0,
+                "target": 1.2, "definition": MEMORY_DEFINITION})
     return out
 
 
+def ratios(quick: bool = False, envs=ENVS) -> list[dict]:
+    """Rows {"measure", "anchor", "value", "spread", "target", "definition"} (benchmarks/run_all.py)."""
+    return rows(*measured(quick, envs))
+
+
+def main(quick: bool = False, envs=ENVS) -> list[Ratio]:
+    found, peaks = measured(quick, envs)
+    print(f"definition: {DEFINITION}")
+    print(table(found))
+    print("\nbootstrap memory peak: " + ", ".join(f"{v:.1f} MiB at {k} rollouts" for k, v in peaks.items()) +
+          f" (80 / 40: {peaks[80] / peaks[40]:.2f}, target <= 1.2, flat; {MEMORY_DEFINITION})")
+    for row in rows(found, peaks):
+        print(f"  {row['measure']}: {row['value']:.3f} +- {row['spread']:.3f} (target {row['target']})")
+    return found + [Ratio("runner: bootstrap memory, 80 / 40 rollouts", [peaks[80] / peaks[40]], 1.2, "lower")]
+
+
 if __name__ == "__main__":
-    run_script(main, __doc__)
+    if "--envs" in sys.argv:
+        i = sys.argv.index("--envs")
+        chosen = tuple(sys.argv[i + 1].split(","))
+        del sys.argv[i:i + 2]
+        run_script(lambda quick=False: main(quick, chosen), __doc__)
+    else:
+        run_script(main, __doc__)

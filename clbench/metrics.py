@@ -251,6 +251,8 @@ def stateful_rewards(tr: TaskRecords, rollouts: list[int], ids: list[str]) -> tu
     return sf, present
 
 
+#: cells (replicate weights x rollouts x positions) of the curves' bootstrap computed at a time
+CURVE_CELLS = 1 << 16
 #: replicates drawn, and computed, at a time: (replicates x instances) arrays then stay in cache
 #: (whole, their allocation and traffic were most of the metrics' time)
 BLOCK = 1000
@@ -278,24 +280,38 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     """Every headline statistic from weights on rollouts (ck), instances (ci) and passes (cp).
 
     Weights of ones give the point estimates; bootstrap multiplicities give replicates (one row
-    per replicate). Instances carry one weight for both modes: the pairing by instance id."""
+    per replicate). Instances carry one weight for both modes: the pairing by instance id.
+
+    Each statistic is a sum over played (rollout, instance) cells of a set X (all cells, the
+    adaptation window, the variant boundaries), weighted ck[k] * ci[i] (and, stateless, by the
+    passes' mean): sum_k ck[k] sum_i ci[i] f(k, i). The inner sums over instances are matrix
+    products with the schedule as inner dimension (ci @ F, F: instances x (set, rollout[, pass]));
+    what is left is small (replicates x rollouts [x passes]). With many rollouts and passes
+    (rollouts x passes columns per set) the stateless sums go through the weighted cell counts per
+    instance instead. Either way a replicate costs a few passes over its instance weights, not
+    several per statistic; the numbers are those of summing cell by cell up to floating-point
+    rounding (relative 1e-12 and below on every statistic)."""
     ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
-    slbar = (cp @ m.sl) / cp.sum(axis=1, keepdims=True)  # per replicate and instance: mean over passes
-    played = ck @ m.present  # per replicate and instance: (rollout, instance) cells played
-    mass = np.einsum("bi,bi->b", played, ci)
-    rollout_n = ck.sum(axis=1)
-    sf_sum = np.einsum("bi,bi->b", ck @ (m.sf * m.present), ci)
-    sl_paired = np.einsum("bi,bi->b", played * slbar, ci)  # stateless on the cells played
-    gain_sum = sf_sum - sl_paired
-
-    def gain_on(mask: np.ndarray) -> np.ndarray:
-        """The gain summed over the played (rollout, instance) cells of `mask`."""
-        cells = m.present * mask
-        return np.einsum("bi,bi->b", ck @ (m.sf * cells), ci) - np.einsum("bi,bi->b", (ck @ cells) * slbar, ci)
-
-    gain_in, gain_b = gain_on(m.window), gain_on(m.boundary)
+    B, (K, n), P = len(ci), m.sf.shape, m.sl.shape[0]
+    cells = np.stack([m.present, m.present * m.window, m.present * m.boundary])  # (X=3, K, n)
+    cp_sum = cp.sum(axis=1)
+    if K * P <= 4 * (K + P) + 16:  # one product: stateful sums, cell counts, stateless sums per (k, p)
+        cols = [(m.sf * cells).reshape(3 * K, n), cells.reshape(3 * K, n),
+                (cells[:, :, None, :] * m.sl[None, None]).reshape(3 * K * P, n)]
+        y = ci @ np.vstack(cols).T
+        sf_x = np.einsum("bk,bxk->bx", ck, y[:, :3 * K].reshape(B, 3, K))
+        mass_x = np.einsum("bk,bxk->bx", ck, y[:, 3 * K:6 * K].reshape(B, 3, K))
+        sl_x = np.einsum("bk,bp,bxkp->bx", ck, cp, y[:, 6 * K:].reshape(B, 3, K, P)) / cp_sum[:, None]
+    else:
+        sf_x = np.einsum("bk,bxk->bx", ck, (ci @ (m.sf * cells).reshape(3 * K, n).T).reshape(B, 3, K))
+        played = (ck @ cells.transpose(1, 0, 2).reshape(K, 3 * n)).reshape(B, 3, n) * ci[:, None, :]
+        mass_x = played.sum(axis=2)
+        sl_x = np.einsum("bxp,bp->bx", (played.reshape(B * 3, n) @ m.sl.T).reshape(B, 3, P), cp) / cp_sum[:, None]
+    mass, rollout_n = mass_x[:, 0], ck.sum(axis=1)
+    sf_sum, gain_sum = sf_x[:, 0], sf_x[:, 0] - sl_x[:, 0]
+    gain_in, gain_b = sf_x[:, 1] - sl_x[:, 1], sf_x[:, 2] - sl_x[:, 2]
+    mean_sl = np.einsum("bp,bp->b", ci @ m.sl.T, cp) / cp_sum / ci.sum(axis=1)
     mean_sf = sf_sum / mass
-    mean_sl = np.einsum("bi,bi->b", slbar, ci) / ci.sum(axis=1)
     r_max = np.broadcast_to(np.asarray(r_max, dtype=float), mean_sf.shape)
     bad = no_headroom(mean_sl, r_max)
     denom = np.where(bad, np.nan, r_max - mean_sl)
@@ -313,16 +329,24 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
         "plasticity": (gain_sum - gain_b) / mass / denom,
         "early_gain": gain_in / mass / denom,
         "late_gain": (gain_sum - gain_in) / mass / denom,
-        "boundary_share": (ck @ (m.present * m.boundary) * ci).sum(axis=1) / mass,
+        "boundary_share": mass_x[:, 2] / mass,
     }
 
 
+#: cells (replicates x columns of a product) of the headline replicates computed at a time
+HEADLINE_CELLS = 1 << 17
+
+
 def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
-    """headline_stats of every bootstrap replicate from the counts ck, ci, cp (_counts), BLOCK
-    replicates at a time (each replicate is computed on its own: the same numbers as all at once)."""
+    """headline_stats of every bootstrap replicate from the counts ck, ci, cp (_counts), a block of
+    replicates at a time (each replicate is computed on its own: the same numbers as all at once);
+    blocks hold at most BLOCK replicates and about HEADLINE_CELLS cells, so memory stays flat in
+    the numbers of rollouts and passes."""
+    (K, n), P = m.sf.shape, m.sl.shape[0]
+    block = int(np.clip(HEADLINE_CELLS // (3 * (n + K * (2 + P))), 64, BLOCK))
     parts = []
-    for s in range(0, max(len(ck), 1), BLOCK):
-        rows = slice(s, s + BLOCK)
+    for s in range(0, max(len(ck), 1), block):
+        rows = slice(s, s + block)
         parts.append(headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference,
                                     *(c[rows].astype(float) for c in (ck, ci, cp))))
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -477,36 +501,67 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int)
     weights, replicate = np.unique(np.hstack([ck, cp]), axis=0, return_inverse=True)
     ck, cp, replicate = weights[:, :K], weights[:, K:], replicate.reshape(-1)
 
-    def rows_mean(a: np.ndarray) -> np.ndarray:
-        """Weighted mean over rollouts per replicate: a is (K, n) or (B, K, n)."""
-        a = np.broadcast_to(a, (len(ck), K, n))
+    def rows_mean(w: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Weighted mean over rollouts per set of rollout weights w (B, K): a is (K, n) or (B, K, n)."""
+        a = np.broadcast_to(a, (len(w), K, n))
         ok = ~np.isnan(a)
-        num, den = np.einsum("bk,bkn->bn", ck, np.where(ok, a, 0.0)), np.einsum("bk,bkn->bn", ck, ok)
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)[replicate]
+        num, den = np.einsum("bk,bkn->bn", w, np.where(ok, a, 0.0)), np.einsum("bk,bkn->bn", w, ok)
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
     def stat(a: np.ndarray, boots: np.ndarray) -> dict:
-        lo, hi = _nanpercentile_columns(boots, [2.5, 97.5])
+        lo, hi = _nanpercentile_columns(boots, [2.5, 97.5], replicate)
         return {"mean": np.nanmean(a, axis=0).tolist(), "min": np.nanmin(a, axis=0).tolist(),
                 "max": np.nanmax(a, axis=0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
 
-    sl_b = paired_sl(cp)
-    g_b = sf[None] - sl_b
-    cum_b = np.where(has[None], np.nancumsum(g_b, axis=2), np.nan)
+    # the distinct weights a chunk at a time: (weights x rollouts x positions) arrays stay small
+    # whatever the number of rollouts (all at once, they were most of a run card's memory)
+    names = ("stateful", "stateless", "gain", "cumulative_gain")
+    means = {name: np.empty((len(ck), n)) for name in names}
+    step = max(1, CURVE_CELLS // max(1, K * n))
+    for s in range(0, len(ck), step):
+        rows = slice(s, s + step)
+        sl_b = paired_sl(cp[rows])
+        g_b = sf[None] - sl_b
+        cum_b = np.where(has[None], np.nancumsum(g_b, axis=2), np.nan)
+        for name, a in zip(names, (sf, sl_b, g_b, cum_b)):
+            means[name][rows] = rows_mean(ck[rows], a)
     boundaries = [p for p in range(n) if variants[p] is not None and (p == 0 or variants[p] != variants[p - 1])]
     return {"positions": list(range(n)), "variants": variants, "boundaries": boundaries,
-            "stateful": stat(sf, rows_mean(sf)), "stateless": stat(slp, rows_mean(sl_b)),
-            "gain": stat(gain, rows_mean(g_b)), "cumulative_gain": stat(cum_gain, rows_mean(cum_b))}
+            **{name: stat(a, means[name]) for name, a in zip(names, (sf, slp, gain, cum_gain))}}
 
 
-def _nanpercentile_columns(a: np.ndarray, q: list[float]) -> np.ndarray:
-    """np.nanpercentile(a, q, axis=0), the same numbers: columns without NaN go through one
-    vectorized np.percentile (nanpercentile loops over columns in Python; that loop was most of
-    the curves' cost), the others through nanpercentile."""
+def _nanpercentile_columns(a: np.ndarray, q: list[float], rows: np.ndarray | None = None) -> np.ndarray:
+    """np.nanpercentile(a[rows], q, axis=0), the same numbers (`rows`: each replicate's row of
+    `a`, whose rows are the distinct replicates; None: every row once). Columns without NaN are
+    read off the sorted distinct rows with their multiplicities (the expanded column is never
+    sorted: that was most of the curves' cost); the others go through nanpercentile."""
+    counts = np.ones(len(a), dtype=np.intp) if rows is None else np.bincount(rows, minlength=len(a))
     out = np.empty((len(q), a.shape[1]))
     clean = ~np.isnan(a).any(axis=0)
-    out[:, clean] = np.percentile(a[:, clean], q, axis=0)
+    out[:, clean] = _percentile_of_counted_rows(a[:, clean], counts, q)
     if not clean.all():
-        out[:, ~clean] = np.nanpercentile(a[:, ~clean], q, axis=0)
+        out[:, ~clean] = np.nanpercentile((a if rows is None else a[rows])[:, ~clean], q, axis=0)
+    return out
+
+
+def _percentile_of_counted_rows(a: np.ndarray, counts: np.ndarray, q: list[float]) -> np.ndarray:
+    """np.percentile (linear method) over axis 0 of `a` with row j repeated counts[j] times, bit
+    for bit: the same order statistics, interpolated as numpy's own lerp does."""
+    total = int(counts.sum())
+    order = np.argsort(a, axis=0, kind="stable")
+    ranked = np.take_along_axis(a, order, axis=0)
+    upto = np.cumsum(counts[order], axis=0)  # per column: how many values are <= each sorted row
+    virtual = (total - 1) * (np.asarray(q, dtype=float) / 100)
+    out = np.empty((len(q), a.shape[1]))
+    columns = np.arange(a.shape[1])
+    for j, v in enumerate(virtual):
+        before = int(np.floor(v))
+        after = min(before + 1, total - 1)
+        lo = ranked[(upto <= before).sum(axis=0), columns]
+        hi = ranked[(upto <= after).sum(axis=0), columns]
+        t = v - before
+        diff = hi - lo
+        out[j] = hi - diff * (1 - t) if t >= 0.5 else lo + diff * t
     return out
 
 

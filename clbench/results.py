@@ -1,25 +1,14 @@
-"""Run directories: append-only JSONL records, step trajectories, metadata.
-
-Layout of a run directory::
-
-    config.json            resolved configuration of the run
-    metadata.json          clbench version, git sha, env ids and versions, tasks' r_max/r_reference
-    results.jsonl          one record per instance per rollout (append-only, flushed as written)
-    trajectories/<task>/<system>/stateful-r<k>.jsonl          every step of stateful rollout k
-    trajectories/<task>/<system>/stateless-r<p>-<first>.jsonl every step of one stateless job of
-                           pass p (a chunk of instances, named after its first instance id)
-    state/<task>/<system>/stateful-r<k>.jsonl                 the agent state journal (resume)
-    run_card.json          headline metrics, curves, cost and tokens, provenance
-
-A trajectory file holds whole instances one after another: an instance's events start at its
-"reset" event (carrying instance_id and position), preceded by the lifecycle shocks applied
-before it. Record format 1 kept one trajectory file per stateless instance
-(`stateless/<id>.jsonl`, `stateless-pass<p>/<id>.jsonl`): creating a file per instance cost more
-than playing it. Format 2 keeps one file per stateless job; `instance_trajectory` reads both.
+"""The record format: append-only JSONL records and trajectory events, written and read back.
 
 A record is keyed by (task, system, mode, rollout, instance_id) and carries `format`. Writers in
 several processes append whole lines under an exclusive `flock`, so lines never interleave; a
 line torn by a killed process is detected on load, dropped with a warning, and re-run on resume.
+
+A trajectory file holds whole instances one after another: an instance's events start at its
+"reset" event (carrying instance_id and position), preceded by the lifecycle shocks applied
+before it (`split_instances`). Record format 1 kept one trajectory file per stateless instance;
+format 2 keeps one file per stateless job. Where each file lives is clbench.run_dir's (the run
+directory's one owner); the names it used to export from here still resolve (`__getattr__`).
 """
 from __future__ import annotations
 
@@ -59,9 +48,21 @@ def _json_default(obj):
 _STRICT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=False)
 
 
+try:  # _STRICT's C encoder itself, built once: JSONEncoder.encode builds one per call (most of a line's
+    # cost). No circular check (records are trees): a marker table would outlive an encode that failed
+    from json.encoder import c_make_encoder as _c_make_encoder, encode_basestring_ascii as _ascii
+
+    _C_STRICT = _c_make_encoder(None, _json_default, _ascii, None, ":", ",", True, False, False) \
+        if _c_make_encoder is not None else None
+except ImportError:  # a Python without the C accelerator
+    _C_STRICT = None
+
+
 def dumps(obj) -> str:
     """Compact, key-sorted, NaN-free JSON (NaN/inf become null) for byte-stable files."""
     try:  # the C encoder alone when every float is finite (nearly always): walking first cost 20x
+        if _C_STRICT is not None and type(obj) is dict:
+            return "".join(_C_STRICT(obj, 0))
         return _STRICT.encode(obj)
     except ValueError:
         return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"), default=_json_default)
@@ -91,12 +92,16 @@ def append_lines(path: Path, objs: Iterable[dict]) -> None:
 
 class AppendFiles:
     """`append_lines` on files kept open between appends, at most `keep` at a time (least recently
-    used closed first). Every append is still one locked write to the OS, so what a killed process
-    leaves is the same; only the open (and mkdir) per append is saved, which cost more than the
-    write in a rollout. For one writer's lifetime (a job): call `close` when done."""
+    used closed first). Every append is one write to the OS, so what a killed process leaves is the
+    same; only the open (and mkdir) per append is saved, which cost more than the write in a
+    rollout. Files in `shared` (written by several processes: results.jsonl) take the lock and end
+    a torn last line at every append; the others have one writer while open (a job's own
+    trajectory file), so that is done once when they are opened. For one writer's lifetime (a
+    job): call `close` when done."""
 
-    def __init__(self, keep: int = 8):
+    def __init__(self, keep: int = 8, shared: Iterable[str | Path] = ()):
         self.keep = keep
+        self.shared = frozenset(shared)
         self._fds: dict[str | Path, int] = {}  # insertion order = least recently used first
 
     def append(self, path: str | Path, objs: Iterable[dict]) -> None:
@@ -106,10 +111,15 @@ class AppendFiles:
         fd = self._fds.pop(path, None)
         if fd is None:
             fd = _open_append(path)
+            if path not in self.shared:
+                _write_locked(fd, b"")  # a line torn by an earlier, killed writer is ended
         self._fds[path] = fd
         if len(self._fds) > self.keep:
             os.close(self._fds.pop(next(iter(self._fds))))
-        _write_locked(fd, data)
+        if path in self.shared:
+            _write_locked(fd, data)
+        else:
+            _write_all(fd, data)
 
     def close(self) -> None:
         while self._fds:
@@ -125,11 +135,15 @@ def _write_locked(fd: int, data: bytes) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         _repair_torn_tail(fd)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _repair_torn_tail(fd: int) -> None:
@@ -251,26 +265,6 @@ def completeness(run_dir: str | Path, records: list[dict]) -> list[str]:
     return problems
 
 
-def check_out_dir(out: str | Path, runs: list[tuple[str, str]]) -> None:
-    """Refuse a run directory that would mix results: an existing file, a non-empty folder that is
-    not a run directory, or a run directory that already holds one of `runs` ((env id, system));
-    re-running those would append duplicate records (continuing them is `--resume`)."""
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ResultsError(f"--out {out} is an existing file, not a run directory")
-    if not path.is_dir():
-        return
-    if (path / "config.json").is_file():
-        listed = {(r.get("env_id"), r.get("system")) for r in read_json(path / "config.json").get("runs", [])}
-        clash = [f"{env_id} / {system}" for env_id, system in runs if (env_id, system) in listed]
-        if clash:
-            raise ResultsError(f"{out} already holds a run of {', '.join(clash)}; continue it with "
-                               f"`--resume {out}` or choose another --out")
-    elif any(path.iterdir()):
-        raise ResultsError(f"--out {out} is an existing folder that is not a clbench run directory; "
-                           "choose a new or empty folder")
-
-
 def write_json_atomic(path: str | Path, obj) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -293,32 +287,6 @@ def load_metadata(run_dir: str | Path) -> dict:
     return read_json(Path(run_dir) / "metadata.json")
 
 
-def trajectory_dir(run_dir: str | Path, task: str, system: str) -> Path:
-    return Path(run_dir) / "trajectories" / task / safe_name(system)
-
-
-def trajectory_path(run_dir: str | Path, task: str, system: str, mode: str, rollout: int) -> Path:
-    """The trajectory file of one stateful rollout (`mode` "stateful"; a stateless pass writes one
-    file per job: stateless_trajectory)."""
-    return trajectory_dir(run_dir, task, system) / f"{mode}-r{rollout}.jsonl"
-
-
-def stateless_trajectory(run_dir: str | Path, task: str, system: str, p: int, first_id: str) -> Path:
-    """The trajectory file of the stateless job of pass `p` whose first instance is `first_id`."""
-    return trajectory_dir(run_dir, task, system) / f"stateless-r{p}-{safe_name(first_id)}.jsonl"
-
-
-def stateless_trajectories(run_dir: str | Path, task: str, system: str, p: int) -> list[Path]:
-    """Every job's trajectory file of stateless pass `p`."""
-    return sorted(trajectory_dir(run_dir, task, system).glob(f"stateless-r{p}-*.jsonl"))
-
-
-def legacy_stateless_trajectory(run_dir: str | Path, task: str, system: str, p: int, instance_id: str) -> Path:
-    """Record format 1: one file per stateless instance (pass 0 in `stateless/`)."""
-    folder = "stateless" if p == 0 else f"stateless-pass{p}"
-    return trajectory_dir(run_dir, task, system) / folder / f"{safe_name(instance_id)}.jsonl"
-
-
 def split_instances(events: Iterable[dict]) -> list[list[dict]]:
     """A trajectory file's events cut into instances: each starts at its shocks or its reset.
     Shocks not followed by a reset (a kill before the instance began) form a group without one."""
@@ -336,24 +304,20 @@ def reset_of(group: list[dict]) -> dict | None:
     return next((ev for ev in group if ev.get("event") == "reset"), None)
 
 
-def instance_trajectory(run_dir: str | Path, task: str, system: str, mode: str, rollout: int,
-                        instance_id: str) -> list[dict]:
-    """Every event of one instance of one rollout or pass ([] if none was written), either layout."""
-    if mode == "stateful":
-        paths = [trajectory_path(run_dir, task, system, mode, rollout)]
-    else:
-        paths = [*stateless_trajectories(run_dir, task, system, rollout),
-                 legacy_stateless_trajectory(run_dir, task, system, rollout, instance_id)]
-    for path in paths:
-        if path.exists():
-            for group in reversed(split_instances(ev for _, ev in iter_jsonl(path))):
-                reset = reset_of(group)
-                if reset is not None and reset.get("instance_id") == instance_id:
-                    return group
-    return []
-
-
 @lru_cache(maxsize=4096)
 def safe_name(name: str) -> str:
     """A file-name-safe form of a system or instance name."""
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
+
+
+#: layout names that moved to clbench.run_dir, still importable from here
+_MOVED = frozenset({"trajectory_dir", "trajectory_path", "stateless_trajectory", "stateless_trajectories",
+                    "legacy_stateless_trajectory", "instance_trajectory", "check_out_dir"})
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        from clbench import run_dir
+
+        return getattr(run_dir, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

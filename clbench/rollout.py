@@ -15,11 +15,10 @@ from typing import Callable
 from clbench.calibration import ensure_baselines, world_label
 from clbench.error_policy import ErrorPolicy
 from clbench.executors import execute
-from clbench.locking import run_directory_writer
 from clbench.progress import RunProgress
-from clbench.results import read_json, write_json_atomic
-from clbench.runcard import merge_metadata, task_params, write_run_card
-from clbench.runner import STOP_FILE, RunConfig, cached_env, config_dict, make_agent, plan_jobs
+from clbench.run_dir import RunDirectory
+from clbench.runcard import build_run_card, provenance, task_params
+from clbench.runner import RunConfig, cached_env, config_dict, make_agent, plan_jobs
 
 
 class RunIncomplete(RuntimeError):
@@ -45,29 +44,15 @@ def agent_settings(cfg: RunConfig, env) -> dict:
     return settings() if callable(settings) else {}
 
 
-def count_errored(out: Path, cfgs: list[RunConfig]) -> tuple[int, int]:
+def count_errored(records: list[dict], cfgs: list[RunConfig]) -> tuple[int, int]:
     """(instances recorded with an infrastructure error, instances recorded) of these configurations."""
-    from clbench.results import load_records
-
     names = {cfg.system for cfg in cfgs}
-    recs = [r for r in load_records(out) if r["system"] in names]
+    recs = [r for r in records if r["system"] in names]
     return sum(r.get("error_kind") == "infrastructure" for r in recs), len(recs)
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def record_config(out: Path, cfgs: list[RunConfig], executor: str) -> dict:
-    """config.json lists every (env, system) run that wrote into this directory."""
-    path = out / "config.json"
-    conf = read_json(path) if path.exists() else {"format": 1, "runs": []}
-    for cfg in cfgs:
-        conf["runs"] = [r for r in conf["runs"] if not (r["env_id"] == cfg.env_id and r["system"] == cfg.system)]
-        conf["runs"].append(config_dict(cfg))
-    conf["executor"] = executor
-    write_json_atomic(path, conf)
-    return conf
 
 
 def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: bool = False,
@@ -82,19 +67,18 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
     outs = {cfg.out for cfg in cfgs}
     if len(outs) != 1:
         raise ValueError(f"all configurations must write into one run directory, got {sorted(outs)}")
-    out = Path(cfgs[0].out)
-    out.mkdir(parents=True, exist_ok=True)
     if executor == "ray" and ray_address:
         from clbench.executors import check_ray_address
 
         check_ray_address(ray_address)  # before any work: a dead address fails in one line
-    with run_directory_writer(out):
-        return _run_many(cfgs, out, say, resume, executor, ray_address, quiet, policy)
+    rd = RunDirectory(cfgs[0].out)
+    with rd.writer():
+        return _run_many(cfgs, rd, say, resume, executor, ray_address, quiet, policy)
 
 
-def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, quiet: bool,
+def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_address, quiet: bool,
               policy: ErrorPolicy | None) -> dict:
-    (out / STOP_FILE).unlink(missing_ok=True)  # a stopped run's flag must not stop the resumed one
+    out = rd.root
     jobs, expected = [], {}
     for cfg in cfgs:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
@@ -108,7 +92,7 @@ def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, qu
         settings = agent_settings(cfg, env)
         if settings:
             system["settings"] = settings
-        merge_metadata(out, base.task, task_params(env, undefined), system)
+        rd.merge_metadata(base.task, task_params(env, undefined), system, provenance())
         planned = plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable, resume=resume)
         jobs += planned
         for job in planned:
@@ -117,7 +101,7 @@ def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, qu
         if not quiet:
             say(f"{cfg.env_id} / {cfg.system}: {len(base.schedule)} instances, mode {cfg.mode}, "
                 f"{sum(j.config is cfg for j in planned)} jobs" + (" (resumed)" if resume else ""))
-    conf = record_config(out, cfgs, executor)
+    conf = rd.record_config([config_dict(cfg) for cfg in cfgs], executor)
     workers = max(cfg.workers for cfg in cfgs)
     if not quiet:
         say(f"running {len(jobs)} jobs on {workers} {executor} workers -> {out}")
@@ -135,29 +119,29 @@ def _run_many(cfgs, out: Path, say, resume: bool, executor: str, ray_address, qu
         say(f"error policy: {policy.describe()} (--fail-on-error, --max-consecutive-errors)")
 
     def stop(reason: str) -> None:
-        (out / STOP_FILE).write_text(reason + "\n")
+        rd.request_stop(reason)
         say(f"STOPPING: {reason}")
 
     # longest first: stateful rollouts of the biggest schedules keep the workers busy
     jobs.sort(key=lambda j: -j.remaining)
     with RunProgress(out, expected, quiet=quiet, policy=policy, on_stop=stop):
         execute(jobs, workers, on_done, executor=executor, ray_address=ray_address)
-    (out / STOP_FILE).unlink(missing_ok=True)
+    rd.clear_stop()
     if failures:
         raise RuntimeError(f"{len(failures)} job(s) failed: " + "; ".join(failures[:3]) +
                            f" (finished instances are saved; continue with --resume {out})")
-    errored, recorded = count_errored(out, cfgs)
-    if not quiet and (out / "transcripts").is_dir():
-        from clbench.llm.transcripts import transcript_bytes
-
-        size, n = transcript_bytes(out)
+    records = rd.records()  # read once: the error count and the run card
+    errored, recorded = count_errored(records, cfgs)
+    if not quiet:
+        size, n = rd.transcript_bytes()
         if n:
             say(f"transcripts: {size:,} bytes for {n} instances ({size / n:,.0f} bytes per instance) in "
                 f"{out / 'transcripts'}; read them with `clbench view {out}`")
     card: dict = {}
     if any(cfg.mode == "both" for cfg in cfgs):  # resumed runs carry their modes in cfgs too
         try:
-            card = write_run_card(out, conf)
+            card = build_run_card(out, conf, records=records)
+            rd.write_run_card(card)
         except ValueError as exc:  # a stopped run may lack whole instances: no metrics to write
             if not (errored or policy.reason):
                 raise
@@ -188,11 +172,8 @@ def run(cfg: RunConfig, say: Callable[[str], None] = _say, resume: bool = False,
 
 
 def configs_from_dir(run_dir: str | Path) -> tuple[list[RunConfig], str]:
-    conf = read_json(Path(run_dir) / "config.json")
-    cfgs = []
-    for entry in conf.get("runs", []):
-        entry = dict(entry, out=str(run_dir))
-        cfgs.append(RunConfig(**entry))
+    conf = RunDirectory(run_dir).config()
+    cfgs = [RunConfig(**dict(entry, out=str(run_dir))) for entry in conf.get("runs", [])]
     if not cfgs:
         raise ValueError(f"{run_dir}/config.json lists no runs")
     return cfgs, conf.get("executor", "local")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import clbench
 from clbench import metrics
-from clbench.results import RESULTS_FILE, load_metadata, load_records, write_json_atomic
+from clbench.results import RESULTS_FILE, load_metadata, load_records
 
 RUN_CARD_FORMAT = "clbench.run_card/1"
 
@@ -95,17 +95,6 @@ def provenance() -> dict:
     }
 
 
-def merge_metadata(run_dir: Path, task: str, params: dict, system: dict) -> dict:
-    """Add a task and a system to metadata.json (a run dir may hold several of each)."""
-    path = Path(run_dir) / "metadata.json"
-    meta = load_metadata(run_dir) if path.exists() else {"format": 1, "tasks": {}, "systems": {}}
-    meta.setdefault("tasks", {})[task] = params
-    meta.setdefault("systems", {})[system["name"]] = system
-    meta["provenance"] = provenance()
-    write_json_atomic(path, meta)
-    return meta
-
-
 #: the newest result of `compute`, keyed by the run directory's files as they were read: a
 #: rollout writes its run card and prints the same metrics, and the bootstrap is the cost
 _LAST: dict = {}
@@ -122,15 +111,18 @@ def _files_key(run_dir: Path, window, n_boot) -> tuple:
     return (str(run_dir.resolve()), tuple(stats), window, n_boot)
 
 
-def compute(run_dir: str | Path, window: float | None = None, n_boot: int | None = None) -> dict:
-    """clbench.metrics.compute on a run directory: its metadata and records, read once.
+def compute(run_dir: str | Path, window: float | None = None, n_boot: int | None = None,
+            records: list[dict] | None = None) -> dict:
+    """clbench.metrics.compute on a run directory: its metadata and records, read once (`records`:
+    the directory's records when the caller has just read them).
 
     The result is read-only for callers: an unchanged run directory returns the same object."""
     key = _files_key(Path(run_dir), window, n_boot)
     if _LAST.get("key") == key:
         return _LAST["result"]
     meta = load_metadata(run_dir)
-    result = metrics.compute(load_records(run_dir), meta, window=window, n_boot=n_boot)
+    result = metrics.compute(load_records(run_dir) if records is None else records, meta, window=window,
+                             n_boot=n_boot)
     _LAST.clear()
     _LAST.update(key=key, result=result)
     return result
@@ -150,8 +142,8 @@ def _stateless_plan(config: dict | None, params: dict, t: dict) -> dict:
     return {"stateless_plan": {"passes": t["stateless_passes"], "reason": "from the records"}}
 
 
-def build_run_card(run_dir: str | Path, config: dict | None = None) -> dict:
-    result = compute(run_dir)
+def build_run_card(run_dir: str | Path, config: dict | None = None, records: list[dict] | None = None) -> dict:
+    result = compute(run_dir, records=records)
     meta = result["metadata"]
     card = {
         "format": RUN_CARD_FORMAT,
@@ -169,8 +161,10 @@ def build_run_card(run_dir: str | Path, config: dict | None = None) -> dict:
 
 
 def write_run_card(run_dir: str | Path, config: dict | None = None) -> dict:
+    from clbench.run_dir import RunDirectory
+
     card = build_run_card(run_dir, config)
-    write_json_atomic(Path(run_dir) / "run_card.json", card)
+    RunDirectory(run_dir).write_run_card(card)
     return card
 
 

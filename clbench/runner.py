@@ -1,39 +1,39 @@
-"""The runner: stateful rollouts and the stateless pass as independent jobs, written as they finish.
+"""The runner plans and plays: stateful rollouts and the stateless pass as independent jobs.
 
 Jobs are independent units of work: one stateful rollout (the agent object lives through the
 whole schedule; a stateful stream never runs in parallel with itself) or one chunk of the
 stateless pass (each instance played by a fresh agent on an env jumped to that instance with
 `stateless=True`). Executors (clbench.executors) run jobs inline, on a spawn process pool or on
-Ray. Every finished instance is appended at once to results.jsonl with its step trajectory, and a
-stateful agent's `state_dict()` is appended to a journal at instance boundaries (see
-CHECKPOINT_SHARE) so an interrupted rollout resumes from there (agents without one restart it).
+Ray. Every finished instance is handed at once to the run directory (clbench.run_dir.JobFiles:
+its record, step trajectory and transcript), and a stateful agent's `state_dict()` is checkpointed
+at instance boundaries (see CHECKPOINT_SHARE) so an interrupted rollout resumes from there (agents
+without one restart it). The runner never names a file: clbench.run_dir owns the directory.
 
 An instance lost to an exception is recorded with `error` and `error_kind` ("infrastructure"
 when the exception says so, e.g. a model call that failed for good; "agent" otherwise). The
-driver's error policy (clbench.error_policy) stops a run by writing STOP_FILE into the run
-directory; jobs check it before each instance. Agents that keep transcripts (`pop_transcript`)
-have them written per instance next to the trajectories (clbench.llm.transcripts).
+driver's error policy (clbench.error_policy) stops a run through the run directory's stop flag;
+jobs check it before each instance. Agents that keep transcripts (`pop_transcript`) have them
+written per instance next to the trajectories (clbench.llm.transcripts).
 """
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import time
 import traceback
 import zlib
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 
 from clbench.agent import end_instance, make_agent
+from clbench.results import RECORD_FORMAT
+from clbench.run_dir import JobFiles, RunDirectory
 from clbench.schedule import Schedule
-from clbench.results import (RECORD_FORMAT, RESULTS_FILE, AppendFiles, append_lines, iter_jsonl,
-                             legacy_stateless_trajectory, read_json, record_key, reset_of, safe_name,
-                             split_instances, stateless_trajectories, stateless_trajectory, trajectory_path)
-from clbench.results import _json_default, _open_append, _write_locked  # the records' own JSON and append
+# run-directory names importable from here before clbench.run_dir owned them
+from clbench.run_dir import (_JOURNAL_MIN_BYTES, _JOURNAL_SLACK, STOP_FILE, LocalSink,  # noqa: F401
+                             append_checkpoint, load_checkpoint, state_line, state_path, stop_requested)
 
 
 @dataclass
@@ -80,14 +80,6 @@ def default_system_name(env_id: str, agent: str, agent_kwargs: dict) -> str:
     return name(agent_kwargs) if callable(name) else agent
 
 
-#: written into a run directory by the driver's error policy: jobs stop before their next instance
-STOP_FILE = "STOP"
-
-
-def stop_requested(out: str | Path) -> bool:
-    return os.path.exists(os.path.join(out, STOP_FILE))
-
-
 @dataclass
 class Job:
     config: RunConfig
@@ -100,23 +92,6 @@ class Job:
     @property
     def label(self) -> str:
         return f"{self.config.env_id} {self.mode} rollout {self.rollout}"
-
-
-class LocalSink:
-    """Writes into the run directory directly (workers share the driver's filesystem)."""
-
-    def __init__(self, out: str | Path):
-        self.out = Path(out)
-        self.files = AppendFiles()
-
-    def append(self, rel: str, lines: list[dict]) -> None:
-        self.files.append(os.path.join(self.out, rel), lines)  # str, not Path: a Path per append showed in profiles
-
-    def close(self) -> None:
-        self.files.close()
-
-    def checkpoint(self, rel: str, line: bytes) -> None:
-        append_checkpoint(self.out / rel, line)
 
 
 _ENVS: dict[tuple, gym.Env] = {}
@@ -221,38 +196,6 @@ def _record(job: Job, env, info: dict, outcome: dict) -> dict:
     }
 
 
-class TranscriptSink:
-    """One job's transcript file (the trajectory file's twin under transcripts/), encoded compactly
-    by clbench.llm.transcripts; opened on the first instance that has a transcript."""
-
-    def __init__(self, sink, out: Path, trajectory_rel: str):
-        self.sink, self.out, self.trajectory_rel = sink, out, trajectory_rel
-        self.encoder = None
-
-    def write(self, info: dict, transcript: list[dict] | None) -> None:
-        if not transcript:
-            return
-        from clbench.llm.transcripts import Encoder, transcript_rel
-
-        if self.encoder is None:
-            self.encoder = Encoder()
-            self.rel = transcript_rel(self.trajectory_rel)
-        self.sink.append(self.rel, [self.encoder.encode(info["instance_id"], info["position"], transcript)])
-
-
-def rel(path: Path, out: Path) -> str:
-    return str(path.relative_to(out))
-
-
-def state_path(out: Path, task: str, system: str, rollout: int) -> Path:
-    """The journal a stateful rollout appends its agent state to at instance boundaries."""
-    return Path(out) / "state" / task / safe_name(system) / f"stateful-r{rollout}.jsonl"
-
-
-#: a journal is compacted to its newest line once it outgrows that line this many times (and 1 MiB):
-#: disk stays bounded and compaction costs O(1) amortized per checkpoint
-_JOURNAL_SLACK = 8
-_JOURNAL_MIN_BYTES = 1 << 20
 #: checkpoints may take at most this share of a stateful rollout's time. A growing state saved after
 #: every instance costs the square of the schedule length; within this budget its cost is a fixed
 #: share of the agent's own time (1%: a scripted agent's growing state made 2% a visible part of the
@@ -262,56 +205,11 @@ _JOURNAL_MIN_BYTES = 1 << 20
 CHECKPOINT_SHARE = 0.01
 
 
-def state_line(position: int, state) -> bytes:
-    """One checkpoint as a compact JSON line (C encoder; NaN kept, so a state round-trips exactly)."""
-    return (json.dumps({"position": position, "state": state}, separators=(",", ":"),
-                       default=_json_default) + "\n").encode()
-
-
-def append_checkpoint(path: Path, line: bytes) -> None:
-    """Append one checkpoint to a state journal: a single O_APPEND write, no rewrite of older state.
-
-    Cost per instance is the size of the state, not of the history (rewriting and renaming a file
-    per instance made checkpoints most of a run). A SIGKILL leaves whole lines, or at worst a torn
-    last line that `load_checkpoint` skips and the next append starts after.
-    """
-    fd = _open_append(path)
-    try:
-        if os.fstat(fd).st_size > max(_JOURNAL_MIN_BYTES, _JOURNAL_SLACK * len(line)):
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(line)
-            os.replace(tmp, path)  # atomic: a reader sees the old journal or the compacted one
-            return
-        _write_locked(fd, line)  # the records' append: a torn last line is ended first
-    finally:
-        os.close(fd)
-
-
-def load_checkpoint(path: Path) -> dict | None:
-    """The newest whole checkpoint {"position", "state"} of a journal, or None.
-
-    Runs written before the journal kept one JSON file per rollout (`stateful-rK.json`); it is read
-    when there is no journal.
-    """
-    legacy = path.with_suffix(".json")
-    if not path.exists():
-        return read_json(legacy) if legacy.exists() else None
-    for raw in reversed(path.read_bytes().split(b"\n")):
-        try:
-            saved = json.loads(raw)
-        except ValueError:  # blank or torn line
-            continue
-        if isinstance(saved, dict) and "position" in saved and "state" in saved:
-            return saved
-    return None
-
-
-def _run_stateful(job: Job, env, sink) -> list[dict]:
+def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
     from clbench.probes import gold_facts
     from clbench.shocks import apply_shocks
 
-    cfg, out = job.config, Path(job.config.out)
-    task = env.unwrapped.task
+    cfg = job.config
     seed = cfg.seed + job.rollout
     agent = make_agent(cfg.agent, env, seed=seed, **cfg.agent_kwargs)
     n = len(env.unwrapped.schedule)
@@ -322,18 +220,15 @@ def _run_stateful(job: Job, env, sink) -> list[dict]:
         obs, info = env.reset(seed=seed, options={"instance": start})
     else:
         obs, info = env.reset(seed=seed)
-    tpath = rel(trajectory_path(out, task, cfg.system, "stateful", job.rollout), out)
-    spath = rel(state_path(out, task, cfg.system, job.rollout), out)
     records = []
     played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
-    transcripts = TranscriptSink(sink, out, tpath)
     for pos in range(start, n):
-        if stop_requested(out):
+        if files.stop_requested():
             break
         begun = time.perf_counter()
         if pos > start:
             obs, info = env.reset()
-        events = apply_shocks(agent, cfg.shocks, pos)
+        events = apply_shocks(agent, cfg.shocks, pos) if cfg.shocks else []
         if cfg.probe:
             agent.probe(cfg.probe, gold_facts(env, info["instance_id"]))
         traj: list[dict] = [{"event": "shock", **e} for e in events]
@@ -342,31 +237,24 @@ def _run_stateful(job: Job, env, sink) -> list[dict]:
         rec = _record(job, env, info, outcome)
         if events:
             rec["shocks"] = [e["event"] for e in events]
-        sink.append(tpath, traj)
-        transcripts.write(info, transcript)
-        sink.append(RESULTS_FILE, [rec])
+        files.instance(traj, rec, info, transcript)
         records.append(rec)
         now = time.perf_counter()
         played += now - begun
         if saving <= CHECKPOINT_SHARE * played:
             state = agent.state_dict()
             if state is not None:
-                sink.checkpoint(spath, state_line(pos, state))
+                files.checkpoint(pos, state)
             saving += time.perf_counter() - now
     return records
 
 
-def _run_stateless(job: Job, env, sink) -> list[dict]:
-    cfg, out = job.config, Path(job.config.out)
-    task = env.unwrapped.task
+def _run_stateless(job: Job, env, files: JobFiles) -> list[dict]:
+    cfg = job.config
     records = []
     seed = cfg.seed + job.rollout  # pass k is seeded like stateful rollout k
-    # one file per job, not per instance (creating it cost more than playing the instance); per
-    # job, not per pass: jobs of a pass run in parallel, and a file's bytes must not depend on that
-    tpath = rel(stateless_trajectory(out, task, cfg.system, job.rollout, job.instance_ids[0]), out)
-    transcripts = TranscriptSink(sink, out, tpath)
     for iid in job.instance_ids:
-        if stop_requested(out):
+        if files.stop_requested():
             break
         agent = make_agent(cfg.agent, env, seed=stateless_agent_seed(seed, iid), **cfg.agent_kwargs)
         obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
@@ -374,77 +262,40 @@ def _run_stateless(job: Job, env, sink) -> list[dict]:
         outcome = play_instance(env, agent, obs, info, traj)
         transcript = outcome.pop("transcript")
         rec = _record(job, env, info, outcome)
-        sink.append(tpath, traj)
-        transcripts.write(info, transcript)
-        sink.append(RESULTS_FILE, [rec])
+        files.instance(traj, rec, info, transcript)
         records.append(rec)
     return records
 
 
 def run_job(job: Job, sink=None) -> list[dict]:
-    """Run one job in this process; its records are written through `sink` as they finish."""
+    """Run one job in this process; its records are written through `sink` (the run directory's
+    LocalSink unless an executor relays them) as they finish."""
     cfg = job.config
     own = sink is None
     sink = sink or LocalSink(cfg.out)
     try:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
+        files = RunDirectory(cfg.out).job_files(sink, env.unwrapped.task, cfg.system, job.mode, job.rollout,
+                                                job.instance_ids[0] if job.instance_ids else None)
         if job.mode == "stateful":
-            return _run_stateful(job, env, sink)
-        return _run_stateless(job, env, sink)
+            return _run_stateful(job, env, files)
+        return _run_stateless(job, env, files)
     finally:
         if own:
             sink.close()
 
 
 # ---------------------------------------------------------------- planning and resume
-def done_keys(out: Path, task: str, system: str) -> tuple[set[tuple], set[tuple]]:
-    """(mode, rollout, instance_id) recorded for task/system: (completed, errored)."""
-    path = out / RESULTS_FILE
-    ok, bad = set(), set()
-    if not path.exists():
-        return ok, bad
-    for _, rec in iter_jsonl(path):
-        try:
-            t, s, mode, k, iid = record_key(rec)
-        except (KeyError, TypeError, ValueError):
-            continue
-        if t == task and s == system:
-            key = (mode, k, iid)
-            if rec.get("error"):
-                bad.add(key)
-                ok.discard(key)
-            else:
-                ok.add(key)
-                bad.discard(key)
-    return ok, bad
-
-
-def _keep_instances(path: Path, keep) -> None:
-    """Rewrite a trajectory file with only the instances whose reset event `keep` accepts (on
-    resume: a half-written or unrecorded instance is dropped, and played again). Shocks go with
-    their instance; shocks written before an instance that never started are dropped."""
-    if not path.exists():
-        return
-    kept = [ev for group in split_instances(ev for _, ev in iter_jsonl(path))
-            if (reset := reset_of(group)) is not None and keep(reset) for ev in group]
-    tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    append_lines(tmp, kept)
-    if tmp.exists():
-        os.replace(tmp, path)
-    else:
-        path.unlink()
-
-
 def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, resume: bool = False) -> list[Job]:
     """Stateful rollouts first (the longest jobs), then the stateless passes (stateless_plan) in chunks.
 
     With resume, completed instances are skipped; a stateful rollout continues from its newest
     agent checkpoint (instances finished after it are played and recorded again; later records
-    replace earlier ones), or restarts when there is none.
+    replace earlier ones), or restarts when there is none. What a restarted or continued rollout
+    keeps on disk is the run directory's (RunDirectory.restart_rollout / continue_rollout).
     """
-    out = Path(cfg.out)
-    ok, bad = done_keys(out, task, cfg.system) if resume else (set(), set())
+    rd = RunDirectory(cfg.out)
+    ok, bad = rd.done_keys(task, cfg.system) if resume else (set(), set())
     jobs = []
     if cfg.mode in ("both", "stateful"):
         for k in range(cfg.rollouts):
@@ -452,29 +303,23 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
             errored = any(("stateful", k, iid) in bad for iid in order)
             if all(("stateful", k, iid) in ok for iid in order) and not errored:
                 continue
-            tpath = trajectory_path(out, task, cfg.system, "stateful", k)
-            spath = state_path(out, task, cfg.system, k)
             resume_state = None
-            saved = load_checkpoint(spath) if resume and resumable and not errored else None
+            saved = rd.checkpoint(task, cfg.system, k) if resume and resumable and not errored else None
             if saved is not None:
                 p = int(saved["position"])
                 if all(("stateful", k, order[q]) in ok for q in range(p + 1)):
                     resume_state = saved
             if resume_state is None:
-                spath.unlink(missing_ok=True)
-                spath.with_suffix(".json").unlink(missing_ok=True)
-                tpath.unlink(missing_ok=True)
-                (out / "transcripts" / rel(tpath, out / "trajectories")).unlink(missing_ok=True)
+                rd.restart_rollout(task, cfg.system, k)
             else:
-                last = int(resume_state["position"])
-                _keep_instances(tpath, lambda reset: reset.get("position", 1 << 30) <= last)
+                rd.continue_rollout(task, cfg.system, k, int(resume_state["position"]))
             start = int(resume_state["position"]) + 1 if resume_state else 0
             jobs.append(Job(cfg, "stateful", k, resume_state=resume_state, remaining=len(order) - start))
     if cfg.mode in ("both", "stateless"):
         for p in range(stateless_plan(cfg)["passes"]):
             todo = [s.instance_id for s in schedule.order(0) if ("stateless", p, s.instance_id) not in ok]
             if todo:  # a half-written trajectory of an unfinished instance starts over
-                _drop_stateless_trajectories(out, task, cfg.system, p, todo, ok)
+                rd.drop_unrecorded_stateless(task, cfg.system, p, todo, ok)
                 size = cfg.stateless_chunk or max(1, -(-len(todo) // (cfg.workers * 2)))
                 for s in range(0, len(todo), size):
                     chunk = todo[s:s + size]
@@ -486,14 +331,6 @@ def stateless_agent_seed(rollout_seed: int, instance_id: str) -> int:
     """The fresh agent of one stateless instance: seeded from the pass's seed and the instance, so
     instances of a pass do not replay one random stream (stateful rollout k's agent gets SEED+k)."""
     return int(np.random.SeedSequence([rollout_seed, zlib.crc32(instance_id.encode())]).generate_state(1)[0])
-
-
-def _drop_stateless_trajectories(out: Path, task: str, system: str, p: int, todo: list[str], ok: set) -> None:
-    """Before pass p plays `todo` (again): only recorded instances stay in its trajectory files."""
-    for path in stateless_trajectories(out, task, system, p):
-        _keep_instances(path, lambda reset: ("stateless", p, reset.get("instance_id")) in ok)
-    for iid in todo:  # record format 1: one file per instance
-        legacy_stateless_trajectory(out, task, system, p, iid).unlink(missing_ok=True)
 
 
 def agent_class(env_id: str, name: str):

@@ -338,3 +338,31 @@ def test_paper_split_by_hand_on_upstream_records(tmp_path):
 
 def task_metrics_of(records, meta):
     return [task_metrics(tr, n_boot=100) for tr in group_records(records, meta["tasks"]).values()]
+
+
+@pytest.mark.parametrize("K,P", [(3, 1), (4, 3), (12, 12)])  # both ways of contracting (12 x 12: many columns)
+def test_headline_replicates_equal_the_cell_by_cell_sums(K, P):
+    """headline_stats contracts over instances with matrix products; every statistic must equal the
+    definition summed cell by cell (weights ck[k] * ci[i], the stateless mean over weighted passes)."""
+    from clbench.metrics import Matrices, headline_stats
+
+    rng = np.random.default_rng(K * 100 + P)
+    n, B = 17, 6
+    sf, sl = rng.random((K, n)), rng.random((P, n))
+    present = (rng.random((K, n)) < 0.9).astype(float)
+    window, boundary = (rng.random((K, n)) < 0.3).astype(float), (rng.random((K, n)) < 0.1).astype(float)
+    m = Matrices([str(i) for i in range(n)], {str(i): i for i in range(n)}, sf, present, window, sl, boundary)
+    ck, ci, cp = (rng.integers(0, 3, (B, s)).astype(float) + (np.arange(s) == 0) for s in (K, n, P))
+    got = headline_stats(m, 1.2, 0.1, ck, ci, cp)
+    for b in range(B):
+        slbar = cp[b] @ sl / cp[b].sum()
+        w = ck[b][:, None] * ci[b][None, :] * present  # the weight of each played cell
+        mass = w.sum()
+        gain = lambda mask: (w * mask * (sf - slbar)).sum()  # noqa: E731
+        mean_sf, mean_sl = (w * sf).sum() / mass, (ci[b] * slbar).sum() / ci[b].sum()
+        want = {"mean_reward": mean_sf, "mean_reward_stateless": mean_sl,
+                "cumulative_gain": gain(1.0) / ck[b].sum(), "normalized_gain": (mean_sf - mean_sl) / (1.2 - mean_sl),
+                "stability": gain(boundary) / mass / (1.2 - mean_sl), "early_gain": gain(window) / mass / (1.2 - mean_sl),
+                "boundary_share": (w * boundary).sum() / mass}
+        for name, value in want.items():
+            assert got[name][b] == pytest.approx(value, rel=1e-12, abs=1e-13), (name, b)

@@ -1,0 +1,125 @@
+"""The run directory's one owner (clbench.run_dir): layout, resume bookkeeping, the writer lock."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from clbench import clbench_env_ids
+from clbench.results import RESULTS_FILE, append_lines, iter_jsonl
+from clbench.run_dir import (STOP_FILE, LocalSink, RunDirectory, RunDirectoryBusy, instance_trajectory,
+                             load_checkpoint)
+
+SPECTRUM = max(i for i in clbench_env_ids() if i.startswith("clbench/SpectrumMonitor-"))
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    from clbench.rollout import run
+    from clbench.runner import RunConfig
+
+    out = tmp_path_factory.mktemp("run") / "r"
+    run(RunConfig(SPECTRUM, "reference", str(out), rollouts=1, workers=1, env_kwargs={"schedule": "short"}),
+        say=lambda m: None, quiet=True)
+    return RunDirectory(out)
+
+
+def test_a_run_lands_where_the_run_directory_names_its_files(small_run):
+    rd = small_run
+    recs = rd.records()
+    task = recs[0]["task"]
+    stateful = sorted((r for r in recs if r["mode"] == "stateful"), key=lambda r: r["position"])
+    stateless = [r for r in recs if r["mode"] == "stateless"]
+    assert stateful and stateless and rd.results.is_file()
+    resets = [ev for _, ev in iter_jsonl(rd.trajectory(task, "reference", 0)) if ev["event"] == "reset"]
+    assert [ev["instance_id"] for ev in resets] == [r["instance_id"] for r in stateful]
+    assert load_checkpoint(rd.journal(task, "reference", 0))["position"] >= 0
+    first = min(stateless, key=lambda r: r["position"])["instance_id"]  # one stateless job: named after its first
+    assert rd.stateless_trajectory(task, "reference", 0, first).is_file()
+    events = instance_trajectory(rd.root, task, "reference", "stateless", 0, stateless[-1]["instance_id"])
+    assert events[0]["event"] == "reset" and events[0]["instance_id"] == stateless[-1]["instance_id"]
+    assert rd.transcript(rd.trajectory(task, "reference", 0)) == rd.root / "transcripts" / task / "reference" / "stateful-r0.jsonl"
+    assert {r["env_id"] for r in rd.config()["runs"]} == {SPECTRUM} and task in rd.metadata()["tasks"]
+    assert (rd.root / "run_card.json").is_file() and not (rd.root / STOP_FILE).exists()
+
+
+def _rec(iid: str, pos: int, error=None, mode="stateful", rollout=0) -> dict:
+    return {"task": "t", "system": "s", "mode": mode, "rollout": rollout, "instance_id": iid, "position": pos,
+            "variant": "v", "reward": 0.5, "error": error}
+
+
+def test_done_keys_follow_the_newest_record_of_each_instance(tmp_path):
+    rd = RunDirectory(tmp_path)
+    append_lines(rd.results, [_rec("a", 0), _rec("b", 1, error="boom"), _rec("c", 2), _rec("c", 2, error="late"),
+                              _rec("b", 1), {"task": "t"}, _rec("x", 0, mode="stateless", rollout=2)])
+    ok, bad = rd.done_keys("t", "s")
+    assert ok == {("stateful", 0, "a"), ("stateful", 0, "b"), ("stateless", 2, "x")}
+    assert bad == {("stateful", 0, "c")}
+    assert rd.done_keys("t", "other") == (set(), set())
+
+
+def _events(iids_positions, shock_before=None) -> list[dict]:
+    out = []
+    for iid, pos in iids_positions:
+        if pos == shock_before:
+            out.append({"event": "shock", "kind": "flush"})
+        out += [{"event": "reset", "instance_id": iid, "position": pos}, {"event": "step", "step": 1}]
+    return out
+
+
+def test_a_continued_rollout_keeps_instances_up_to_its_checkpoint_and_a_restarted_one_starts_clean(tmp_path):
+    rd = RunDirectory(tmp_path)
+    traj = rd.trajectory("t", "s", 0)
+    append_lines(traj, _events([("a", 0), ("b", 1), ("c", 2)], shock_before=2) + [{"event": "shock", "kind": "x"}])
+    rd.continue_rollout("t", "s", 0, last=1)
+    kept = [ev for _, ev in iter_jsonl(traj)]
+    assert kept == _events([("a", 0), ("b", 1)])  # c, its shock and the dangling shock are gone
+    journal = rd.journal("t", "s", 0)
+    append_lines(journal, [{"position": 1, "state": {}}])
+    append_lines(journal.with_suffix(".json"), [{"position": 0, "state": {}}])
+    append_lines(rd.transcript(traj), [{"instance_id": "a"}])
+    rd.restart_rollout("t", "s", 0)
+    assert not traj.exists() and not journal.exists() and not journal.with_suffix(".json").exists()
+    assert not rd.transcript(traj).exists() and rd.checkpoint("t", "s", 0) is None
+
+
+def test_unrecorded_stateless_instances_leave_their_job_files(tmp_path):
+    rd = RunDirectory(tmp_path)
+    path = rd.stateless_trajectory("t", "s", 0, "a")
+    append_lines(path, _events([("a", 0), ("b", 1), ("c", 2)]))
+    rd.drop_unrecorded_stateless("t", "s", 0, ["b", "c"], ok={("stateless", 0, "a")})
+    assert [ev.get("instance_id") for _, ev in iter_jsonl(path)] == ["a", None]
+    rd.drop_unrecorded_stateless("t", "s", 0, ["a"], ok=set())
+    assert not path.exists()  # nothing recorded: no empty file left
+
+
+def test_one_writer_at_a_time_and_a_stop_flag_does_not_outlive_its_run(tmp_path):
+    rd = RunDirectory(tmp_path / "run")
+    with rd.writer():
+        rd.request_stop("too many errors")
+        assert (rd.root / STOP_FILE).exists()
+        with pytest.raises(RunDirectoryBusy, match=f"pid {__import__('os').getpid()}"):
+            with RunDirectory(rd.root).writer():
+                pass
+    assert not (rd.root / STOP_FILE).exists()
+    (rd.root / STOP_FILE).write_text("left by a killed run\n")
+    with RunDirectory(rd.root).writer():  # free again once the holder is gone; the old flag is cleared
+        assert not (rd.root / STOP_FILE).exists()
+
+
+def test_a_torn_line_is_ended_before_the_next_append_in_every_file(tmp_path):
+    rel = "trajectories/t/s/stateful-r0.jsonl"
+    (tmp_path / "trajectories/t/s").mkdir(parents=True)
+    (tmp_path / rel).write_bytes(b'{"event":"reset","instance_id":"a"}\n{"event":"st')  # a killed writer
+    (tmp_path / RESULTS_FILE).write_bytes(b'{"task":"t","sys')
+    sink = LocalSink(tmp_path)
+    for _ in range(2):
+        sink.append(rel, [{"event": "step", "reward": np.float64(1.0)}])
+        sink.append(RESULTS_FILE, [{"task": "t"}])
+    sink.close()
+    assert (tmp_path / rel).read_bytes().split(b"\n")[1:] == [b'{"event":"st', b'{"event":"step","reward":1.0}',
+                                                               b'{"event":"step","reward":1.0}', b""]
+    assert (tmp_path / RESULTS_FILE).read_bytes() == b'{"task":"t","sys\n{"task":"t"}\n{"task":"t"}\n'
+    with pytest.warns(UserWarning, match="corrupt line"):
+        assert [json.dumps(ev) for _, ev in iter_jsonl(tmp_path / RESULTS_FILE)] == ['{"task": "t"}'] * 2
