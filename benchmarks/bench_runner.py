@@ -148,8 +148,8 @@ def measured(quick: bool = False, envs=ENVS) -> tuple[list[Ratio], dict]:
 
 
 def rows(found: list[Ratio], peaks: dict) -> list[dict]:
-    out = [{"measure": r.name, "anchor": 1.0, "value": r.value, "spread": r.noise, "target": r.target,
-            "definition": DEFINITION} for r in found]
+    out = [{"measure": r.name, "anchor": 1.0, "value": r.value, "spread": r.noise, "samples": r.samples,
+            "target": r.target, "definition": DEFINITION} for r in found]
     out.append({"measure": f"run card bootstrap memory, 80 / 40 rollouts ({peaks[80]:.1f} / {peaks[40]:.1f} MiB; "
                            f"{peaks[5]:.1f} MiB at 5)", "anchor": 1.0, "value": peaks[80] / peaks[40], "spread": 0.0,
                 "target": 1.2, "definition": MEMORY_DEFINITION})

@@ -106,7 +106,7 @@ def as_ratio(row) -> Ratio:
     judged), "definition"}."""
     if isinstance(row, Ratio):
         return row
-    name = f"{row['measure']} ({row['anchor']})" if row.get("anchor") else row["measure"]
+    name = f"{row['measure']} ({row['anchor']})" if isinstance(row.get("anchor"), str) else row["measure"]
     target = row.get("target")
     definition = row.get("definition", "") + ("" if target is not None else " (reported, no target)")
     return Ratio(name, list(row.get("samples") or [row["value"]]), float("inf") if target is None else target,
