@@ -483,8 +483,10 @@ def test_fresh_worlds_keep_the_difficulty(world_seed, cache):
                     for c in type(env).policy_families["fixed_table"][1]["curve"])
     finally:
         env.close()
-    # the band around the canonical world (r_max 0.038, r_reference 0.51 of it, normalized gain 0.40)
-    assert 0.015 < r_max < 0.2 and 0.3 < r_ref / r_max < 0.75, (r_max, r_ref)
+    # the band around the canonical world (r_max 0.038, r_reference 0.51 of it, normalized gain 0.40); drawn
+    # worlds are held to its r_max, and their reference keeps a smaller share of it (0.22-0.41 of r_max
+    # on worlds 1-20: which variable predicts survival is drawn per variable, so fewer effects line up)
+    assert 0.018 < r_max < 0.06 and 0.15 < r_ref / r_max < 0.75, (r_max, r_ref)
     gain = (stateful.mean() - r_ref) / (r_max - r_ref)
     assert 0.2 < gain < 0.9, gain
     # the re-coding never helps the frozen reference; how much it costs depends on how much the
