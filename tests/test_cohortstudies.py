@@ -1,4 +1,4 @@
-"""CohortStudies-v2: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth. The
+"""CohortStudies-v3: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth. The
 env contract (check_env, reset modes, determinism, info keys, the stateless jump showing the same
 study as the stateful position, spec card, r_max and r_reference) is checked for every env in
 tests/test_contract.py."""
@@ -20,7 +20,7 @@ from clbench.envs.cohortstudies.codings import CodeCoding, NumericCoding, parse_
 from clbench.envs.cohortstudies.scoring import binary_kl_bits, information_gain_bits
 from clbench.feedback import format_score
 
-ENV = "clbench/CohortStudies-v2"
+ENV = "clbench/CohortStudies-v3"
 
 
 @pytest.fixture(scope="module")
@@ -484,8 +484,8 @@ def test_fresh_worlds_keep_the_difficulty(world_seed, cache):
     finally:
         env.close()
     # the band around the canonical world (r_max 0.038, r_reference 0.51 of it, normalized gain 0.40); drawn
-    # worlds are held to its r_max, and their reference keeps a smaller share of it (0.22-0.41 of r_max
-    # on worlds 1-20: which variable predicts survival is drawn per variable, so fewer effects line up)
+    # worlds are held to its r_max, and their reference keeps a smaller share of it (0.22-0.55 of r_max,
+    # 0.36 on average, on worlds 1-20: which variable predicts survival is drawn per variable, so fewer effects line up)
     assert 0.018 < r_max < 0.06 and 0.15 < r_ref / r_max < 0.75, (r_max, r_ref)
     gain = (stateful.mean() - r_ref) / (r_max - r_ref)
     assert 0.2 < gain < 0.9, gain
