@@ -1,4 +1,4 @@
-"""CohortStudies-v2: survival estimation across heterogeneous studies."""
+"""CohortStudies-v3: survival estimation across heterogeneous studies."""
 from __future__ import annotations
 
 import functools
@@ -101,7 +101,13 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     the 36 cohorts recur in every study and every region recurs across studies, so per-cohort
     errors or directions would let an agent tune a fixed table to the feedback without analysing
     any data (such a table reached 84% of r_max under v1's per-cohort feedback), and true values
-    would answer later instances outright.
+    would answer later instances outright. The score alone still ranks tables: a data-blind search
+    that replays the same 20 instances over and over, keeping the moves that lower the stated KL
+    (agents/cohortstudies_redteam.py FeedbackSearch), passes r_reference on the 10th pass of the
+    canonical world (0.0245 against 0.0197); it has learned that world's answers, not the skill, which
+    fresh worlds expose: the table it learned there scores -0.057 on average on worlds 1-20 (every one
+    below 0, the flat baseline), and the one it learns on world N's train split stays below world N's
+    r_reference (tests/test_cohortstudies.py).
 
     ## Rewards
     Information gain in bits over the flat baseline that reports the study's overall Kaplan-Meier
@@ -124,10 +130,20 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     of the world's spec; files are written to a temp name and renamed, so parallel workers can share it),
     `split` ("test", the benchmark; "train": the same studies and kinds of structure in another world:
     its own populations, effects, region names and mixes, enrollment biases, codes and re-coding, every
-    table from other seeds; ids "train-<STUDY>-<k>"), `world_seed` (None: the canonical world; N: a
-    fresh world of the same kind drawn from N, see clbench.envs.cohortstudies.worlds).
+    table from other seeds, drawn against the test world it trains for so that its answers earn at most
+    a fifth of r_max there; ids "train-<STUDY>-<k>"), `world_seed` (None: the canonical world; N: a
+    fresh world of the same kind and difficulty drawn from N, whose answers are not the canonical
+    world's or its train split's, see clbench.envs.cohortstudies.worlds).
 
     ## Version History
+    * v3 (the canonical world, its data and its r_max / r_reference unchanged): drawn worlds (the
+      train split, `world_seed`) permute each standard variable's per-type distributions on their own
+      (which variables predict survival, and in which direction, differ between worlds), are held to
+      the canonical world's difficulty, and give no published world's answers; a train world is drawn
+      against its test world. v2's fresh worlds were alike enough that the train split's answers
+      reached r_reference in 9 of 20 of them, and their r_reference ranged 0.012-0.105. On worlds 1-20:
+      r_max 0.036 [0.022, 0.045], r_reference 0.013 [0.005, 0.024], the reference's normalized gain
+      0.46 [0.25, 0.61] (canonical 0.038, 0.020, 0.40); the train answers score below 0 in every world.
     * v2: the train split and fresh worlds (`world_seed`) draw every latent value (v1's train split
       shared the test split's population, so its answers were the test answers); the feedback gives
       only the score and its aggregate parts (v1's per-cohort too high / too low and grade let a
@@ -142,7 +158,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/CohortStudies-v2"
+    env_id = "clbench/CohortStudies-v3"
     #: modules a scripted agent may import (parsers of the condition and tag notation the observations use; no world's codings; tests/test_reference_imports.py)
     public_modules = ("codings",)
     reward_unit = "bits"
@@ -215,7 +231,15 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         """This world's population and studies: as written (canonical) or drawn (train, world seeds)."""
         if self.canonical_world:
             return worlds.canonical(self.spec_data)
-        return worlds.draw_world(self.spec_data, self.world_rng)
+        return worlds.draw_world(self.spec_data, self.world_rng, avoid=tuple(w.world for w in self._avoided_worlds()))
+
+    def _avoided_worlds(self) -> list["CohortStudiesEnv"]:
+        """The worlds whose answers this drawn world's must not give: the published ones (the canonical
+        world, and its train split for fresh worlds) and, for a train world, the test world it trains for."""
+        make = functools.partial(type(self), cache_dir=str(self.cache_dir))
+        if self.split == "test":
+            return [make(), make(split="train")]
+        return [make()] if self.world_seed is None else [make(world_seed=self.world_seed), make()]
 
     @functools.cached_property
     def population(self) -> Population:

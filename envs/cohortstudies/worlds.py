@@ -8,6 +8,14 @@ standard variables, the studies' enrollment biases and which region each study i
 arbitrary numeric codes, and the shared consortium column that a later study re-codes (its name and
 the new coding, of the same kind as the canonical one: a reversed count on a drawn scale, so an
 agent that keeps the old mapping selects the wrong patients).
+
+Draws are held to the kind and difficulty of the canonical world: a draw is taken only when its
+difficulty (the bits reporting each cohort's true survival gains over its region's overall survival)
+is within DIFFICULTY_RATIO of the canonical world's (unconstrained draws ranged from 0.8x to 4.5x).
+A train world is drawn against the test world it trains for (the canonical world, or world N for
+`world_seed=N`): it is taken only when its answers, reported for any region of that test world, earn
+at most TRAIN_ANSWER_SHARE of what the truth earns there, so train and test share the kind of
+structure, never the answers (unconstrained, the train answers of fresh worlds came near r_reference).
 Nothing here is shown to agents; observations show what a study's tables and tags say.
 """
 from __future__ import annotations
@@ -32,8 +40,72 @@ def canonical(spec: dict) -> dict:
     return {"population": spec["population"], "studies": spec["studies"]}
 
 
-def draw_world(spec: dict, rng_for: Callable[[str], np.random.Generator]) -> dict:
-    """A fresh world of the same kind as `spec`'s; `rng_for(purpose)` gives this world's generators."""
+#: a drawn world's difficulty (`difficulty`: how far its cohorts' survival lies from their regions'
+#: overall survival, the bits an oracle gains) stays within this factor of the canonical world's
+DIFFICULTY_RATIO = 1.3
+#: a train world's answers may earn at most this share of its test world's difficulty on that world
+#: (the stateless reference earns about half): the train split shares the kind, never the answers
+TRAIN_ANSWER_SHARE = 0.2
+#: draws tried before a world is accepted (each a full redraw from generators keyed by the attempt)
+MAX_ATTEMPTS = 400
+
+
+def draw_world(spec: dict, rng_for: Callable[[str], np.random.Generator], avoid: tuple[dict, ...] = ()) -> dict:
+    """A fresh world of the same kind as `spec`'s; `rng_for(purpose)` gives this world's generators.
+
+    The first draw (of attempts keyed 0, 1, ...) whose difficulty is within DIFFICULTY_RATIO of the
+    canonical world's is taken, so worlds are as hard as the canonical one, and whose answers answer
+    no world of `avoid` (the published worlds, and for a train world the test world it is paired
+    with): its survival tables, reported for any region of such a world, earn at most
+    TRAIN_ANSWER_SHARE of what the truth earns there."""
+    target = difficulty(canonical(spec), spec)
+    for attempt in range(MAX_ATTEMPTS):
+        world = _draw_once(spec, lambda purpose, a=attempt: rng_for(f"{purpose}/{a}"))
+        if abs(np.log(difficulty(world, spec) / target)) > np.log(DIFFICULTY_RATIO):
+            continue
+        if all(answer_share(world, other, spec) <= TRAIN_ANSWER_SHARE for other in avoid):
+            return world
+    raise RuntimeError(f"no world of the canonical difficulty found in {MAX_ATTEMPTS} draws")
+
+
+def _tables(world: dict, spec: dict) -> dict[str, np.ndarray]:
+    """Per region: (cohorts x time points) true survival, and the region's overall survival as row -1."""
+    from clbench.envs.cohortstudies.population import Population
+
+    pop = Population(world["population"])
+    points = [int(p) for p in spec["time_points_months"]]
+    conds = [pop.conditions(text) for text in spec["cohorts"].values()]
+    return {r: np.vstack([[pop.cohort_survival(r, c, points) for c in conds],
+                          pop.regions[r] @ pop.type_survival(points)]) for r in pop.regions}
+
+
+def difficulty(world: dict, spec: dict) -> float:
+    """Mean KL (bits) of the cohorts' true survival from their region's overall survival: what reporting
+    the truth gains over a flat report (r_max, without a study's enrollment bias and sampling)."""
+    from clbench.envs.cohortstudies.scoring import binary_kl_bits
+
+    eps = float(spec["smoothing_eps"])
+    return float(np.mean([binary_kl_bits(t[:-1], np.broadcast_to(t[-1], t[:-1].shape), eps).mean()
+                          for t in _tables(world, spec).values()]))
+
+
+def answer_share(world: dict, other: dict, spec: dict) -> float:
+    """The most `world`'s answers (one region's truth, or the mean over its regions) earn on any region of
+    `other`, as a share of what `other`'s truth earns there (both over that region's overall survival)."""
+    from clbench.envs.cohortstudies.scoring import information_gain_bits
+
+    eps = float(spec["smoothing_eps"])
+    mine = [t[:-1] for t in _tables(world, spec).values()]
+    mine.append(np.mean(mine, axis=0))
+    worst = -np.inf
+    for t in _tables(other, spec).values():
+        truth, flat = t[:-1], t[-1]
+        best = information_gain_bits(truth, flat, truth, eps)
+        worst = max(worst, max(information_gain_bits(truth, flat, m, eps) for m in mine) / best)
+    return float(worst)
+
+
+def _draw_once(spec: dict, rng_for: Callable[[str], np.random.Generator]) -> dict:
     pop = copy.deepcopy(spec["population"])
     studies = copy.deepcopy(spec["studies"])
     _draw_survival(pop, rng_for("survival"))
@@ -75,21 +147,21 @@ def _draw_regions(pop: dict, rng: np.random.Generator) -> dict[str, str]:
 
 
 def _draw_variables(pop: dict, rng: np.random.Generator, drifting: str | None) -> None:
-    """Which type has which covariate profile (one permutation of the per-type parameters of every
-    standard variable: the variables that predict survival change, the studies' enrollment biases and
-    the regions' mixes stay with the survival curves, so their size stays), each redrawn around it.
-    As in the canonical world, the profile that stands out on the re-coded variable belongs to one of
-    the two shortest-lived types (so the re-coding matters as much), and the shortest-lived type's
-    profile changes."""
+    """Which type has which distribution of each standard variable (one permutation of the per-type
+    parameters per variable: which variables predict survival, and in which direction, change from
+    world to world; the studies' enrollment biases and the regions' mixes stay with the survival
+    curves, so their size stays), each redrawn around it. As in the canonical world, the profile that
+    stands out on the re-coded variable belongs to one of the two shortest-lived types (so the
+    re-coding matters as much)."""
     n = len(pop["types"])
     short = set(np.argsort(pop["weibull_scale_months"])[:2].tolist())
-    means = np.asarray(pop["variables"][drifting]["mean"], dtype=float) if drifting else None
-    standout = int(np.argmax(np.abs(means - means.mean()))) if means is not None else None
-    while True:
+    for name, var in pop["variables"].items():
         order = rng.permutation(n)
-        if order[-1] != n - 1 and (standout is None or int(np.flatnonzero(order == standout)[0]) in short):
-            break
-    for var in pop["variables"].values():
+        if name == drifting:
+            means = np.asarray(var["mean"], dtype=float)
+            standout = int(np.argmax(np.abs(means - means.mean())))
+            while int(np.flatnonzero(order == standout)[0]) not in short:
+                order = rng.permutation(n)
         for key in ("mean", "sd", "median", "sdlog", "probs"):
             if key in var:
                 var[key] = [var[key][i] for i in order]
