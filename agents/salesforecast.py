@@ -1,4 +1,4 @@
-"""Scripted agents for SalesForecast-v2.
+"""Scripted agents for SalesForecast-v3.
 
 `SalesForecastReference` works through the sandbox like any agent: it writes a Python script
 into the workspace (`forecast.py`) and runs it. The script maps the visible export to one
@@ -122,9 +122,12 @@ class SalesForecastReference(Agent):
 
     name = "reference"
     deterministic = True  # plays from its observations only: one stateless pass measures it
-    #: horizon damping and scale of forecasts made while no trend is estimable (see the script)
+    #: horizon damping and scale of forecasts made while no trend is estimable (see the script). No extra
+    #: shrink (scale 1): the other stores' levels are unknown and spread both ways around the visible one,
+    #: and the absolute-error-optimal common multiplier of such a spread is 1 (v2's 0.9, tuned on the
+    #: canonical world, under-forecast worlds whose visible store sells little)
     damp = 0.95
-    scale = 0.9
+    scale = 1.0
 
     def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)

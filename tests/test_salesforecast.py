@@ -1,4 +1,4 @@
-"""SalesForecast-v2: sandboxed workspace, submissions, scoring, agents, feedback that gives no later
+"""SalesForecast-v3: sandboxed workspace, submissions, scoring, agents, feedback that gives no later
 answers away, the red team's memoryless forecasters, fresh worlds, must-show numbers. The env
 contract (check_env, reset modes, determinism, info keys, spec card, r_max and r_reference) is
 checked for every env in tests/test_contract.py.
@@ -26,7 +26,7 @@ from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
 from clbench.sandbox import SandboxUnavailable, choose_backend
 
-ENV = "clbench/SalesForecast-v2"
+ENV = "clbench/SalesForecast-v3"
 
 
 def _no_sandbox() -> str:
@@ -354,17 +354,17 @@ def test_no_memoryless_forecaster_reaches_the_reference(env):
 
 @pytest.mark.parametrize("world_seed", range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1,))
 def test_fresh_worlds_keep_the_difficulty(world_seed):
-    """issue 29: headroom, learning and a costly drift in a fresh world, and no memoryless forecaster above the
-    stateless reference by more than 0.02 (measured on worlds 1-20: 19 below it, world 4 +0.009 for the
-    price-adjusted naive forecast with elasticity 2.0; a world takes minutes: one by default, all 20 with
-    CLBENCH_SLOW=1)."""
+    """issue 28/29: headroom, learning and a costly drift in a fresh world, and no memoryless forecaster reaching
+    the stateless reference (v3's reference, measured on worlds 1-20 against every family's full grid: margins
+    +0.003 to +0.10; v2's shrunk forecast lost world 4 by 0.009; a world takes minutes: one by default, all 20
+    with CLBENCH_SLOW=1)."""
     from tests.test_spectrummonitor import world_numbers
 
     n = world_numbers(ENV, world_seed, rollouts=1, drift_at=4, red_team=red_team_best)
     assert n["r_max"] > 0.85 and n["r_reference"] < 0.75 * n["r_max"]
     assert n["normalized_gain"] >= 0.1  # canonical 0.51; the fresh worlds measured: 0.17-0.63
     assert n["drift_cost"] > 0
-    assert n["red_team_best"] < n["r_reference"] + 0.02, n
+    assert n["red_team_best"] < n["r_reference"], n
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -3,7 +3,6 @@ answers away, the red team's memoryless families, fresh worlds, and the issues' 
 r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -250,10 +249,14 @@ def test_feedback_reveals_no_edges_only_the_score_the_reported_mhz_and_counts():
 
 
 def family_points(env_id: str, slow: bool = False):
-    """(family, params) for every point of every declared policy family's grid."""
-    for fam, (path, grid) in env_class(env_id).policy_families.items():
-        for vals in itertools.product(*grid.values()):
-            yield fam, path, dict(zip(grid, vals))
+    """(family, class path, params) for every point of every declared policy family's grid (the full grid
+    when `slow` or CLBENCH_SLOW=1), as the red team (clbench.redteam) searches them."""
+    from clbench import redteam
+
+    full = slow or os.environ.get("CLBENCH_SLOW") == "1"
+    for fam, f in redteam.families(env_class(env_id)).items():
+        for params in f.points(full=full):
+            yield fam, f.cls, params
 
 
 def stateless_mean(env, agent: str, **kwargs) -> float:

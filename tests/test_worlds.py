@@ -127,7 +127,16 @@ def _world_params():
     # generic check plays the red team, the drift check and both modes on each world: CLBENCH_SLOW=1
     from tests.test_redteam import with_open_holes
 
-    return [with_open_holes(e, pytest.mark.slow) for e in clbench_env_ids()]
+    return [with_open_holes(e, pytest.mark.slow, *WORLD_HOLES.get(env_class(e).task, ())) for e in clbench_env_ids()]
+
+
+#: holes open in fresh worlds only (the canonical red team passes): strict, so the day a fix lands shows
+WORLD_HOLES = {
+    "spectrummonitor": (pytest.mark.xfail(strict=True, reason=(
+        "issue 28/29, SpectrumMonitor-v2: the best of the ~70 single-scan grid points reaches the stateless "
+        "reference in 19 of fresh worlds 1-20 (by +0.010 on average, at most +0.035); echoing every non-spike "
+        "peak beats the reference's canonical-tuned overlap rule by 0.007 on average over fresh worlds")),),
+}
 
 
 @pytest.mark.parametrize("env_id", _world_params())

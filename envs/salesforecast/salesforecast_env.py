@@ -1,4 +1,4 @@
-"""SalesForecast-v2: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
+"""SalesForecast-v3: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
 from __future__ import annotations
 
 import json
@@ -100,6 +100,11 @@ class SalesForecastEnv(InstanceSequenceEnv):
     `generator.draw_world`). Every world but the canonical one (the train split too) draws them.
 
     ## Version History
+    * v3: the stateless reference no longer shrinks its single-year forecast (scale 1.0, was 0.9, a value
+      tuned on the canonical world): with it a memoryless price-adjusted forecaster beat the reference
+      in a fresh world; now none of the red team's forecasters reaches it in the canonical world or in
+      worlds 1-20, nor a new `trend-scaled` family (steeper decline, scale, stronger price response);
+      recalibrated. Scoring and dynamics unchanged.
     * v2: the feedback shows the forecast year only (v1's 5-year sum of actual units and per-year
       WAPE revealed the later years, which later instances ask for); the agent card and variant
       descriptions say nothing about the regime change; public text names no effect or regime
@@ -112,7 +117,7 @@ class SalesForecastEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SalesForecast-v2"
+    env_id = "clbench/SalesForecast-v3"
     reward_unit = "WAPE skill 0-1"
     brief = (
         "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
@@ -155,6 +160,12 @@ class SalesForecastEnv(InstanceSequenceEnv):
         "seasonal": ("clbench.agents.salesforecast_redteam:Forecaster", {"annualise": ["q4x4", "h2x2"]}),
         "shrink-to-type": ("clbench.agents.salesforecast_redteam:Forecaster",
                            {"shrink": [0.3, 0.6, 1.0], "elasticity": [0.0, 1.0]}),
+        # an attacker's next try: steeper decline, a scale, stronger price response, pooled fill; the full grid
+        # (CLBENCH_SLOW=1) is the 96 points measured on worlds 1-20
+        "trend-scaled": ("clbench.agents.salesforecast_redteam:Forecaster",
+                         {"trend": [0.85], "elasticity": [1.3, 2.5], "scale": [0.9], "fill": ["all"]},
+                         {"full_grid": {"trend": [0.8, 0.85, 0.9], "elasticity": [0.0, 1.3, 2.0, 2.5],
+                                        "scale": [0.7, 0.8, 0.9, 1.0], "shrink": [0.0, 0.5], "fill": ["all"]}}),
     }
     agents = {
         "reference": "clbench.agents.salesforecast:SalesForecastReference",
