@@ -1,17 +1,23 @@
-"""CodeRepair-v3: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
+"""CodeRepair-v4: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
-from clbench.envs.coderepair.checkout import agent_checkout, normalize_tree
+from clbench.envs.coderepair import house
+from clbench.envs.coderepair.checkout import agent_checkout, buggy_tree, normalize_tree
 from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
+from clbench.envs.coderepair.grading import pytest_ini
 from clbench.envs.coderepair.issues import Issue, load_issue
+from clbench.envs.coderepair.patching import apply_diff
 from clbench.envs.coderepair.runtime import runtime_for, runtime_key
 from clbench.envs.coderepair.sources import pristine_tree
 from clbench.sandbox import BACKENDS, Limits, Sandbox, SandboxUnavailable, open_sandbox
@@ -145,7 +151,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
       policy families and the reachable-copy probe; `world_seed` refused (recalibrated).
     """
 
-    env_id = "clbench/CodeRepair-v3"
+    env_id = "clbench/CodeRepair-v4"
     reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from two projects, tablib and "
@@ -212,7 +218,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
     @classmethod
     def public_secrets(cls) -> list[str]:
         """The canonical world's latent values: each injected regression's fixed lines (what the true
-        fix restores) and the names of its hidden tests."""
+        fix restores), the names of its hidden tests, and the house conventions of each era."""
         spec = load_task_spec(cls.task)
         out: set[str] = set()
         for issue_id in sorted({i for blocks in spec["schedules"].values() for b in blocks for i in b["issues"]}):
@@ -221,6 +227,10 @@ class CodeRepairEnv(InstanceSequenceEnv):
                 if line.startswith("+") and not line.startswith("+++") and len(line[1:].strip()) >= 24:
                     out.add(line[1:].strip())
             out.update(i.split("::")[-1] for i in issue.fail_to_pass)
+        for era in house.written_eras(spec["house_conventions"]):  # the conventions, as they would be written
+            raw = {name: house.CANDIDATES[name][i] for name, i in era.choice.items()}
+            out.update([raw["fragment-folder"], "." + raw["fragment-type"], raw["test-location"].split("{n}")[0],
+                        raw["test-name"].split("{n}")[0]])
         return sorted(out)
 
     @classmethod
@@ -244,8 +254,6 @@ class CodeRepairEnv(InstanceSequenceEnv):
     def __init__(self, schedule: str = "default", backend: str = "auto", command_timeout: float | None = None,
                  cycle: bool = False, render_mode: str | None = None, split: str = "test",
                  world_seed: int | None = None):
-        if world_seed is not None:
-            raise ValueError(f"{self.env_id} has no fresh worlds (world_seed must be None): {self.no_fresh_worlds}")
         super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -278,9 +286,46 @@ class CodeRepairEnv(InstanceSequenceEnv):
         blocks = self.spec_data["schedules"].get(name)
         if blocks is None:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
-        variants = [Variant(b["variant"], tuple(Instance(i, b["variant"], payload=load_issue(i)) for i in b["issues"]),
-                            b.get("description", "")) for b in blocks]
+        self._draw_house(name, blocks)
+        order = self.world_rng("issue-order") if not self.canonical_world else None
+        variants = []
+        for b in blocks:
+            ids = list(b["issues"])
+            if order is not None:  # a fresh world plays each release's issues in its own order
+                ids = [ids[i] for i in order.permutation(len(ids))]
+            variants.append(Variant(b["variant"], tuple(Instance(i, b["variant"], payload=load_issue(i)) for i in ids),
+                                    b.get("description", "")))
         return Schedule(name, variants)
+
+    def _draw_house(self, name: str, blocks: list[dict]) -> None:
+        """This world's house conventions per era (a new era at each declared drift) and tracker numbers."""
+        drift_variants = {d["variant"] for d in self.spec_data.get("drifts", {}).get(name, [])}
+        self._era_of: dict[str, int] = {}
+        era = 0
+        for b in blocks:
+            era += b["variant"] in drift_variants
+            self._era_of[b["variant"]] = era
+        written = self.spec_data["house_conventions"]
+        if self.canonical_world:
+            eras = house.written_eras(written)
+        else:
+            eras = house.draw_eras(self.world_rng("house-conventions"), len(written))
+        self._eras = [eras[min(e, len(eras) - 1)] for e in range(era + 1)]
+        pool = sorted({i for sched in self.spec_data["schedules"].values() for b in sched for i in b["issues"]})
+        if self.canonical_world:  # fixed numbers, distinct
+            self._numbers, used = {}, set()
+            for issue_id in pool:
+                n = 100 + int(hashlib.sha256(issue_id.encode()).hexdigest(), 16) % 900
+                while n in used:
+                    n = 100 + (n - 99) % 900
+                used.add(n)
+                self._numbers[issue_id] = n
+        else:
+            drawn = self.world_rng("issue-numbers").choice(np.arange(100, 1000), size=len(pool), replace=False)
+            self._numbers = {i: int(n) for i, n in zip(pool, drawn)}
+
+    def conventions_for(self, issue_id: str, variant: str) -> house.Conventions:
+        return self._eras[self._era_of[variant]]
 
     def _repo(self, name: str) -> dict:
         return self.spec_data["repos"][name]
@@ -317,7 +362,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
         self._sandbox = self.open_sandbox(checkout, issue.repo, baseline=checkout)
         normalize_tree(self._sandbox.host_workspace, atime=int(time.time()) + 5)  # the copy dated every file
         repo = self._repo(issue.repo)
+        self._variant = slot.instance.variant
         return (f"--- Issue {slot.position + 1}/{len(self._order)} ---\n"
+                f"Tracker: #{self._numbers[issue.issue_id]}\n"
                 f"Repository: {repo['display']} ({repo['pypi']} {repo['version']}), checked out at {self.workdir}\n\n"
                 f"{issue.text.strip()}\n\n"
                 f"Fix the issue in the repository's source code ({repo['source_root']}/; changes elsewhere, "
@@ -325,7 +372,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
                 f"fresh shell in {self.workdir} (cd and variables do not persist, files do), with a "
                 f"{self.command_timeout:g} s limit and no network. Submit with the submit tool or a command "
                 f"whose output ends with the line {self.marker} (`echo {self.marker}`, alone or after the fix in "
-                f"the same command). Steps: {self.max_steps}, the submission included.")
+                f"the same command). Steps: {self.max_steps}, the submission included. {self.house_text}")
 
     def _parse_text(self, text: str) -> ToolCall:
         stripped = text.strip()
@@ -354,21 +401,63 @@ class CodeRepairEnv(InstanceSequenceEnv):
     def _submit(self, prefix: str) -> Outcome:
         steps = self._step_count + 1
         issue = self._issue
-        evaluation = self.evaluate(issue, self._sandbox.changes())
-        reward = 1.0 - (steps - 1) / self.max_steps if evaluation.resolved else 0.0
+        changes = self._sandbox.changes()
+        evaluation = self.evaluate(issue, changes)
+        met = self.review(issue, self._variant, changes)
+        share = sum(met.values()) / len(met)
+        pace = 1.0 - (steps - 1) / (2 * self.max_steps)
+        reward = (0.5 + 0.5 * share) * pace if evaluation.resolved else 0.0
         regret = float(steps - 1 if evaluation.resolved else self.max_steps)
         failing = [f"  {i}: {v}" for i, v in {**evaluation.fail_to_pass, **evaluation.pass_to_pass}.items()
                    if v != "PASSED"]
-        report = score_report(reward, f"1 - (steps_to_submit - 1)/{self.max_steps} if resolved, else 0", [
+        missed = house.lessons(met)
+        report = score_report(reward, self.formula, [
             ("steps to submit", f"{steps} of {self.max_steps}"), ("verdict", evaluation.summary()),
+            ("house conventions met", f"{sum(met.values())} of {len(met)}"),
             ("source files graded", ", ".join(evaluation.applied) or "none (no change below the source folder)"),
             ("changed files ignored", ", ".join(evaluation.ignored) or "none")],
-            [f"Tests that did not pass ({len(failing)}; the first 20):", *failing[:20]] if failing else [])
+            ([f"House conventions not met ({len(missed)}):", *missed] if missed else [])
+            + ([f"Tests that did not pass ({len(failing)}; the first 20):", *failing[:20]] if failing else []))
         return Outcome(f"{prefix}Submitted after {steps} steps. {evaluation.summary()}. Reward {reward:.3f}.\n{report}",
                        done=True, reward=reward, raw_metric=("issue_regret", regret), solved=evaluation.resolved,
                        extra={"tampering": evaluation.tampering,
                               "details": {"evaluation": evaluation.summary(), "changed_files": evaluation.applied,
-                                          "ignored_files": evaluation.ignored, "backend": self.backend}})
+                                          "ignored_files": evaluation.ignored, "backend": self.backend,
+                                          "conventions_met": [k for k, v in met.items() if v]}})
+
+    @property
+    def formula(self) -> str:
+        return (f"if resolved: (0.5 + 0.5 x share of the {len(house.NAMES)} house conventions met) x "
+                f"(1 - (steps_to_submit - 1)/{2 * self.max_steps}); else 0")
+
+    def review(self, issue: Issue, variant: str, changes) -> dict:
+        """Which house conventions a submission meets (house.py): the file checks on the host, and the
+        regression test run on the buggy and on the fixed tree in sandboxes (only their exit status read)."""
+        repo = self._repo(issue.repo)
+        conv = self.conventions_for(issue.issue_id, variant)
+        found = house.review(changes, conv, self._numbers[issue.issue_id], repo["source_root"],
+                             repo.get("tests_root", "tests"))
+        met = {**found.met, "test-behaviour": False}
+        if found.test_file is not None:
+            runs = [self._run_regression_test(issue, found.test_file, fixed) for fixed in (False, True)]
+            met["test-behaviour"] = house.behaviour_met(*runs)
+        return met
+
+    def _run_regression_test(self, issue: Issue, test_file: tuple[str, bytes], fixed: bool):
+        repo = self._repo(issue.repo)
+        with tempfile.TemporaryDirectory(prefix="clbench-review-") as tmp:
+            tree = buggy_tree(self._pristine(issue.repo), issue.bug_diff, Path(tmp) / "tree")
+            if fixed:
+                apply_diff(tree, issue.fix_diff)
+            path, content = test_file
+            target = tree / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            ini = f".review-{secrets.token_hex(4)}/pytest.ini"
+            (tree / ini).parent.mkdir()
+            (tree / ini).write_text(pytest_ini(repo.get("pytest_ini")))
+            with self.open_sandbox(tree, issue.repo, self.command_timeout) as sandbox:
+                return sandbox.run(house.regression_command(self.workdir, repo["import_root"], path, ini))
 
     def evaluate(self, issue: Issue, changes) -> Evaluation:
         """Score workspace `changes` for `issue` in a fresh checkout with the hidden tests restored."""
@@ -377,6 +466,12 @@ class CodeRepairEnv(InstanceSequenceEnv):
         return evaluate_tree(issue, self._pristine(issue.repo), changes,
                              lambda tree: self.open_sandbox(tree, issue.repo, self.eval_timeout), self.eval_timeout,
                              self.workdir, repo, runtime_key(self.backend, runtime))
+
+    house_text = ("House conventions apply (the review checks them; no report states them): a changelog fragment "
+                  "(exactly one new non-Python file outside the source and test folders, named after the tracker "
+                  "number) and a regression test (exactly one new Python test file, for the tests folder, holding "
+                  "one test function that fails on the release with the bug and passes on the fixed release). "
+                  "The feedback names the conventions not met.")
 
     @property
     def tools(self) -> list[dict]:
@@ -387,14 +482,19 @@ class CodeRepairEnv(InstanceSequenceEnv):
         ]
 
     def latent(self) -> dict:
-        """Per issue id: the reference fix and the hidden tests (oracle and reference agents only)."""
+        """Per issue id: the reference fix, the hidden tests and the house conventions (the oracle only)."""
         issues = {}
         for variant in self.schedule.variants:
             for inst in variant.instances:
                 issue: Issue = inst.payload
+                repo, n = self._repo(issue.repo), self._numbers[issue.issue_id]
+                conv = self.conventions_for(issue.issue_id, variant.name)
                 issues[issue.issue_id] = {"repo": issue.repo, "fix_diff": issue.fix_diff,
                                           "fail_to_pass": list(issue.fail_to_pass),
-                                          "source_root": self._repo(issue.repo)["source_root"]}
+                                          "source_root": repo["source_root"], "tracker": n,
+                                          "fragment_path": conv.fragment_path(n),
+                                          "test_path": conv.test_path(repo.get("tests_root", "tests"), n),
+                                          "test_name": conv.value("test-name", n)}
         return {"workdir": self.workdir, "submit_marker": self.marker, "issues": issues}
 
     # ------------------------------------------------------------------ cleanup
