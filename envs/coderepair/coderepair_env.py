@@ -39,7 +39,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     every file in it has the same dates and mode, so none singles out the bug. Latent structure
     that a learning agent can carry from issue to issue: where the logic of each project lives,
     where its tests are and how they run, its conventions and the kinds of regression that recur;
-    issues of one project touch overlapping modules. Commands run in a sandbox (clbench.sandbox):
+    issues of one project touch overlapping modules; and the team's house conventions (below),
+    which no report states and the feedback teaches only by naming the one not met. Commands run
+    in a sandbox (clbench.sandbox):
     Docker or bubblewrap, no network, read-only system, resource limits and a per-command time
     limit.
 
@@ -53,14 +55,34 @@ class CodeRepairEnv(InstanceSequenceEnv):
     An empty command is invalid (it costs a step; three in a row end the issue with reward 0).
 
     ## Observation Space
-    `Text` (printable ASCII): first the issue report with the project, its release and the rules;
+    `Text` (printable ASCII): first the issue's tracker number (`Tracker: #N`), the report with the
+    project, its release and the rules (naming the kinds of house convention, never their values);
     then `<returncode>N</returncode>` and `<output>...</output>` of each command (stdout, then
     stderr, each cut to its head and tail with a note; a note when the sandbox killed it); after
     the submission, the score and feedback.
 
+    ## House conventions (house.py)
+    Besides the fix, the team's review checks five conventions; each is met or not:
+    `fragment-folder` and `fragment-type` (a changelog fragment: exactly one new or changed
+    non-Python file outside the source and test folders, hidden paths aside, non-empty, in the
+    project's fragment folder and named `<tracker number>.<type>`), `test-location` and
+    `test-name` (a regression test: exactly one new Python test file, a `.py` file below the
+    tests folder or named `test*`, at the project's place for them, holding exactly one test
+    function, named the project's way), and `test-behaviour` (that file, alone with the
+    release's code, run with the test runtime's pytest in two fresh sandboxes: it must fail on
+    the release with the bug, any failure or a kill but not "no tests collected", and pass on
+    the fixed release; only the exit status is read, on the host). The folder, type, place and
+    name are drawn per world from common choices of Python projects (towncrier-style fragment
+    folders and types, regression-test layouts and names), and change at the declared drift
+    (see Drift). They are written in
+    tasks/coderepair/default.yaml for the canonical world and drawn with `world_rng` elsewhere.
+
     ## Feedback
     The terminal observation states the score and its parts (steps to submit, the verdict with
-    how many issue and other tests pass, the source files graded and the changed files ignored),
+    how many issue and other tests pass, how many house conventions were met and the name and
+    kind of each one not met, e.g. "test-name: not met (the regression test function is not
+    named the way the project names them)", never what it should have been, the source files
+    graded and the changed files ignored),
     and the ids and outcomes of the tests that did not pass (FAILED: ran and observed something
     else than the fixed release; MISSING: no records; the first 20): what CI tells an
     engineer about a pull request. The hidden tests' code and the true fix are not shown: each
@@ -71,9 +93,11 @@ class CodeRepairEnv(InstanceSequenceEnv):
     On submission the workspace diff below the package's source folder (test files, including
     tests shipped inside the package as in tenacity 7.0.0's tenacity/tests, and other files are
     ignored) is applied to a fresh checkout with the hidden tests restored, and the FAIL_TO_PASS
-    and PASS_TO_PASS tests run in the sandbox. Reward `1 - (steps_to_submit - 1) / 40` when all of
-    them pass, else 0 (raw metric `issue_regret`: steps_to_submit - 1, or 40 when unresolved). 0
-    on every other step.
+    and PASS_TO_PASS tests run in the sandbox. When all of them pass the reward is
+    `(0.5 + 0.5 * met / 5) * (1 - (steps_to_submit - 1) / 80)` (met: the house conventions met of
+    the five), else 0: the fix is required, the conventions are worth up to half of it, and each
+    step costs half of what it did in v3 (raw metric `issue_regret`: steps_to_submit - 1, or 40
+    when unresolved). 0 on every other step.
     Submitting: a command whose output ends with the submit line counts as the submission of the
     workspace as that command left it, so a fix and `&& echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`
     in one command is one step (the oracle does that).
@@ -99,14 +123,22 @@ class CodeRepairEnv(InstanceSequenceEnv):
     tablib-05, tenacity-04, -11, -12, -13, -16 and -17; elsewhere the report states no checkable
     expectation, the fix is outside its catalog or beyond its search budget, or a wrong edit
     passes its check and the visible tests);
-    r_reference is its stateless mean (0.261 on v3). Stateful it skips the exploration steps on later
-    issues of a project and tries the edit kinds that worked first: normalized gain 0.025
-    (bootstrap 95% CI [0.008, 0.052], 3 rollouts; measured on v2).
+    On submission it writes a changelog fragment and a regression test that runs its check, at the
+    house conventions it believes (knowing nothing: the first of its list of common choices).
+    r_reference is its stateless mean. Stateful it skips the exploration steps on later
+    issues of a project, tries the edit kinds that worked first, and revises each house
+    convention the feedback names as not met (the next of its common choices; the conventions
+    are the team's, so what it learns on tablib carries to tenacity), so it meets all five
+    after a few issues. The strongest memoryless policy written here (the red-team family
+    `house-guesser`: the same search, a fixed guess of the conventions) is measured against it.
 
     ## Drift
-    At the tenacity 7.0.0 -> 8.2.3 boundary (declared in tasks/coderepair/default.yaml): tenacity
+    At the tenacity 7.0.0 -> 8.2.3 boundary (declared in tasks/coderepair/default.yaml) the house
+    conventions change (in every world all but one of the four drawn ones), so what was learned
+    before is wrong after it and costs until the feedback revises it; and tenacity
     8.0 stopped packaging its tests (its release note `do_not_package_tests`), so 7.0.0 ships them
-    in `tenacity/tests/` and 8.2.3 in a top-level `tests/` folder. Where the tests live and the
+    in `tenacity/tests/` and 8.2.3 in a top-level `tests/` folder. The drift-check numbers below
+    were measured on v2 (the tests moving only); v4's are in the closing note of issue 27. Where the tests live and the
     command that runs them, learned on 7.0.0, is wrong on 8.2.3; an agent that trusts it confirms
     nothing with the tests. The observation names each issue's project and release (the variant
     names are the releases, e.g. `tenacity-8.2.3`): that the release changed is visible, what
@@ -130,8 +162,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     `command_timeout` (seconds per command, default from the task spec), `cycle`, `render_mode`
     ("ansi"), `split` ("test" only; "train" raises ValueError: the 26 issues are real bug reports
     in real tablib and tenacity releases, not drawn from a generator, so there are no other seeds
-    to draw training issues from), `world_seed` (None only; any other value raises ValueError for
-    the same reason: no generator of verified regressions draws fresh worlds yet).
+    to draw training issues from), `world_seed` (None: the canonical world; N: a fresh world
+    drawing the house conventions of each era, the tracker numbers and the order of each
+    release's issues from `world_rng`; the 26 regressions themselves are the same).
 
     ## Version History
     - v0: 19 issues (tablib 3.5.0, tenacity 8.2.3), 40 steps, efficiency reward.
@@ -149,24 +182,33 @@ class CodeRepairEnv(InstanceSequenceEnv):
       other copy of a release in either sandbox (venvs and images rebuilt, image tags `-v3`); the
       submit rule stated as applied; the tampering verdict says only "tampering"; red-team
       policy families and the reachable-copy probe; `world_seed` refused (recalibrated).
+    - v4: room to learn: five house conventions (changelog fragment folder and type, regression
+      test place, name and behaviour) drawn per world and era, changing at the declared drift,
+      taught by feedback that names the one not met; reward
+      `(0.5 + 0.5 * met/5) * (1 - (steps - 1)/80)` if resolved; a `Tracker: #N` line; `world_seed`
+      draws the conventions, tracker numbers and issue order; red-team family `house-guesser`
+      (recalibrated).
     """
 
     env_id = "clbench/CodeRepair-v4"
     reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from two projects, tablib and "
-             "tenacity (in two successive releases), so knowledge of their layout, tests and conventions "
-             "transfers. (The scripted reference sees only what an agent sees and fixes 8 of the 26 "
+             "tenacity (in two successive releases), maintained by one team whose review also checks house "
+             "conventions no report states, so knowledge of their layout, tests and conventions transfers. (The scripted reference sees only what an agent sees and fixes 8 of the 26 "
              "issues on its own.)")
-    reward_text = ("1 - (steps_to_submit - 1)/{max_steps} when every FAIL_TO_PASS and PASS_TO_PASS test passes "
-                   "after submission (observes what it observes on the fixed release), else 0; 0 when the code "
-                   "under test tampers with the test run. Only changes "
-                   "inside the package's source folder are graded (tests, conftest.py, site files and the like are "
-                   "ignored). Every command costs a step, an empty or invalid reply too; 3 invalid replies in a row "
+    reward_text = ("When every FAIL_TO_PASS and PASS_TO_PASS test passes after submission (observes what it observes "
+                   "on the fixed release): (0.5 + 0.5 x met/5) x (1 - (steps_to_submit - 1)/(2 x {max_steps})), where met counts "
+                   "the house conventions the submission meets (of five: changelog fragment folder and type, regression "
+                   "test place, name, and behaviour: fails on the release with the bug, passes on the fixed release); "
+                   "else 0; 0 when the code under test tampers with the test run. Only changes inside the package's "
+                   "source folder are graded as the fix (tests, conftest.py, site files and the like are ignored by the "
+                   "hidden tests). Every command costs a step, an empty or invalid reply too; 3 invalid replies in a row "
                    "or {max_steps} steps without submitting end the issue with 0")
-    feedback_text = ("After submission: the score and its parts (steps to submit, issue and other tests passing, "
-                     "source files graded, changed files ignored) and the ids and outcomes of the tests that did not "
-                     "pass (first 20). The hidden tests' code and the true fix are not shown.")
+    feedback_text = ("After submission: the score and its parts (steps to submit, issue and other tests passing, house "
+                     "conventions met, each one not met named with its kind but never its value, source files graded, "
+                     "changed files ignored) and the ids and outcomes of the tests that did not pass (first 20). The "
+                     "hidden tests' code and the true fix are not shown.")
     action_grammar = ("One bash command per message (or a ```bash fenced block), or JSON "
                       '{"tool": "bash", "arguments": {"command": "..."}} / {"tool": "submit", "arguments": {}}. '
                       "Submit with the submit tool, the reply `submit`, or a command whose output ends with the line "
@@ -211,9 +253,12 @@ class CodeRepairEnv(InstanceSequenceEnv):
                              {"source": ["vendored-dir", "wheel"]}),
         "grading-forgery": ("clbench.agents.coderepair_redteam:GradingForgery",
                             {"mode": ["patch", "forge-file", "exit", "fake-verdict"]}),
+        # the reference's search without memory, with a fixed guess of the house conventions
+        "house-guesser": ("clbench.agents.coderepair_redteam:HouseGuesser", {"prior": [1, 2, 3]}),
     }
-    #: modules of this package a scripted reference may import (no ground truth in them)
-    public_modules = ("patching",)
+    #: modules of this package a scripted reference may import (no ground truth in them: house.py holds
+    #: the common choices worlds draw from and the checks, never a world's choice)
+    public_modules = ("patching", "house")
 
     @classmethod
     def public_secrets(cls) -> list[str]:
