@@ -938,3 +938,23 @@ def test_reference_learns_the_house_from_lessons_and_frozen_does_not():
         agent.end_instance(0.0, info, feedback)
         assert agent.house == want
         assert CodeRepairReference({}).load_state_dict(agent.state_dict()) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_seed", [1, 2, 3])
+def test_fresh_worlds_keep_the_difficulty(world_seed):
+    """On the short schedule of a fresh world: the oracle meets every convention in one step (1.0), the
+    stateless reference meets a chance share of them, and stateful it learns them from the lessons, so
+    it beats its stateless self on the issues after the first."""
+    backend_or_skip("bwrap")
+    e = gym.make(ENV, schedule="short", backend="bwrap", world_seed=world_seed).unwrapped
+    try:
+        ids = [i.instance_id for v in e.schedule.variants for i in v.instances]
+        oracle = [play(e, make_agent("oracle", e), i)["reward"] for i in ids]
+        stateless = [play(e, make_agent("reference", e), i)["reward"] for i in ids]
+        learner = make_agent("reference", e)
+        stateful = [play(e, learner, i, stateless=False)["reward"] for i in ids]
+    finally:
+        e.close()
+    assert oracle == [1.0] * len(ids)
+    assert all(0 < r < 1 for r in stateless) and sum(stateful[1:]) > sum(stateless[1:]), (stateless, stateful)
