@@ -13,7 +13,7 @@ from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
 from clbench.envs.coderepair import house
-from clbench.envs.coderepair.checkout import agent_checkout, buggy_tree, normalize_tree
+from clbench.envs.coderepair.checkout import agent_checkout, normalize_tree
 from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
 from clbench.envs.coderepair.grading import pytest_ini
 from clbench.envs.coderepair.issues import Issue, load_issue
@@ -491,7 +491,10 @@ class CodeRepairEnv(InstanceSequenceEnv):
     def _run_regression_test(self, issue: Issue, test_file: tuple[str, bytes], fixed: bool):
         repo = self._repo(issue.repo)
         with tempfile.TemporaryDirectory(prefix="clbench-review-") as tmp:
-            tree = buggy_tree(self._pristine(issue.repo), issue.bug_diff, Path(tmp) / "tree")
+            # the agent's checkout as it started (hidden tests cut out), with the true fix or not: what
+            # leaves this sandbox is its exit status, one bit
+            tree = agent_checkout(self._pristine(issue.repo), issue.bug_diff, list(issue.fail_to_pass),
+                                  Path(tmp) / "tree")
             if fixed:
                 apply_diff(tree, issue.fix_diff)
             path, content = test_file
