@@ -149,8 +149,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     8.0 stopped packaging its tests (its release note `do_not_package_tests`), so 7.0.0 ships them
     in `tenacity/tests/` and 8.2.3 in a top-level `tests/` folder. v4, `clbench drift-check
     --rollouts 1` (bwrap): after the drift the unfrozen reference scores 0.291 per 8.2.3 issue
-    (4 fixed, three of them meeting all five conventions), frozen before it 0 on the 11 of 13
-    measured by the deadline (it fixes none, as on v2). The numbers below were measured on v2. Where the tests live and the
+    (4 fixed, three of them meeting all five conventions), frozen before it 0 (it fixes none, as
+    on v2): drift cost 0.291 per issue. The numbers below were measured on v2. Where the tests live and the
     command that runs them, learned on 7.0.0, is wrong on 8.2.3; an agent that trusts it confirms
     nothing with the tests. The observation names each issue's project and release (the variant
     names are the releases, e.g. `tenacity-8.2.3`): that the release changed is visible, what
