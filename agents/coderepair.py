@@ -1,4 +1,4 @@
-"""Scripted agents of CodeRepair-v3: the oracle (reads the true fix) and the honest reference engineer."""
+"""Scripted agents of CodeRepair-v4: the oracle (reads the true fix) and the honest reference engineer."""
 from __future__ import annotations
 
 import ast
@@ -9,7 +9,8 @@ from pathlib import Path
 
 from clbench.agent import Agent
 from clbench.agents.coderepair_search import KINDS as EDIT_KINDS  # in the order a newcomer tries them
-from clbench.envs.coderepair.patching import shell_command
+from clbench.envs.coderepair.house import CANDIDATES, DRAWN
+from clbench.envs.coderepair.patching import parse_diff, shell_command
 
 _BACKTICK = re.compile(r"`([^`\n]+)`")
 _CALL = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
@@ -94,6 +95,46 @@ def fix_command(latent: dict, instance_id: str) -> str:
     return shell_command(latent["issues"][instance_id]["fix_diff"])
 
 
+_NOT_MET = re.compile(r"^\s+([a-z-]+): not met", re.MULTILINE)
+_TRACKER = re.compile(r"^Tracker: #(\d+)$", re.MULTILINE)
+
+
+def write_file(path: str, content: str) -> str:
+    """A bash command that writes `content` to `path` (relative to the checkout), folders made."""
+    folder = str(Path(path).parent)
+    return f"mkdir -p {folder} && cat > {path} <<'CLBENCH_FILE_EOF'\n{content}CLBENCH_FILE_EOF"
+
+
+def check_test(name: str, check: str | None) -> str:
+    """A regression test running the report's check in a child Python (fails when the check fails);
+    without a check, a placeholder that tests nothing."""
+    if check is None:
+        return f"def {name}():\n    pass\n"
+    return (f"import subprocess\nimport sys\n\nCHECK = {check!r}\n\n\ndef {name}():\n"
+            f"    done = subprocess.run([sys.executable, '-c', CHECK], cwd='/tmp', capture_output=True, timeout=30)\n"
+            f"    assert done.returncode == 0, done.stdout[-2000:]\n")
+
+
+def source_test(name: str, fix_diff: str, source_root: str) -> str:
+    """The oracle's regression test: the fixed code's hunks are in the source (privileged: the true fix)."""
+    blocks = [(fp.path, "".join(h.new)) for fp in parse_diff(fix_diff) for h in fp.hunks]
+    return (f"from pathlib import Path\n\nBLOCKS = {blocks!r}\n\n\ndef {name}():\n"
+            f"    root = next(p for p in Path(__file__).resolve().parents if (p / {source_root!r}).is_dir())\n"
+            f"    for path, block in BLOCKS:\n        assert block in (root / path).read_text()\n")
+
+
+def house_files(tracker: int, tests_folder: str, guess: dict, test_source) -> str:
+    """Bash commands writing the changelog fragment and the regression test the way `guess` (convention ->
+    candidate index) says; `test_source(name)` gives the test module."""
+    def value(name):
+        return CANDIDATES[name][guess[name] % len(CANDIDATES[name])].format(n=tracker)
+
+    fragment = f"{value('fragment-folder')}/{tracker}.{value('fragment-type')}"
+    test = f"{tests_folder.strip('/')}/{value('test-location')}"
+    note = f"Fix the bug reported in #{tracker}.\n"
+    return f"{write_file(fragment, note)}\n{write_file(test, test_source(value('test-name')))}"
+
+
 class CodeRepairOracle(Agent):
     """Applies the reference fix and submits in the same command: one step, reward 1.0. It reads the
     true fix (privileged): it measures r_max, not learnability."""
@@ -103,7 +144,11 @@ class CodeRepairOracle(Agent):
     privileged = True
 
     def act(self, observation: str, info: dict) -> str:
-        return f"{fix_command(self.latent, info['instance_id'])}\necho {self.latent['submit_marker']}"
+        issue = self.latent["issues"][info["instance_id"]]
+        test = source_test(issue["test_name"], issue["fix_diff"], issue["source_root"])
+        fragment = write_file(issue["fragment_path"], f"Fix the bug reported in #{issue['tracker']}.\n")
+        return (f"{fix_command(self.latent, info['instance_id'])}\n{fragment}\n"
+                f"{write_file(issue['test_path'], test)}\necho {self.latent['submit_marker']}")
 
 
 class CodeRepairReference(Agent):
@@ -159,6 +204,8 @@ class CodeRepairReference(Agent):
         self.search_edits = search_edits
         #: project -> {"layout": bool, "test_command": str, "kinds": {kind: fixes}, "blamed": {kind: wrong fixes}}
         self.memory: dict[str, dict] = {}
+        #: the house conventions as it believes them: convention -> index into its list of common choices
+        self.house = dict.fromkeys(DRAWN, 0)
         self._queue: list[str] = []
 
     # ------------------------------------------------------------------ per issue
@@ -177,6 +224,7 @@ class CodeRepairReference(Agent):
         self._check = check_script(report)
         self._start, self._searches, self._fix_kind, self._frames = 0, 0, None, []
         self._marker = re.search(r"`echo ([A-Z_]+)`", observation).group(1)
+        self._tracker = int(_TRACKER.search(observation).group(1))
         self._queue = []
         if not self._learned["layout"]:
             self._queue.append("layout")
@@ -215,7 +263,10 @@ class CodeRepairReference(Agent):
             return (f"cd /tmp && python /tmp/search.py /tmp/check.py /testbed/{self._root} {self._start} "
                     f"{self.search_edits} {','.join(self._kind_order())} '{','.join(self._names)}' "
                     f"'{','.join(self._frames)}' '{tests}'")
-        return f"echo {self._marker}"
+        tests = self._tests or self._candidate
+        folder = tests.split()[-1] if tests else "tests"
+        files = house_files(self._tracker, folder, self.house, lambda name: check_test(name, self._check))
+        return f"{files}\necho {self._marker}"
 
     def _read(self, phase: str, obs: str) -> None:
         if phase == "layout":
@@ -261,14 +312,19 @@ class CodeRepairReference(Agent):
         if self._fix_kind is not None:  # credit the edit kind that fixed it, or blame the one that fooled the check
             tally = self._learned["kinds" if reward > 0 else "blamed"]
             tally[self._fix_kind] = tally.get(self._fix_kind, 0) + 1
-        if self._learned["test_command"] and stale_tests(self._learned["test_command"], observation or ""):
+        stale = bool(self._learned["test_command"]) and stale_tests(self._learned["test_command"], observation or "")
+        if stale:
             self._learned["test_command"] = ""  # the tests live elsewhere now: find them again next time
         self.memory[self._repo] = self._learned
+        for name in _NOT_MET.findall(observation or ""):
+            if name in self.house and not (stale and name == "test-location"):  # a wrong guess: try the next one
+                self.house[name] = (self.house[name] + 1) % len(CANDIDATES[name])
 
     # ------------------------------------------------------------------ resumable state
     def state_dict(self) -> dict:
-        return {"memory": self.memory}
+        return {"memory": self.memory, "house": self.house}
 
     def load_state_dict(self, state: dict) -> None:
         self.memory = {k: {**v, "kinds": dict(v.get("kinds", {})), "blamed": dict(v.get("blamed", {}))}
                        for k, v in state["memory"].items()}
+        self.house = dict(state.get("house", dict.fromkeys(DRAWN, 0)))

@@ -150,3 +150,30 @@ class GradingForgery(_OneShot):
     def command(self, pkg: str, src: str) -> str:
         code = _FORGERY.replace("MODE", self.params.get("mode", "patch"))
         return f"cat >> /testbed/{src}/__init__.py <<'CLB_EOF'\n{code}\nCLB_EOF\nprintf 'appended %s\\n' {shlex.quote(src)}"
+
+
+class HouseGuesser(Agent):
+    """The strongest memoryless engineer written here: the reference's whole search (it finds and
+    runs the tests, turns the report into a check, searches a fix and writes a regression test
+    that runs the check) with a fixed guess of the house conventions, `prior` steps along each
+    convention's list of common choices (the reference, knowing nothing, starts at 0). Without
+    memory it cannot learn them from the feedback: what it meets is what its fixed guess happens
+    to match in this world. It measures the headroom a capable agent without memory leaves.
+    """
+
+    deterministic = True
+
+    def __init__(self, card, seed: int = 0, latent=None, prior: int = 1):
+        from clbench.agents.coderepair import CodeRepairReference
+
+        super().__init__(card, seed=seed, latent=latent)
+        self.engineer = CodeRepairReference(card, seed=seed)
+        self.prior = int(prior)
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        self.engineer.memory.clear()
+        self.engineer.house = dict.fromkeys(self.engineer.house, self.prior)
+        self.engineer.begin_instance(observation, info)
+
+    def act(self, observation: str, info: dict) -> str:
+        return self.engineer.act(observation, info)

@@ -1,4 +1,4 @@
-"""CodeRepair-v3 and sandbox speed: medians of the operations a rollout repeats.
+"""CodeRepair-v4 and sandbox speed: medians of the operations a rollout repeats.
 
 Prints, per available backend (bwrap, docker): a trivial command's round trip, a sandbox's
 creation on the tablib checkout, an env reset, and a submission's evaluation (hidden tests in
@@ -99,7 +99,7 @@ def median_time(fn, repeat: int) -> float:
 
 
 def bench_backend(backend: str, repeat: int = 5) -> dict[str, float]:
-    env = gym.make("clbench/CodeRepair-v3", backend=backend).unwrapped
+    env = gym.make("clbench/CodeRepair-v4", backend=backend).unwrapped
     try:
         obs, info = env.reset(seed=0)
         sandbox = env._sandbox

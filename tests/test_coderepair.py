@@ -1,4 +1,4 @@
-"""CodeRepair-v3 on the real tablib 3.5.0 / tenacity 7.0.0 / tenacity 8.2.3 sdists, in real sandboxes.
+"""CodeRepair-v4 on the real tablib 3.5.0 / tenacity 7.0.0 / tenacity 8.2.3 sdists, in real sandboxes.
 
 Task data (diffs, hidden tests, issue texts), the sdists' hashes, reward semantics, what is
 evaluated, ground truth out of reach, the scripted agents and the injected-bug check
@@ -37,7 +37,7 @@ from clbench.runner import play_instance
 from clbench.sandbox.bwrap import bwrap_works
 from clbench.sandbox.select import docker_ready
 
-ENV = "clbench/CodeRepair-v3"
+ENV = "clbench/CodeRepair-v4"
 SPEC = load_task_spec("coderepair")
 ISSUES = [i for block in SPEC["schedules"]["default"] for i in block["issues"]]
 #: the user's real cache, captured before conftest.py redirects XDG_CACHE_HOME for each test
@@ -76,6 +76,11 @@ def _module_env(backend: str):
 @pytest.fixture(scope="module")
 def env():
     yield from _module_env("bwrap")
+
+
+def scored(met: int, steps: int) -> float:
+    """v4's reward of a resolved issue: (0.5 + 0.5 x met/5) x (1 - (steps - 1)/80)."""
+    return (0.5 + 0.5 * met / 5) * (1 - (steps - 1) / 80)
 
 
 def play(env, agent, instance: str, stateless: bool = True) -> dict:
@@ -530,7 +535,7 @@ def test_reward_decreases_with_steps(env):
     for _ in range(3):
         env.step("ls tenacity > /dev/null")
     obs, reward, term, _, info = env.step(agent.act(obs, info))
-    assert term and reward == pytest.approx(1 - 3 / 40) and info["raw_metric"]["value"] == 3
+    assert term and reward == pytest.approx(scored(5, 4)) and info["raw_metric"]["value"] == 3
 
 
 def test_invalid_actions_and_budget(env):
@@ -575,14 +580,15 @@ def test_reference_sees_only_what_an_agent_sees_and_searches_a_fix(env):
     agent = make_agent("reference", env)
     assert not agent.privileged and agent.latent is None
     out = play(env, agent, "tenacity-04")  # map, find the tests, run them, check (fails), one search, submit
-    assert out["steps"] == 6 and out["reward"] == pytest.approx(1 - 5 / 40)
+    # knowing nothing of the house it meets what its first guesses match there (2) and the test's behaviour
+    assert out["steps"] == 6 and out["reward"] == pytest.approx(scored(3, 6))
     assert agent._fix_kind == "off_by_one"
 
 
 def test_reference_finds_the_tests_inside_the_package_of_tenacity_7(env):
     agent = make_agent("reference", env)
     out = play(env, agent, "tenacity-11")
-    assert out["steps"] == 6 and out["reward"] == pytest.approx(1 - 5 / 40) and agent._fix_kind == "comparison"
+    assert out["steps"] == 6 and out["reward"] == pytest.approx(scored(2, 6)) and agent._fix_kind == "comparison"
     assert agent._tests.endswith(" tenacity/tests")
 
 
@@ -596,12 +602,13 @@ def test_reference_stateful_needs_fewer_steps_and_freeze_at_stops_learning(env):
     agent, frozen = make_agent("reference", env), make_agent("reference", env, freeze_at=0)
     for issue_id in ("tenacity-13", "tenacity-04"):
         out = play(env, agent, issue_id, stateless=False)
-    assert out["steps"] == 3 and out["reward"] == pytest.approx(1 - 2 / 40), out
+    # and the feedback of tenacity-13 revised two house conventions: one of the revisions is right
+    assert out["steps"] == 3 and out["reward"] == pytest.approx(scored(4, 3)), out
     memory = agent.state_dict()["memory"]["tenacity"]
     assert memory["layout"] and memory["test_command"].endswith(" tests")
     assert memory["kinds"] == {"comparison": 1, "off_by_one": 1} and memory["blamed"] == {}
     play(env, frozen, "tenacity-13", stateless=False)
-    assert frozen.state_dict() == {"memory": {}}
+    assert frozen.state_dict() == {"memory": {}, "house": dict.fromkeys(frozen.house, 0)}
 
 
 def test_stale_test_command_is_recognised_from_the_grading_feedback():
@@ -614,7 +621,7 @@ def test_stale_test_command_is_recognised_from_the_grading_feedback():
     same = "Tests that did not pass (1; the first 20):\n  tenacity/tests/test_tenacity.py::TestX::test_y: ERROR"
     assert stale_tests(old, moved) and not stale_tests(old, same) and not stale_tests(old, "Reward 1.000")
     assert not stale_tests(old.replace("tenacity/tests", "tests"), moved)
-    first = ("--- Issue 14/26 ---\nRepository: jd/tenacity (tenacity 8.2.3), checked out at /testbed\n\n# A bug\n\n"
+    first = ("--- Issue 14/26 ---\nTracker: #123\nRepository: jd/tenacity (tenacity 8.2.3), checked out at /testbed\n\n# A bug\n\n"
              "Fix the issue in the repository's source code (tenacity/; changes elsewhere are ignored). "
              "Submit with the submit tool or a command whose output ends with the line "
              "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT (`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, alone or after the fix "
@@ -625,7 +632,7 @@ def test_stale_test_command_is_recognised_from_the_grading_feedback():
         agent.load_state_dict(state)
         info = {"position": 13, "instance_id": "tenacity-02"}
         agent.begin_instance(first, info)
-        assert agent.act(first, info).startswith("echo COMPLETE")  # no checkable report: submits
+        assert agent.act(first, info).endswith("\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")  # nothing checkable
         agent.end_instance(0.0, info, f"Submitted after 1 steps. Reward 0.000.\n{moved}")
         assert agent.memory["tenacity"]["test_command"] == kept and agent.memory["tenacity"]["kinds"] == {"comparison": 1}
 
@@ -642,7 +649,7 @@ def test_the_drift_is_real_knowledge_from_7_goes_stale_on_8(env):
     frozen = make_agent("reference", env, freeze_at=env.schedule.variant_starts()["tenacity-8.2.3"])
     frozen.load_state_dict(learner.state_dict())
     out = play(env, learner, "tenacity-04", stateless=False)  # check, search, tests, baseline, search, submit
-    assert out["reward"] == pytest.approx(1 - 5 / 40) and learner.memory["tenacity"]["test_command"].endswith(" tests")
+    assert out["reward"] == pytest.approx(scored(3, 6)) and learner.memory["tenacity"]["test_command"].endswith(" tests")
     assert learner.memory["tenacity"]["kinds"] == {"comparison": 1, "off_by_one": 1}
     out = play(env, frozen, "tenacity-04", stateless=False)
     assert out["reward"] == 0.0 and frozen.memory["tenacity"]["test_command"].endswith(" tenacity/tests")
@@ -668,9 +675,9 @@ def test_tenacity_7_tests_inside_the_package_are_not_graded(env):
     obs, info = env.reset(seed=0, options={"instance": "tenacity-11", "stateless": True})
     env.step("rm tenacity/tests/test_tornado.py")
     obs, reward, term, _, info = env.step(agent.act(obs, info))
-    assert term and reward == pytest.approx(1 - 1 / 40), obs
+    assert term and reward == pytest.approx(scored(5, 2)), obs
     assert info["details"]["changed_files"] == ["tenacity/stop.py"]
-    assert info["details"]["ignored_files"] == ["tenacity/tests/test_tornado.py"]
+    assert "tenacity/tests/test_tornado.py" in info["details"]["ignored_files"]
 
 
 #: rewrites the test files not imported yet so that every test returns at once (either release's folder)
@@ -778,19 +785,17 @@ def test_no_copy_of_any_release_is_reachable_docker():
 
 def test_redteam_hooks_are_declared():
     """The attack policies are policy families (the generic red team plays them) and the copy scan is
-    a red-team probe; fresh worlds are refused with the reason."""
+    a red-team probe."""
     from clbench.agent import Agent
     from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
     import importlib
 
     families = CodeRepairEnv.policy_families
-    assert set(families) == {"vendored-restore", "grading-forgery"}
+    assert set(families) == {"vendored-restore", "grading-forgery", "house-guesser"}
     for cls_path, grid in families.values():
         module, cls = cls_path.split(":")
         assert issubclass(getattr(importlib.import_module(module), cls), Agent) and grid
     assert callable(CodeRepairEnv.redteam_probes()["reachable-copies"])
-    with pytest.raises(ValueError, match="no fresh worlds"):
-        CodeRepairEnv(world_seed=1)
 
 
 def test_public_secrets_cover_every_fix_and_stay_out_of_public_text():
@@ -800,10 +805,13 @@ def test_public_secrets_cover_every_fix_and_stay_out_of_public_text():
     assert "return max(max(0, self.min), min(result, self.max))" in secrets_
     assert "test_exponential_with_min_wait" in secrets_
     root = Path(__file__).resolve().parents[1]
+    assert {"changelog.d", ".fixed", ".bugfix", "test_gh", "bugs/test_"} <= set(secrets_)  # the house's
     texts = [root / "README.md", *sorted((root / "docs").glob("*.md")), root / "tasks/coderepair/default.yaml"]
-    texts += sorted((root / "envs/coderepair").glob("*.py"))
+    texts += sorted(p for p in (root / "envs/coderepair").glob("*.py") if p.name != "house.py")
     for path in texts:
         text = path.read_text()
+        if path.name == "default.yaml":  # the canonical world's written choices are data, not public text
+            text = re.sub(r"\nhouse_conventions:\n(  - .*\n)+", "\n", text)
         found = [s for s in secrets_ if s in text]
         assert not found, (path.name, found[:3])
 
@@ -822,3 +830,131 @@ def test_a_silent_docker_command_longer_than_the_client_timeout_ends_normally(tm
                       limits=Limits(timeout=300)) as sandbox:
         result = sandbox.run("sleep 130; echo done; exit 3", timeout=300)
     assert result.exit_code == 3 and result.stdout.strip() == "done" and result.killed is None
+
+
+# ---------------------------------------------------------------------------------- house conventions (v4)
+def _changes(files: dict):
+    from clbench.sandbox.base import FileChange
+
+    return [FileChange(path, "added", content.encode()) for path, content in files.items()]
+
+
+def test_house_conventions_accept_exactly_one_of_each():
+    """The file conventions on the host: the right fragment and test meet all four; a second fragment or
+    test file (a shotgun over the common choices), or a second test function, meets none of theirs."""
+    from clbench.envs.coderepair import house
+
+    conv = house.Conventions({"fragment-folder": 2, "fragment-type": 0, "test-location": 3, "test-name": 1})
+    right = {"changes.d/42.bugfix": "Fixed.\n", "tests/bugs/test_42.py": "def test_gh42():\n    assert 1\n",
+             "repro.py": "print(1)\n", "src/tablib/core.py": "x = 1\n"}  # scratch and source files do not count
+    review = house.review(_changes(right), conv, 42, "src/tablib", "tests")
+    assert all(review.met.values()) and review.test_file[0] == "tests/bugs/test_42.py"
+    shotgun = {**right, **{f"{folder}/42.{kind}": "Fixed.\n" for folder in house.CANDIDATES["fragment-folder"]
+                           for kind in house.CANDIDATES["fragment-type"]}}
+    met = house.review(_changes(shotgun), conv, 42, "src/tablib", "tests").met
+    assert not met["fragment-folder"] and not met["fragment-type"] and met["test-location"]
+    two_tests = {**right, "tests/test_regressions.py": "def test_gh42():\n    pass\n"}
+    review = house.review(_changes(two_tests), conv, 42, "src/tablib", "tests")
+    assert not review.met["test-location"] and not review.met["test-name"] and review.test_file is None
+    hedged = {**right, "tests/bugs/test_42.py": "def test_gh42():\n    pass\n\n\ndef test_issue_42():\n    pass\n"}
+    assert not house.review(_changes(hedged), conv, 42, "src/tablib", "tests").met["test-name"]
+    wrong = {"changes.d/43.bugfix": "Fixed.\n", "changes.d/.x": "", "tests/test_42.py": "def test_gh42(): pass\n"}
+    met = house.review(_changes(wrong), conv, 42, "src/tablib", "tests").met
+    assert met == {"fragment-folder": True, "fragment-type": False, "test-location": False, "test-name": True}
+
+
+def test_regression_test_behaviour_is_checked_on_both_trees(env):
+    """Run in sandboxes on the buggy and the fixed release: only a test that tells them apart meets it;
+    one that always passes, always fails, exits early or collects nothing does not."""
+    from clbench.agents.coderepair import source_test
+
+    issue = load_issue("tenacity-11")
+    latent = env.latent()["issues"]["tenacity-11"]
+    path, name = latent["test_path"], latent["test_name"]
+    good = source_test(name, issue.fix_diff, "tenacity")
+    cases = {good: True, f"def {name}():\n    pass\n": False, f"def {name}():\n    assert False\n": False,
+             f"import os\nos._exit(0)\n\n\ndef {name}():\n    pass\n": False, "X = 1\n": False}
+    for source, want in cases.items():
+        met = env.review(issue, "tenacity-7.0.0", _changes({path: source}))
+        assert met["test-behaviour"] is want, source
+
+
+def test_feedback_names_conventions_never_values(env):
+    """The lesson names the convention and its kind; no value of any era appears in the observation."""
+    from clbench.envs.coderepair import house
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+
+    agent = make_agent("oracle", env)
+    obs, info = env.reset(seed=0, options={"instance": "tenacity-04", "stateless": True})
+    fix = agent.act(obs, info).split("\nmkdir -p")[0]  # the fix alone, no fragment or test
+    obs2, reward, term, _, info = env.step(f"{fix}\necho {SPEC['submit_marker']}")
+    assert term and info["solved"] and reward == pytest.approx(scored(0, 1))
+    assert all(f"  {name}: not met ({house.LESSONS[name]})" in obs2 for name in house.NAMES), obs2
+    house_secrets = {"changelog.d", ".fixed", ".bugfix", "test_gh", "bugs/test_", "test_bug_", "test_issue_"}
+    assert house_secrets <= set(CodeRepairEnv.public_secrets())
+    text = obs + obs2 + str(env.agent_card) + str(env.spec_card)
+    assert not [s for s in house_secrets if s in text]
+
+
+def test_world_seed_draws_conventions_numbers_and_order():
+    """world_seed=N: another draw of each era's conventions (all but one change at the drift), of the
+    tracker numbers and of each release's issue order; deterministic; the canonical world as written."""
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+
+    canon = CodeRepairEnv(backend="bwrap")
+    assert [e.choice for e in canon._eras] == [
+        {"fragment-folder": 0, "fragment-type": 1, "test-location": 2, "test-name": 3},
+        {"fragment-folder": 0, "fragment-type": 0, "test-location": 3, "test-name": 1}]
+    assert [i.instance_id for v in canon.schedule.variants for i in v.instances] == ISSUES
+    draws = []
+    for seed in (1, 2, 3, 1):
+        e = CodeRepairEnv(backend="bwrap", world_seed=seed)
+        first, second = e._eras
+        assert sum(first.choice[k] != second.choice[k] for k in first.choice) == 3
+        order = [i.instance_id for v in e.schedule.variants for i in v.instances]
+        assert sorted(order) == sorted(ISSUES) and [v.name for v in e.schedule.variants] == [
+            b["variant"] for b in SPEC["schedules"]["default"]]
+        draws.append(([x.choice for x in e._eras], dict(e._numbers), order))
+    assert draws[0] == draws[3] and draws[0] != draws[1] != draws[2]
+    assert len({d[2][0] for d in draws[:3]} | {ISSUES[0]}) > 1 or draws[0][0] != draws[1][0]
+
+
+def test_reference_learns_the_house_from_lessons_and_frozen_does_not():
+    from clbench.agents.coderepair import CodeRepairReference
+
+    first = ("--- Issue 1/26 ---\nTracker: #7\nRepository: jd/tenacity (tenacity 8.2.3), checked out at /testbed\n\n"
+             "# A bug\n\nFix the issue in the repository's source code (tenacity/; changes elsewhere are ignored). "
+             "Submit with (`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, alone or after the fix).")
+    feedback = ("Submitted after 1 steps. Reward 0.000.\nHouse conventions not met (2):\n"
+                "  fragment-type: not met (x)\n  test-name: not met (y)\n")
+    for freeze_at, want in ((None, {"fragment-folder": 0, "fragment-type": 1, "test-location": 0, "test-name": 1}),
+                            (0, {"fragment-folder": 0, "fragment-type": 0, "test-location": 0, "test-name": 0})):
+        agent = CodeRepairReference({}, freeze_at=freeze_at)
+        agent.load_state_dict({"memory": {"tenacity": {"layout": True, "test_command": "python -m pytest -q tests"}}})
+        info = {"position": 0, "instance_id": "tenacity-02"}
+        agent.begin_instance(first, info)
+        command = agent.act(first, info)  # nothing to check in the report: the house files and the submission
+        assert "changelog.d/7.bugfix" in command and "tests/regressions/test_issue_7.py" in command
+        agent.end_instance(0.0, info, feedback)
+        assert agent.house == want
+        assert CodeRepairReference({}).load_state_dict(agent.state_dict()) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_seed", [1, 2, 3])
+def test_fresh_worlds_keep_the_difficulty(world_seed):
+    """On the short schedule of a fresh world: the oracle meets every convention in one step (1.0), the
+    stateless reference meets a chance share of them, and stateful it learns them from the lessons, so
+    it beats its stateless self on the issues after the first."""
+    backend_or_skip("bwrap")
+    e = gym.make(ENV, schedule="short", backend="bwrap", world_seed=world_seed).unwrapped
+    try:
+        ids = [i.instance_id for v in e.schedule.variants for i in v.instances]
+        oracle = [play(e, make_agent("oracle", e), i)["reward"] for i in ids]
+        stateless = [play(e, make_agent("reference", e), i)["reward"] for i in ids]
+        learner = make_agent("reference", e)
+        stateful = [play(e, learner, i, stateless=False)["reward"] for i in ids]
+    finally:
+        e.close()
+    assert oracle == [1.0] * len(ids)
+    assert all(0 < r < 1 for r in stateless) and sum(stateful[1:]) > sum(stateless[1:]), (stateless, stateful)

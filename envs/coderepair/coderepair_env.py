@@ -1,17 +1,23 @@
-"""CodeRepair-v3: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
+"""CodeRepair-v4: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
+from clbench.envs.coderepair import house
 from clbench.envs.coderepair.checkout import agent_checkout, normalize_tree
 from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
+from clbench.envs.coderepair.grading import pytest_ini
 from clbench.envs.coderepair.issues import Issue, load_issue
+from clbench.envs.coderepair.patching import apply_diff
 from clbench.envs.coderepair.runtime import runtime_for, runtime_key
 from clbench.envs.coderepair.sources import pristine_tree
 from clbench.sandbox import BACKENDS, Limits, Sandbox, SandboxUnavailable, open_sandbox
@@ -33,7 +39,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     every file in it has the same dates and mode, so none singles out the bug. Latent structure
     that a learning agent can carry from issue to issue: where the logic of each project lives,
     where its tests are and how they run, its conventions and the kinds of regression that recur;
-    issues of one project touch overlapping modules. Commands run in a sandbox (clbench.sandbox):
+    issues of one project touch overlapping modules; and the team's house conventions (below),
+    which no report states and the feedback teaches only by naming the one not met. Commands run
+    in a sandbox (clbench.sandbox):
     Docker or bubblewrap, no network, read-only system, resource limits and a per-command time
     limit.
 
@@ -47,14 +55,34 @@ class CodeRepairEnv(InstanceSequenceEnv):
     An empty command is invalid (it costs a step; three in a row end the issue with reward 0).
 
     ## Observation Space
-    `Text` (printable ASCII): first the issue report with the project, its release and the rules;
+    `Text` (printable ASCII): first the issue's tracker number (`Tracker: #N`), the report with the
+    project, its release and the rules (naming the kinds of house convention, never their values);
     then `<returncode>N</returncode>` and `<output>...</output>` of each command (stdout, then
     stderr, each cut to its head and tail with a note; a note when the sandbox killed it); after
     the submission, the score and feedback.
 
+    ## House conventions (house.py)
+    Besides the fix, the team's review checks five conventions; each is met or not:
+    `fragment-folder` and `fragment-type` (a changelog fragment: exactly one new or changed
+    non-Python file outside the source and test folders, hidden paths aside, non-empty, in the
+    project's fragment folder and named `<tracker number>.<type>`), `test-location` and
+    `test-name` (a regression test: exactly one new Python test file, a `.py` file below the
+    tests folder or named `test*`, at the project's place for them, holding exactly one test
+    function, named the project's way), and `test-behaviour` (that file, alone with the
+    release's code, run with the test runtime's pytest in two fresh sandboxes: it must fail on
+    the release with the bug, any failure or a kill but not "no tests collected", and pass on
+    the fixed release; only the exit status is read, on the host). The folder, type, place and
+    name are drawn per world from common choices of Python projects (towncrier-style fragment
+    folders and types, regression-test layouts and names), and change at the declared drift
+    (see Drift). They are written in
+    tasks/coderepair/default.yaml for the canonical world and drawn with `world_rng` elsewhere.
+
     ## Feedback
     The terminal observation states the score and its parts (steps to submit, the verdict with
-    how many issue and other tests pass, the source files graded and the changed files ignored),
+    how many issue and other tests pass, how many house conventions were met and the name and
+    kind of each one not met, e.g. "test-name: not met (the regression test function is not
+    named the way the project names them)", never what it should have been, the source files
+    graded and the changed files ignored),
     and the ids and outcomes of the tests that did not pass (FAILED: ran and observed something
     else than the fixed release; MISSING: no records; the first 20): what CI tells an
     engineer about a pull request. The hidden tests' code and the true fix are not shown: each
@@ -65,9 +93,11 @@ class CodeRepairEnv(InstanceSequenceEnv):
     On submission the workspace diff below the package's source folder (test files, including
     tests shipped inside the package as in tenacity 7.0.0's tenacity/tests, and other files are
     ignored) is applied to a fresh checkout with the hidden tests restored, and the FAIL_TO_PASS
-    and PASS_TO_PASS tests run in the sandbox. Reward `1 - (steps_to_submit - 1) / 40` when all of
-    them pass, else 0 (raw metric `issue_regret`: steps_to_submit - 1, or 40 when unresolved). 0
-    on every other step.
+    and PASS_TO_PASS tests run in the sandbox. When all of them pass the reward is
+    `(0.5 + 0.5 * met / 5) * (1 - (steps_to_submit - 1) / 80)` (met: the house conventions met of
+    the five), else 0: the fix is required, the conventions are worth up to half of it, and each
+    step costs half of what it did in v3 (raw metric `issue_regret`: steps_to_submit - 1, or 40
+    when unresolved). 0 on every other step.
     Submitting: a command whose output ends with the submit line counts as the submission of the
     workspace as that command left it, so a fix and `&& echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`
     in one command is one step (the oracle does that).
@@ -93,14 +123,34 @@ class CodeRepairEnv(InstanceSequenceEnv):
     tablib-05, tenacity-04, -11, -12, -13, -16 and -17; elsewhere the report states no checkable
     expectation, the fix is outside its catalog or beyond its search budget, or a wrong edit
     passes its check and the visible tests);
-    r_reference is its stateless mean (0.261 on v3). Stateful it skips the exploration steps on later
-    issues of a project and tries the edit kinds that worked first: normalized gain 0.025
-    (bootstrap 95% CI [0.008, 0.052], 3 rollouts; measured on v2).
+    On submission it writes a changelog fragment and a regression test that runs its check, at the
+    house conventions it believes (knowing nothing: the first of its list of common choices).
+    r_reference is its stateless mean. Stateful it skips the exploration steps on later
+    issues of a project, tries the edit kinds that worked first, and revises each house
+    convention the feedback names as not met (the next of its common choices; the conventions
+    are the team's, so what it learns on tablib carries to tenacity), so it meets all five
+    after a few issues. The strongest memoryless policy written here (the red-team family
+    `house-guesser`: the same search, a fixed guess of the conventions) is measured against it.
+    Measured on v4 (canonical world, bwrap, one rollout): r_max 1.0 (the oracle on all 26, and
+    on Docker); r_reference 0.2132 (it resolves 8; knowing nothing of the house its guesses meet
+    one of the four drawn conventions before the drift and two after); stateful 0.2882, a
+    normalized gain of 0.095 (v3: 0.025): it meets all five from the fifth tablib issue on, and
+    again within a few issues after the drift (four of five on the third); house-guesser 0.199, 0.184, 0.199
+    (priors 1, 2, 3; the search's per-issue steps as measured, the conventions met by each guess;
+    played for prior 1 on the 4 issues before the drift, equal as computed). A capable agent
+    that fixes every issue in 4 steps without memory meets a chance share of the four drawn
+    conventions (1/4 each in a fresh world), about 0.67 per issue, against 0.96 once it knows
+    them and 1.0 for the oracle.
 
     ## Drift
-    At the tenacity 7.0.0 -> 8.2.3 boundary (declared in tasks/coderepair/default.yaml): tenacity
+    At the tenacity 7.0.0 -> 8.2.3 boundary (declared in tasks/coderepair/default.yaml) the house
+    conventions change (in every world all but one of the four drawn ones), so what was learned
+    before is wrong after it and costs until the feedback revises it; and tenacity
     8.0 stopped packaging its tests (its release note `do_not_package_tests`), so 7.0.0 ships them
-    in `tenacity/tests/` and 8.2.3 in a top-level `tests/` folder. Where the tests live and the
+    in `tenacity/tests/` and 8.2.3 in a top-level `tests/` folder. v4, `clbench drift-check
+    --rollouts 1` (bwrap): after the drift the unfrozen reference scores 0.291 per 8.2.3 issue
+    (4 fixed, three of them meeting all five conventions), frozen before it 0 (it fixes none, as
+    on v2): drift cost 0.291 per issue. The numbers below were measured on v2. Where the tests live and the
     command that runs them, learned on 7.0.0, is wrong on 8.2.3; an agent that trusts it confirms
     nothing with the tests. The observation names each issue's project and release (the variant
     names are the releases, e.g. `tenacity-8.2.3`): that the release changed is visible, what
@@ -124,8 +174,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     `command_timeout` (seconds per command, default from the task spec), `cycle`, `render_mode`
     ("ansi"), `split` ("test" only; "train" raises ValueError: the 26 issues are real bug reports
     in real tablib and tenacity releases, not drawn from a generator, so there are no other seeds
-    to draw training issues from), `world_seed` (None only; any other value raises ValueError for
-    the same reason: no generator of verified regressions draws fresh worlds yet).
+    to draw training issues from), `world_seed` (None: the canonical world; N: a fresh world
+    drawing the house conventions of each era, the tracker numbers and the order of each
+    release's issues from `world_rng`; the 26 regressions themselves are the same).
 
     ## Version History
     - v0: 19 issues (tablib 3.5.0, tenacity 8.2.3), 40 steps, efficiency reward.
@@ -143,24 +194,33 @@ class CodeRepairEnv(InstanceSequenceEnv):
       other copy of a release in either sandbox (venvs and images rebuilt, image tags `-v3`); the
       submit rule stated as applied; the tampering verdict says only "tampering"; red-team
       policy families and the reachable-copy probe; `world_seed` refused (recalibrated).
+    - v4: room to learn: five house conventions (changelog fragment folder and type, regression
+      test place, name and behaviour) drawn per world and era, changing at the declared drift,
+      taught by feedback that names the one not met; reward
+      `(0.5 + 0.5 * met/5) * (1 - (steps - 1)/80)` if resolved; a `Tracker: #N` line; `world_seed`
+      draws the conventions, tracker numbers and issue order; red-team family `house-guesser`
+      (recalibrated).
     """
 
-    env_id = "clbench/CodeRepair-v3"
+    env_id = "clbench/CodeRepair-v4"
     reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from two projects, tablib and "
-             "tenacity (in two successive releases), so knowledge of their layout, tests and conventions "
-             "transfers. (The scripted reference sees only what an agent sees and fixes 8 of the 26 "
+             "tenacity (in two successive releases), maintained by one team whose review also checks house "
+             "conventions no report states, so knowledge of their layout, tests and conventions transfers. (The scripted reference sees only what an agent sees and fixes 8 of the 26 "
              "issues on its own.)")
-    reward_text = ("1 - (steps_to_submit - 1)/{max_steps} when every FAIL_TO_PASS and PASS_TO_PASS test passes "
-                   "after submission (observes what it observes on the fixed release), else 0; 0 when the code "
-                   "under test tampers with the test run. Only changes "
-                   "inside the package's source folder are graded (tests, conftest.py, site files and the like are "
-                   "ignored). Every command costs a step, an empty or invalid reply too; 3 invalid replies in a row "
+    reward_text = ("When every FAIL_TO_PASS and PASS_TO_PASS test passes after submission (observes what it observes "
+                   "on the fixed release): (0.5 + 0.5 x met/5) x (1 - (steps_to_submit - 1)/(2 x {max_steps})), where met counts "
+                   "the house conventions the submission meets (of five: changelog fragment folder and type, regression "
+                   "test place, name, and behaviour: fails on the release with the bug, passes on the fixed release); "
+                   "else 0; 0 when the code under test tampers with the test run. Only changes inside the package's "
+                   "source folder are graded as the fix (tests, conftest.py, site files and the like are ignored by the "
+                   "hidden tests). Every command costs a step, an empty or invalid reply too; 3 invalid replies in a row "
                    "or {max_steps} steps without submitting end the issue with 0")
-    feedback_text = ("After submission: the score and its parts (steps to submit, issue and other tests passing, "
-                     "source files graded, changed files ignored) and the ids and outcomes of the tests that did not "
-                     "pass (first 20). The hidden tests' code and the true fix are not shown.")
+    feedback_text = ("After submission: the score and its parts (steps to submit, issue and other tests passing, house "
+                     "conventions met, each one not met named with its kind but never its value, source files graded, "
+                     "changed files ignored) and the ids and outcomes of the tests that did not pass (first 20). The "
+                     "hidden tests' code and the true fix are not shown.")
     action_grammar = ("One bash command per message (or a ```bash fenced block), or JSON "
                       '{"tool": "bash", "arguments": {"command": "..."}} / {"tool": "submit", "arguments": {}}. '
                       "Submit with the submit tool, the reply `submit`, or a command whose output ends with the line "
@@ -205,14 +265,17 @@ class CodeRepairEnv(InstanceSequenceEnv):
                              {"source": ["vendored-dir", "wheel"]}),
         "grading-forgery": ("clbench.agents.coderepair_redteam:GradingForgery",
                             {"mode": ["patch", "forge-file", "exit", "fake-verdict"]}),
+        # the reference's search without memory, with a fixed guess of the house conventions
+        "house-guesser": ("clbench.agents.coderepair_redteam:HouseGuesser", {"prior": [1, 2, 3]}),
     }
-    #: modules of this package a scripted reference may import (no ground truth in them)
-    public_modules = ("patching",)
+    #: modules of this package a scripted reference may import (no ground truth in them: house.py holds
+    #: the common choices worlds draw from and the checks, never a world's choice)
+    public_modules = ("patching", "house")
 
     @classmethod
     def public_secrets(cls) -> list[str]:
         """The canonical world's latent values: each injected regression's fixed lines (what the true
-        fix restores) and the names of its hidden tests."""
+        fix restores), the names of its hidden tests, and the house conventions of each era."""
         spec = load_task_spec(cls.task)
         out: set[str] = set()
         for issue_id in sorted({i for blocks in spec["schedules"].values() for b in blocks for i in b["issues"]}):
@@ -221,6 +284,10 @@ class CodeRepairEnv(InstanceSequenceEnv):
                 if line.startswith("+") and not line.startswith("+++") and len(line[1:].strip()) >= 24:
                     out.add(line[1:].strip())
             out.update(i.split("::")[-1] for i in issue.fail_to_pass)
+        for era in house.written_eras(spec["house_conventions"]):  # the conventions, as they would be written
+            raw = {name: house.CANDIDATES[name][i] for name, i in era.choice.items()}
+            out.update([raw["fragment-folder"], "." + raw["fragment-type"], raw["test-location"].split("{n}")[0],
+                        raw["test-name"].split("{n}")[0]])
         return sorted(out)
 
     @classmethod
@@ -244,8 +311,6 @@ class CodeRepairEnv(InstanceSequenceEnv):
     def __init__(self, schedule: str = "default", backend: str = "auto", command_timeout: float | None = None,
                  cycle: bool = False, render_mode: str | None = None, split: str = "test",
                  world_seed: int | None = None):
-        if world_seed is not None:
-            raise ValueError(f"{self.env_id} has no fresh worlds (world_seed must be None): {self.no_fresh_worlds}")
         super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -278,9 +343,46 @@ class CodeRepairEnv(InstanceSequenceEnv):
         blocks = self.spec_data["schedules"].get(name)
         if blocks is None:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
-        variants = [Variant(b["variant"], tuple(Instance(i, b["variant"], payload=load_issue(i)) for i in b["issues"]),
-                            b.get("description", "")) for b in blocks]
+        self._draw_house(name, blocks)
+        order = self.world_rng("issue-order") if not self.canonical_world else None
+        variants = []
+        for b in blocks:
+            ids = list(b["issues"])
+            if order is not None:  # a fresh world plays each release's issues in its own order
+                ids = [ids[i] for i in order.permutation(len(ids))]
+            variants.append(Variant(b["variant"], tuple(Instance(i, b["variant"], payload=load_issue(i)) for i in ids),
+                                    b.get("description", "")))
         return Schedule(name, variants)
+
+    def _draw_house(self, name: str, blocks: list[dict]) -> None:
+        """This world's house conventions per era (a new era at each declared drift) and tracker numbers."""
+        drift_variants = {d["variant"] for d in self.spec_data.get("drifts", {}).get(name, [])}
+        self._era_of: dict[str, int] = {}
+        era = 0
+        for b in blocks:
+            era += b["variant"] in drift_variants
+            self._era_of[b["variant"]] = era
+        written = self.spec_data["house_conventions"]
+        if self.canonical_world:
+            eras = house.written_eras(written)
+        else:
+            eras = house.draw_eras(self.world_rng("house-conventions"), len(written))
+        self._eras = [eras[min(e, len(eras) - 1)] for e in range(era + 1)]
+        pool = sorted({i for sched in self.spec_data["schedules"].values() for b in sched for i in b["issues"]})
+        if self.canonical_world:  # fixed numbers, distinct
+            self._numbers, used = {}, set()
+            for issue_id in pool:
+                n = 100 + int(hashlib.sha256(issue_id.encode()).hexdigest(), 16) % 900
+                while n in used:
+                    n = 100 + (n - 99) % 900
+                used.add(n)
+                self._numbers[issue_id] = n
+        else:
+            drawn = self.world_rng("issue-numbers").choice(np.arange(100, 1000), size=len(pool), replace=False)
+            self._numbers = {i: int(n) for i, n in zip(pool, drawn)}
+
+    def conventions_for(self, issue_id: str, variant: str) -> house.Conventions:
+        return self._eras[self._era_of[variant]]
 
     def _repo(self, name: str) -> dict:
         return self.spec_data["repos"][name]
@@ -317,7 +419,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
         self._sandbox = self.open_sandbox(checkout, issue.repo, baseline=checkout)
         normalize_tree(self._sandbox.host_workspace, atime=int(time.time()) + 5)  # the copy dated every file
         repo = self._repo(issue.repo)
+        self._variant = slot.instance.variant
         return (f"--- Issue {slot.position + 1}/{len(self._order)} ---\n"
+                f"Tracker: #{self._numbers[issue.issue_id]}\n"
                 f"Repository: {repo['display']} ({repo['pypi']} {repo['version']}), checked out at {self.workdir}\n\n"
                 f"{issue.text.strip()}\n\n"
                 f"Fix the issue in the repository's source code ({repo['source_root']}/; changes elsewhere, "
@@ -325,7 +429,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
                 f"fresh shell in {self.workdir} (cd and variables do not persist, files do), with a "
                 f"{self.command_timeout:g} s limit and no network. Submit with the submit tool or a command "
                 f"whose output ends with the line {self.marker} (`echo {self.marker}`, alone or after the fix in "
-                f"the same command). Steps: {self.max_steps}, the submission included.")
+                f"the same command). Steps: {self.max_steps}, the submission included. {self.house_text}")
 
     def _parse_text(self, text: str) -> ToolCall:
         stripped = text.strip()
@@ -354,21 +458,66 @@ class CodeRepairEnv(InstanceSequenceEnv):
     def _submit(self, prefix: str) -> Outcome:
         steps = self._step_count + 1
         issue = self._issue
-        evaluation = self.evaluate(issue, self._sandbox.changes())
-        reward = 1.0 - (steps - 1) / self.max_steps if evaluation.resolved else 0.0
+        changes = self._sandbox.changes()
+        evaluation = self.evaluate(issue, changes)
+        met = self.review(issue, self._variant, changes)
+        share = sum(met.values()) / len(met)
+        pace = 1.0 - (steps - 1) / (2 * self.max_steps)
+        reward = (0.5 + 0.5 * share) * pace if evaluation.resolved else 0.0
         regret = float(steps - 1 if evaluation.resolved else self.max_steps)
         failing = [f"  {i}: {v}" for i, v in {**evaluation.fail_to_pass, **evaluation.pass_to_pass}.items()
                    if v != "PASSED"]
-        report = score_report(reward, f"1 - (steps_to_submit - 1)/{self.max_steps} if resolved, else 0", [
+        missed = house.lessons(met)
+        report = score_report(reward, self.formula, [
             ("steps to submit", f"{steps} of {self.max_steps}"), ("verdict", evaluation.summary()),
+            ("house conventions met", f"{sum(met.values())} of {len(met)}"),
             ("source files graded", ", ".join(evaluation.applied) or "none (no change below the source folder)"),
             ("changed files ignored", ", ".join(evaluation.ignored) or "none")],
-            [f"Tests that did not pass ({len(failing)}; the first 20):", *failing[:20]] if failing else [])
+            ([f"House conventions not met ({len(missed)}):", *missed] if missed else [])
+            + ([f"Tests that did not pass ({len(failing)}; the first 20):", *failing[:20]] if failing else []))
         return Outcome(f"{prefix}Submitted after {steps} steps. {evaluation.summary()}. Reward {reward:.3f}.\n{report}",
                        done=True, reward=reward, raw_metric=("issue_regret", regret), solved=evaluation.resolved,
                        extra={"tampering": evaluation.tampering,
                               "details": {"evaluation": evaluation.summary(), "changed_files": evaluation.applied,
-                                          "ignored_files": evaluation.ignored, "backend": self.backend}})
+                                          "ignored_files": evaluation.ignored, "backend": self.backend,
+                                          "conventions_met": [k for k, v in met.items() if v]}})
+
+    @property
+    def formula(self) -> str:
+        return (f"if resolved: (0.5 + 0.5 x share of the {len(house.NAMES)} house conventions met) x "
+                f"(1 - (steps_to_submit - 1)/{2 * self.max_steps}); else 0")
+
+    def review(self, issue: Issue, variant: str, changes) -> dict:
+        """Which house conventions a submission meets (house.py): the file checks on the host, and the
+        regression test run on the buggy and on the fixed tree in sandboxes (only their exit status read)."""
+        repo = self._repo(issue.repo)
+        conv = self.conventions_for(issue.issue_id, variant)
+        found = house.review(changes, conv, self._numbers[issue.issue_id], repo["source_root"],
+                             repo.get("tests_root", "tests"))
+        met = {**found.met, "test-behaviour": False}
+        if found.test_file is not None:
+            runs = [self._run_regression_test(issue, found.test_file, fixed) for fixed in (False, True)]
+            met["test-behaviour"] = house.behaviour_met(*runs)
+        return met
+
+    def _run_regression_test(self, issue: Issue, test_file: tuple[str, bytes], fixed: bool):
+        repo = self._repo(issue.repo)
+        with tempfile.TemporaryDirectory(prefix="clbench-review-") as tmp:
+            # the agent's checkout as it started (hidden tests cut out), with the true fix or not: what
+            # leaves this sandbox is its exit status, one bit
+            tree = agent_checkout(self._pristine(issue.repo), issue.bug_diff, list(issue.fail_to_pass),
+                                  Path(tmp) / "tree")
+            if fixed:
+                apply_diff(tree, issue.fix_diff)
+            path, content = test_file
+            target = tree / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            ini = f".review-{secrets.token_hex(4)}/pytest.ini"
+            (tree / ini).parent.mkdir()
+            (tree / ini).write_text(pytest_ini(repo.get("pytest_ini")))
+            with self.open_sandbox(tree, issue.repo, self.command_timeout) as sandbox:
+                return sandbox.run(house.regression_command(self.workdir, repo["import_root"], path, ini))
 
     def evaluate(self, issue: Issue, changes) -> Evaluation:
         """Score workspace `changes` for `issue` in a fresh checkout with the hidden tests restored."""
@@ -377,6 +526,12 @@ class CodeRepairEnv(InstanceSequenceEnv):
         return evaluate_tree(issue, self._pristine(issue.repo), changes,
                              lambda tree: self.open_sandbox(tree, issue.repo, self.eval_timeout), self.eval_timeout,
                              self.workdir, repo, runtime_key(self.backend, runtime))
+
+    house_text = ("House conventions apply (the review checks them; no report states them): a changelog fragment "
+                  "(exactly one new non-Python file outside the source and test folders, named after the tracker "
+                  "number) and a regression test (exactly one new Python test file, for the tests folder, holding "
+                  "one test function that fails on the release with the bug and passes on the fixed release). "
+                  "The feedback names the conventions not met.")
 
     @property
     def tools(self) -> list[dict]:
@@ -387,14 +542,19 @@ class CodeRepairEnv(InstanceSequenceEnv):
         ]
 
     def latent(self) -> dict:
-        """Per issue id: the reference fix and the hidden tests (oracle and reference agents only)."""
+        """Per issue id: the reference fix, the hidden tests and the house conventions (the oracle only)."""
         issues = {}
         for variant in self.schedule.variants:
             for inst in variant.instances:
                 issue: Issue = inst.payload
+                repo, n = self._repo(issue.repo), self._numbers[issue.issue_id]
+                conv = self.conventions_for(issue.issue_id, variant.name)
                 issues[issue.issue_id] = {"repo": issue.repo, "fix_diff": issue.fix_diff,
                                           "fail_to_pass": list(issue.fail_to_pass),
-                                          "source_root": self._repo(issue.repo)["source_root"]}
+                                          "source_root": repo["source_root"], "tracker": n,
+                                          "fragment_path": conv.fragment_path(n),
+                                          "test_path": conv.test_path(repo.get("tests_root", "tests"), n),
+                                          "test_name": conv.value("test-name", n)}
         return {"workdir": self.workdir, "submit_marker": self.marker, "issues": issues}
 
     # ------------------------------------------------------------------ cleanup
