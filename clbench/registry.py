@@ -6,6 +6,7 @@ stays fast. Domains are discovered, not listed: a new folder under envs/ registe
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import pkgutil
@@ -93,13 +94,19 @@ def registrations() -> list[dict]:
     return regs
 
 
+def _make_vector(env_id: str, num_envs: int = 1, **kwargs):
+    from clbench.vector import BatchedVectorEnv  # imported when used: `import clbench` stays fast
+
+    return BatchedVectorEnv(env_id, num_envs, **kwargs)
+
+
 def register_all() -> None:
     global _DONE
     if _DONE:
         return
     for reg in registrations():
-        if reg["id"] not in gym.registry:
-            gym.register(**reg)
+        if reg["id"] not in gym.registry:  # make_vec's "vector_entry_point" mode: clbench.vector
+            gym.register(**{"vector_entry_point": functools.partial(_make_vector, reg["id"]), **reg})
     _DONE = True
 
 
