@@ -60,3 +60,160 @@ def test_make_vec_steps_every_env_through_instance_boundaries(env_id, mode):
         assert all(len(ids) >= 2 for ids in seen), seen
     finally:
         _close_within(vec)
+
+
+# --- clbench.vector.BatchedVectorEnv: several sub-envs per worker process (make_vec's vector_entry_point)
+
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from gymnasium.vector import AutoresetMode  # noqa: E402
+
+from clbench.vector import BatchedVectorEnv  # noqa: E402
+
+BATCH_N, WORKERS = 4, 2  # two sub-envs per worker: the batching is exercised, not just one env per process
+
+
+def _same(a, b) -> bool:
+    """Deep equality over what vector envs return (dicts, tuples, numpy arrays of objects)."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(
+            _same(a[k], b[k]) for k in a)
+    if isinstance(a, (np.ndarray, list, tuple)) or isinstance(b, (np.ndarray, list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b) or (a != a and b != b)  # NaN equals NaN here
+
+
+def _garbage(rng) -> str:
+    """Random words without shell-special characters: in SalesForecast's shell, `$$` and the like
+    expand to process-dependent values, which would differ between any two processes."""
+    return "".join(rng.choice(list("abcdefxyz 0123456789"), size=int(rng.integers(1, 30))))
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has ended; only its reaper is late
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pids: list[int], seconds: float = 30) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if not _pid_gone(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return alive
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+@pytest.mark.parametrize("env_id", _vector_ids())
+def test_batched_vector_matches_sync_through_instance_boundaries(env_id, mode):
+    """The batched vector gives SyncVectorEnv's observations, rewards, ends and infos step by step,
+    seed for seed, in both autoreset modes, while every sub-env crosses instance boundaries."""
+    vec = gym.make_vec(env_id, BATCH_N, vectorization_mode="vector_entry_point", cycle=True, workers=WORKERS,
+                       autoreset_mode=mode)
+    ref = gym.make_vec(env_id, BATCH_N, vectorization_mode="sync", cycle=True, vector_kwargs={"autoreset_mode": mode})
+    try:
+        assert isinstance(vec.unwrapped, BatchedVectorEnv) and vec.unwrapped.workers == WORKERS
+        assert vec.metadata["autoreset_mode"] == mode
+        assert vec.observation_space == ref.observation_space and vec.action_space == ref.action_space
+        obs, info = vec.reset(seed=0)
+        ref_obs, ref_info = ref.reset(seed=0)
+        assert _same(obs, ref_obs) and _same(info, ref_info)
+        seen = [{info["instance_id"][i]} for i in range(BATCH_N)]
+        rng = np.random.default_rng(0)
+        for t in range(STEPS):
+            action = tuple(_garbage(rng) for _ in range(BATCH_N))
+            got, want = vec.step(action), ref.step(action)
+            for name, x, y in zip(("obs", "reward", "terminated", "truncated", "info"), got, want):
+                assert _same(x, y), f"step {t}: {name} differs from SyncVectorEnv"
+            info = got[4]
+            for i in range(BATCH_N):
+                if info.get("_instance_id", [False] * BATCH_N)[i]:
+                    seen[i].add(info["instance_id"][i])
+            if mode == AutoresetMode.SAME_STEP and (got[2] | got[3]).any():
+                assert "final_obs" in info
+        assert all(len(ids) >= 2 for ids in seen), seen
+    finally:
+        ref.close()
+        _close_within(vec)
+
+
+def test_make_vec_defaults_to_the_batched_vector():
+    vec = gym.make_vec("clbench/MemoryProbe-v2", 3)
+    try:
+        assert isinstance(vec.unwrapped, BatchedVectorEnv)
+        assert len(vec.reset(seed=1)[0]) == 3
+        assert vec.get_attr("world_key") == ("canonical",) * 3
+        vec.reset(seed=2, options={"reset_mask": np.array([False, True, False])})
+    finally:
+        _close_within(vec)
+
+
+class _Faulty(gym.Env):
+    """A text env whose step raises on the action "boom" (stands for a bug in a sub-env)."""
+
+    observation_space = gym.spaces.Text(10)
+    action_space = gym.spaces.Text(10)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "ready", {}
+
+    def step(self, action):
+        if action == "boom":
+            raise ValueError("the sub-env broke")
+        return "ok", 0.0, False, False, {}
+
+
+gym.register("clbench_test/Faulty-v0", entry_point=_Faulty, disable_env_checker=True)
+
+
+@pytest.mark.parametrize("index", [0, 3, 4])
+def test_error_in_a_sub_env_is_raised_with_its_index_and_close_does_not_hang(index):
+    vec = BatchedVectorEnv("clbench_test/Faulty-v0", 5, workers=WORKERS)
+    pids = vec.worker_pids
+    vec.reset(seed=0)
+    vec.step(("x",) * 5)
+    actions = ["x"] * 5
+    actions[index] = "boom"
+    with pytest.raises(ValueError, match=rf"sub-env {index}: ValueError: the sub-env broke") as err:
+        vec.step(tuple(actions))
+    assert err.value.env_index == index
+    _close_within(vec, 30)
+    assert _wait_gone(pids) == []
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.step(("x",) * 5)
+
+
+def test_workers_are_gone_after_close():
+    vec = gym.make_vec("clbench/SpectrumMonitor-v2", 4, vectorization_mode="vector_entry_point", workers=2)
+    pids = vec.unwrapped.worker_pids
+    assert len(pids) == 2 and not any(_pid_gone(p) for p in pids)
+    vec.reset(seed=0)
+    _close_within(vec, 30)
+    assert _wait_gone(pids) == []
+
+
+def test_workers_die_with_a_sigkilled_parent():
+    script = ("import gymnasium as gym, clbench, sys, time\n"
+              "v = gym.make_vec('clbench/MemoryProbe-v2', 4, vectorization_mode='vector_entry_point', workers=2)\n"
+              "v.reset(seed=0)\n"
+              "print(*v.unwrapped.worker_pids, flush=True)\n"
+              "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2 and not any(_pid_gone(p) for p in pids)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(30)
+        assert _wait_gone(pids) == [], "vector workers outlived their SIGKILLed parent"
+    finally:
+        parent.kill()
+        parent.wait()
