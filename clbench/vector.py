@@ -55,67 +55,93 @@ class _SubEnvError(Exception):
         self.index, self.exc = index, exc
 
 
-def _worker(env_id: str, env_kwargs: dict, first: int, count: int, mode: AutoresetMode, pipe, parent_pipe,
-            parent: int) -> None:
-    parent_pipe.close()  # else this process keeps its own pipe open and never sees the parent go
-    _watch_parent(parent)
-    envs, autoreset = [], [False] * count
-    try:
+class _Shard:
+    """Some consecutive sub-envs (global indices first, first + 1, ...), stepped in one process the way
+    SyncVectorEnv steps its sub-envs."""
+
+    def __init__(self, env_id: str, env_kwargs: dict, first: int, count: int, mode: AutoresetMode):
         from clbench.registry import register_all
 
         register_all()
+        self.first, self.mode, self.envs = first, mode, []
+        self.autoreset = [False] * count
         for _ in range(count):
-            envs.append(gym.make(env_id, **env_kwargs))
-        env = envs[0]
-        pipe.send(("ok", (env.observation_space, env.action_space, dict(env.metadata), env.render_mode)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        pipe.send(("error", (first + len(envs), _portable(exc))))
-        return
+            self.envs.append(self._run(len(self.envs), gym.make, env_id, **env_kwargs))
 
-    def run(index: int, fn, *args, **kwargs):
+    def _run(self, index: int, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
-            raise _SubEnvError(first + index, exc) from exc
+            raise _SubEnvError(self.first + index, exc) from exc
 
-    def step(actions):
-        out = []
-        for i, (env, action) in enumerate(zip(envs, actions)):
+    def describe(self):
+        env = self.envs[0]
+        return env.observation_space, env.action_space, dict(env.metadata), env.render_mode
+
+    def step(self, actions):
+        out, run = [], self._run
+        for i, (env, action) in enumerate(zip(self.envs, actions)):
             final = None
-            if mode == AutoresetMode.NEXT_STEP and autoreset[i]:
+            if self.mode == AutoresetMode.NEXT_STEP and self.autoreset[i]:
                 obs, info = run(i, env.reset)
                 reward, term, trunc = 0.0, False, False
             else:
                 obs, reward, term, trunc, info = run(i, env.step, action)
-                if mode == AutoresetMode.SAME_STEP and (term or trunc):
+                if self.mode == AutoresetMode.SAME_STEP and (term or trunc):
                     final = (obs, info)
                     obs, info = run(i, env.reset)
-            autoreset[i] = bool(term or trunc)
+            self.autoreset[i] = bool(term or trunc)
             out.append((obs, float(reward), bool(term), bool(trunc), info, final))
         return out
 
-    def reset(seeds, options, mask):
+    def reset(self, seeds, options, mask):
         out = []
-        for i, env in enumerate(envs):
+        for i, env in enumerate(self.envs):
             if mask is None or mask[i]:
-                autoreset[i] = False
-                out.append(run(i, env.reset, seed=seeds[i], options=deepcopy(options)))
+                self.autoreset[i] = False
+                out.append(self._run(i, env.reset, seed=seeds[i], options=deepcopy(options)))
             else:
                 out.append(None)
         return out
 
-    def call(name, args, kwargs):
+    def call(self, name, args, kwargs):
         res = []
-        for i, env in enumerate(envs):
-            attr = run(i, env.get_wrapper_attr, name)
-            res.append(run(i, attr, *args, **kwargs) if callable(attr) else attr)
+        for i, env in enumerate(self.envs):
+            attr = self._run(i, env.get_wrapper_attr, name)
+            res.append(self._run(i, attr, *args, **kwargs) if callable(attr) else attr)
         return res
 
-    def set_attr(name, values):
-        for i, env in enumerate(envs):
-            run(i, env.set_wrapper_attr, name, values[i])
+    def set_attr(self, name, values):
+        for i, env in enumerate(self.envs):
+            self._run(i, env.set_wrapper_attr, name, values[i])
 
-    handlers = {"step": step, "reset": reset, "call": call, "set_attr": set_attr}
+    def handle(self, cmd: str, args: tuple) -> tuple[str, Any]:
+        try:
+            return "ok", getattr(self, cmd)(*args)
+        except _SubEnvError as err:
+            return "error", (err.index, _portable(err.exc))
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing the rest matters more
+                pass
+
+
+def _worker(env_id: str, env_kwargs: dict, first: int, count: int, mode: AutoresetMode, pipe, parent_pipe,
+            parent: int) -> None:
+    parent_pipe.close()  # else this process keeps its own pipe open and never sees the parent go
+    _watch_parent(parent)
+    try:
+        shard = _Shard(env_id, env_kwargs, first, count, mode)
+    except _SubEnvError as err:
+        pipe.send(("error", (err.index, _portable(err.exc))))
+        return
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        pipe.send(("error", (None, _portable(exc))))
+        return
+    pipe.send(("ok", shard.describe()))
     try:
         while True:
             try:
@@ -124,17 +150,12 @@ def _worker(env_id: str, env_kwargs: dict, first: int, count: int, mode: Autores
                 return
             if cmd == "close":
                 break
-            try:
-                pipe.send(("ok", handlers[cmd](*args)))
-            except _SubEnvError as err:
-                pipe.send(("error", (err.index, _portable(err.exc))))
+            answer = shard.handle(cmd, args)
+            pipe.send(answer)
+            if answer[0] == "error":
                 return
     finally:
-        for env in envs:
-            try:
-                env.close()
-            except Exception:  # noqa: BLE001 - closing the rest matters more
-                pass
+        shard.close()
     try:
         pipe.send(("ok", None))
     except (OSError, ValueError):
@@ -154,11 +175,14 @@ def _portable(exc: BaseException) -> tuple[type, str, str]:
 
 
 class BatchedVectorEnv(VectorEnv):
-    """`num_envs` sub-envs of `env_id` spread over `workers` processes; env kwargs go to `gym.make`."""
+    """`num_envs` sub-envs of `env_id` spread over `workers` processes; env kwargs go to `gym.make`.
+
+    With `in_parent` (default) the parent is one of the `workers`: it steps the first shard itself
+    while the worker processes step theirs, instead of idling until they answer."""
 
     def __init__(self, env_id: str, num_envs: int, workers: int | None = None,
                  autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP, copy: bool = True,
-                 context: str | None = None, **env_kwargs: Any):
+                 in_parent: bool = True, context: str | None = None, **env_kwargs: Any):
         super().__init__()
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -167,10 +191,11 @@ class BatchedVectorEnv(VectorEnv):
         self.workers = max(1, min(num_envs, workers or os.cpu_count() or 1))
         counts = [num_envs // self.workers + (w < num_envs % self.workers) for w in range(self.workers)]
         self._slices = [slice(sum(counts[:w]), sum(counts[:w + 1])) for w in range(self.workers)]
-        self._closed, self._procs, self._pipes = False, [], []
+        self._closed, self._procs, self._pipes, self._local = False, [], [], None
+        self._offset = int(in_parent)  # shard 0 is stepped by the parent itself, which would idle otherwise
         ctx = mp.get_context(context)
         try:
-            for sl in self._slices:
+            for sl in self._slices[self._offset:]:
                 parent_pipe, child_pipe = ctx.Pipe()
                 proc = ctx.Process(target=_worker, name=f"clbench-vector-{sl.start}-{sl.stop - 1}", daemon=True,
                                    args=(env_id, env_kwargs, sl.start, sl.stop - sl.start, self.autoreset_mode,
@@ -179,7 +204,14 @@ class BatchedVectorEnv(VectorEnv):
                 child_pipe.close()
                 self._procs.append(proc)
                 self._pipes.append(parent_pipe)
-            obs_space, act_space, metadata, self.render_mode = self._gather()[0]
+            first = []
+            if in_parent:
+                try:
+                    self._local = _Shard(env_id, env_kwargs, 0, counts[0], self.autoreset_mode)
+                    first = [("ok", self._local.describe())]
+                except _SubEnvError as err:
+                    first = [("error", (err.index, _portable(err.exc)))]
+            obs_space, act_space, metadata, self.render_mode = self._gather(first)[0]
         except BaseException:
             self.close()
             raise
@@ -193,35 +225,32 @@ class BatchedVectorEnv(VectorEnv):
         self._terminations = np.zeros((num_envs,), dtype=np.bool_)
         self._truncations = np.zeros((num_envs,), dtype=np.bool_)
 
-    # --- messaging: one message to each worker, then one answer from each
-    def _send(self, cmd: str, per_worker: list[tuple]) -> list[Any]:
+    # --- messaging: one message to each worker, the parent's own shard meanwhile, then one answer from each
+    def _send(self, cmd: str, per_shard: list[tuple]) -> list[Any]:
         if self._closed:
             raise RuntimeError(f"{self.env_id}: the vector env is closed")
         try:
-            for pipe, args in zip(self._pipes, per_worker):
+            for pipe, args in zip(self._pipes, per_shard[self._offset:]):
                 pipe.send((cmd, args))
         except (OSError, ValueError) as exc:
             self.close()
             raise RuntimeError(f"{self.env_id}: a vector worker is gone ({exc})") from exc
-        return self._gather()
+        return self._gather([self._local.handle(cmd, per_shard[0])] if self._local else [])
 
-    def _gather(self) -> list[Any]:
-        results, error = [], None
+    def _gather(self, answers: list[tuple[str, Any]]) -> list[Any]:
+        """The payloads of `answers` (the parent's shard) and of each worker's answer, in shard order;
+        the first error is raised (after closing) naming its sub-env."""
         for w, pipe in enumerate(self._pipes):
             try:
-                status, payload = pipe.recv()
+                answers.append(pipe.recv())
             except (EOFError, OSError):
-                sl = self._slices[w]
-                error = error or (RuntimeError, f"the worker of sub-envs {sl.start}-{sl.stop - 1} died "
-                                  f"(exit code {self._procs[w].exitcode})", "", None)
-                continue
-            if status == "error":
-                index, (kind, message, tb) = payload
-                error = error or (kind, message, tb, index)
-            results.append(payload)
-        if error:
+                sl = self._slices[w + self._offset]
+                answers.append(("error", (None, (RuntimeError, f"the worker of sub-envs {sl.start}-{sl.stop - 1} "
+                                                 f"died (exit code {self._procs[w].exitcode})", ""))))
+        errors = [payload for status, payload in answers if status == "error"]
+        if errors:
             self.close()
-            kind, message, tb, index = error
+            index, (kind, message, tb) = errors[0]
             where = f"sub-env {index}" if index is not None else "a worker"
             text = f"{self.env_id} {where}: {message}" + (f"\n\nIn the worker:\n{tb}" if tb else "")
             try:
@@ -230,7 +259,7 @@ class BatchedVectorEnv(VectorEnv):
                 exc = RuntimeError(text)
             exc.env_index = index
             raise exc
-        return results
+        return [payload for _, payload in answers]
 
     def _split(self, values: list[Any]) -> list[list[Any]]:
         return [values[sl] for sl in self._slices]
@@ -314,6 +343,8 @@ class BatchedVectorEnv(VectorEnv):
                     proc.join(1.0)
         for pipe in self._pipes:
             pipe.close()
+        if self._local:
+            self._local.close()
 
     def close(self, **kwargs: Any) -> None:
         if not self.closed:

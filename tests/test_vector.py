@@ -74,7 +74,7 @@ from gymnasium.vector import AutoresetMode  # noqa: E402
 
 from clbench.vector import BatchedVectorEnv  # noqa: E402
 
-BATCH_N, WORKERS = 4, 2  # two sub-envs per worker: the batching is exercised, not just one env per process
+BATCH_N, WORKERS = 5, 3  # the parent steps sub-envs 0-1, two worker processes 2-3 and 4: batching is exercised
 
 
 def _same(a, b) -> bool:
@@ -175,9 +175,10 @@ class _Faulty(gym.Env):
 gym.register("clbench_test/Faulty-v0", entry_point=_Faulty, disable_env_checker=True)
 
 
-@pytest.mark.parametrize("index", [0, 3, 4])
-def test_error_in_a_sub_env_is_raised_with_its_index_and_close_does_not_hang(index):
-    vec = BatchedVectorEnv("clbench_test/Faulty-v0", 5, workers=WORKERS)
+@pytest.mark.parametrize("in_parent", [True, False], ids=["parent-steps-a-shard", "workers-only"])
+@pytest.mark.parametrize("index", [0, 1, 3, 4])  # first/last sub-env of a shard
+def test_error_in_a_sub_env_is_raised_with_its_index_and_close_does_not_hang(index, in_parent):
+    vec = BatchedVectorEnv("clbench_test/Faulty-v0", 5, workers=3, in_parent=in_parent)
     pids = vec.worker_pids
     vec.reset(seed=0)
     vec.step(("x",) * 5)
@@ -193,7 +194,7 @@ def test_error_in_a_sub_env_is_raised_with_its_index_and_close_does_not_hang(ind
 
 
 def test_workers_are_gone_after_close():
-    vec = gym.make_vec("clbench/SpectrumMonitor-v2", 4, vectorization_mode="vector_entry_point", workers=2)
+    vec = gym.make_vec("clbench/SpectrumMonitor-v2", 4, vectorization_mode="vector_entry_point", workers=3)
     pids = vec.unwrapped.worker_pids
     assert len(pids) == 2 and not any(_pid_gone(p) for p in pids)
     vec.reset(seed=0)
@@ -203,7 +204,7 @@ def test_workers_are_gone_after_close():
 
 def test_workers_die_with_a_sigkilled_parent():
     script = ("import gymnasium as gym, clbench, sys, time\n"
-              "v = gym.make_vec('clbench/MemoryProbe-v2', 4, vectorization_mode='vector_entry_point', workers=2)\n"
+              "v = gym.make_vec('clbench/MemoryProbe-v2', 4, vectorization_mode='vector_entry_point', workers=3)\n"
               "v.reset(seed=0)\n"
               "print(*v.unwrapped.worker_pids, flush=True)\n"
               "time.sleep(600)\n")
