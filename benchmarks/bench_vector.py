@@ -5,10 +5,13 @@
 Every side plays the same fixed one-step reply (each env's first degenerate answer, or its first
 tool with the least arguments), so every step ends an instance and the next one starts: the work
 is the env's own instance turnover, which a training loop pays for. The single env loops
-`step` + `reset()`; the vectors step 8 sub-envs made with `cycle=True`. Gymnasium's default
-autoreset (NEXT_STEP) spends every other vector step on resets; SAME_STEP resets inside the step
-that ended the instance, so it is measured too. Ratios: instances/s of the vector over the single
-env; >= 1 means a vector of 8 is not slower than one env.
+`step` + `reset()`; the vectors step 8 sub-envs made with `cycle=True`: gymnasium's sync and async,
+and clbench's batched vector (`vectorization_mode="vector_entry_point"`, clbench/vector.py: a few
+worker processes holding several sub-envs each, one message per worker per step). Gymnasium's
+default autoreset (NEXT_STEP) spends every other vector step on resets; SAME_STEP resets inside the
+step that ended the instance, so it is measured too. Each side first plays a quarter as many
+instances untimed (workers, caches and connections warm up), then the timed run. Ratios:
+instances/s of the vector over the single env; >= 1 means a vector of 8 is not slower than one env.
 """
 from __future__ import annotations
 
@@ -40,13 +43,14 @@ def single(eid: str, instances: int) -> float:
     env = gym.make(eid, cycle=True)
     reply = _reply(eid)
     env.reset(seed=0)
-    done = 0
-    t = time.perf_counter()
-    while done < instances:
-        _, _, term, trunc, _ = env.step(reply)
-        if term or trunc:
-            done += 1
-            env.reset()
+    for timed in (False, True):  # a warm-up of a quarter as many instances, then the timed run
+        done, goal = 0, instances if timed else instances // 4
+        t = time.perf_counter()
+        while done < goal:
+            _, _, term, trunc, _ = env.step(reply)
+            if term or trunc:
+                done += 1
+                env.reset()
     rate = done / (time.perf_counter() - t)
     env.close()
     return rate
@@ -59,14 +63,18 @@ def vector(eid: str, mode: str, autoreset: str, instances: int) -> float:
     kwargs = {"autoreset_mode": AutoresetMode[autoreset]}
     if mode == "async":
         kwargs["shared_memory"] = False
-    vec = gym.make_vec(eid, N, vectorization_mode=mode, cycle=True, vector_kwargs=kwargs)
+    if mode == "batched":  # clbench.vector: several sub-envs per worker process, one message per worker
+        vec = gym.make_vec(eid, N, vectorization_mode="vector_entry_point", cycle=True, **kwargs)
+    else:
+        vec = gym.make_vec(eid, N, vectorization_mode=mode, cycle=True, vector_kwargs=kwargs)
     reply = (_reply(eid),) * N
     vec.reset(seed=0)
-    done = 0
-    t = time.perf_counter()
-    while done < instances:
-        _, _, term, trunc, _ = vec.step(reply)
-        done += int((term | trunc).sum())
+    for timed in (False, True):  # the same warm-up as the single env's
+        done, goal = 0, instances if timed else instances // 4
+        t = time.perf_counter()
+        while done < goal:
+            _, _, term, trunc, _ = vec.step(reply)
+            done += int((term | trunc).sum())
     rate = done / (time.perf_counter() - t)
     vec.close()
     return rate
@@ -85,13 +93,16 @@ def measure(quick: bool = False) -> tuple[list[Ratio], list[str]]:
     for name in ENVS[:1] if quick else ENVS:
         eid = env_id(name)
         singles = []
-        for mode, autoreset in (("sync", "SAME_STEP"), ("async", "SAME_STEP"), ("sync", "NEXT_STEP")):
+        for mode, autoreset in (("sync", "SAME_STEP"), ("async", "SAME_STEP"), ("batched", "SAME_STEP"),
+                                ("sync", "NEXT_STEP"), ("batched", "NEXT_STEP")):
             samples, vec = [], []
             for _ in range(repeats):  # alternated, so a busy machine slows both sides alike
                 singles.append(single(eid, instances))
                 vec.append(vector(eid, mode, autoreset, instances))
                 samples.append(vec[-1] / singles[-1])
-            target = 1.0 if autoreset == "SAME_STEP" else 0.5
+            # the batched vector must not be slower than one env in either mode; gymnasium's NEXT_STEP
+            # vectors spend a whole vector step per reset (every other step here), hence 0.5
+            target = 1.0 if autoreset == "SAME_STEP" or mode == "batched" else 0.5
             found.append(Ratio(f"{name} {mode}({N}) {autoreset} / one env, instances/s", samples, target, "higher"))
             rates.append(line(name, f"{mode}({N}) {autoreset}", vec))
         rates.append(line(name, "one env", singles))
