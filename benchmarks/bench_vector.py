@@ -9,8 +9,9 @@ is the env's own instance turnover, which a training loop pays for. The single e
 and clbench's batched vector (`vectorization_mode="vector_entry_point"`, clbench/vector.py: a few
 worker processes holding several sub-envs each, one message per worker per step). Gymnasium's
 default autoreset (NEXT_STEP) spends every other vector step on resets; SAME_STEP resets inside the
-step that ended the instance, so it is measured too. Each side first plays a quarter as many
-instances untimed (workers, caches and connections warm up), then the timed run. Ratios:
+step that ended the instance, so it is measured too. Each env (the single one, every sub-env) first
+plays a quarter as many instances untimed, then the timed run: an env caches per object (DBExplore
+its graded answers), so eight cold sub-envs against one warm env would measure the caches. Ratios:
 instances/s of the vector over the single env; >= 1 means a vector of 8 is not slower than one env.
 """
 from __future__ import annotations
@@ -69,8 +70,8 @@ def vector(eid: str, mode: str, autoreset: str, instances: int) -> float:
         vec = gym.make_vec(eid, N, vectorization_mode=mode, cycle=True, vector_kwargs=kwargs)
     reply = (_reply(eid),) * N
     vec.reset(seed=0)
-    for timed in (False, True):  # the same warm-up as the single env's
-        done, goal = 0, instances if timed else instances // 4
+    for timed in (False, True):  # every sub-env warms up as much as the single env
+        done, goal = 0, instances if timed else N * (instances // 4)
         t = time.perf_counter()
         while done < goal:
             _, _, term, trunc, _ = vec.step(reply)
