@@ -82,6 +82,9 @@ def _same(a, b) -> bool:
     if isinstance(a, dict) or isinstance(b, dict):
         return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(
             _same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if getattr(a, "dtype", None) != getattr(b, "dtype", None) or np.shape(a) != np.shape(b):
+            return False
     if isinstance(a, (np.ndarray, list, tuple)) or isinstance(b, (np.ndarray, list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return bool(a == b) or (a != a and b != b)  # NaN equals NaN here
@@ -218,3 +221,31 @@ def test_workers_die_with_a_sigkilled_parent():
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_stacked_infos_equal_gymnasiums_add_info():
+    """The key-by-key stacking gives what `_add_info` gives info by info, dtypes included, also for
+    mixed types, arrays, missing keys, nested dicts and a key that is a dict in one sub-env only."""
+    vec = BatchedVectorEnv("clbench_test/Faulty-v0", 4, workers=1)
+    try:
+        cases = [
+            [(0, {"a": 1, "b": "x"}), (2, {"a": 2.7, "c": None}), (3, {"b": None, "a": True})],
+            [(1, {"v": np.arange(3.0)}), (2, {"v": np.ones(3)})],
+            [(0, {"final_obs": "o", "final_info": {"k": 1}}), (0, {"k": 2}), (3, {"final_obs": "p",
+                                                                             "final_info": {"k": 3.5}})],
+            [(0, {"n": {"x": 1, "y": {"z": "q"}}}), (1, {"n": {"x": 2}}), (2, {"m": np.float32(1.5)})],
+            [(0, {"t": (1, 2)}), (1, {"t": [3]}), (3, {"t": 7})],
+            [(0, {"d": {"x": 1}}), (1, {"e": 1}), (2, {"d": 5})],  # a dict in one sub-env only: the exact way
+        ]
+        for pairs in cases:
+            want: dict = {}
+            try:
+                for i, info in pairs:
+                    want = vec._add_info(want, info, i)
+            except Exception as exc:  # noqa: BLE001 - then the stacking must fail alike
+                with pytest.raises(type(exc)):
+                    vec._stack(pairs)
+                continue
+            assert _same(vec._stack(pairs), want), pairs
+    finally:
+        _close_within(vec)
