@@ -225,6 +225,18 @@ def test_a_ray_job_streams_its_writes_in_order_then_its_records(tmp_path, monkey
         return plan_jobs(cfg, env.unwrapped.task, env.unwrapped.schedule, resumable=env.unwrapped.resumable)
 
     monkeypatch.setattr(executors, "FLUSH_SECONDS", 0.001)  # many small batches
+
+    class Handshake(executors._ListSink):
+        """Each write waits until the generator has sent it, so the job streams several batches
+        however the threads are scheduled (a busy machine could otherwise finish the job first)."""
+
+        def append(self, rel, lines):
+            super().append(rel, lines)
+            deadline = time.monotonic() + 10
+            while self.ops and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+    monkeypatch.setattr(executors, "_ListSink", Handshake)
     local_job, = jobs(tmp_path / "local")
     run_job(local_job)
     streamed_job, = jobs(tmp_path / "ray")
