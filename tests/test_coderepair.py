@@ -43,6 +43,9 @@ ISSUES = [i for block in SPEC["schedules"]["default"] for i in block["issues"]]
 #: the user's real cache, captured before conftest.py redirects XDG_CACHE_HOME for each test
 REAL_CACHE = os.environ.get("CLBENCH_CACHE_DIR") or platformdirs.user_cache_dir("clbench")
 SAMPLE = ["tablib-05", "tenacity-11", "tenacity-03"]  # one per release
+#: the default run checks per-issue sandbox work on one issue, the others with CLBENCH_SLOW=1 (each
+#: costs seconds of sandboxes per backend and mode; the grader's code path is the same for all)
+SAMPLE_PARAMS = [pytest.param(i, marks=() if i == "tenacity-11" else pytest.mark.slow) for i in SAMPLE]
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +207,7 @@ def check_bug(issue_id: str, backend: str) -> None:
                 assert any(UNGUESSABLE.match(k) for k in changed), (issue_id, changed[:10])
 
 
-@pytest.mark.parametrize("issue_id", SAMPLE)
+@pytest.mark.parametrize("issue_id", SAMPLE_PARAMS)
 def test_injected_bug_check_bwrap_sample(issue_id):
     check_bug(issue_id, backend_or_skip("bwrap"))
 
@@ -216,7 +219,7 @@ def test_injected_bug_check_bwrap_all(issue_id):
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("issue_id", SAMPLE)
+@pytest.mark.parametrize("issue_id", SAMPLE_PARAMS)
 def test_injected_bug_check_docker_sample(issue_id):
     check_bug(issue_id, backend_or_skip("docker"))
 
@@ -327,7 +330,7 @@ def check_tampering_verdict(env, issue_id: str) -> None:
     assert info["details"]["evaluation"] == "not resolved: tampering"
 
 
-@pytest.mark.parametrize("issue_id", SAMPLE)
+@pytest.mark.parametrize("issue_id", SAMPLE_PARAMS)
 @pytest.mark.parametrize("mode", FORGERIES)
 def test_grading_forgeries_score_zero_bwrap(env, issue_id, mode):
     check_forgery(env, issue_id, mode)
@@ -373,7 +376,7 @@ def docker_env():
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("issue_id", SAMPLE)
+@pytest.mark.parametrize("issue_id", SAMPLE_PARAMS)
 @pytest.mark.parametrize("mode", FORGERIES)
 def test_grading_forgeries_score_zero_docker(docker_env, issue_id, mode):
     check_forgery(docker_env, issue_id, mode)
@@ -637,6 +640,7 @@ def test_stale_test_command_is_recognised_from_the_grading_feedback():
         assert agent.memory["tenacity"]["test_command"] == kept and agent.memory["tenacity"]["kinds"] == {"comparison": 1}
 
 
+@pytest.mark.slow  # ~50 s of sandboxes; the v4 drift (house conventions) is checked by default
 def test_the_drift_is_real_knowledge_from_7_goes_stale_on_8(env):
     """What the reference learned on tenacity 7.0.0 (tests in tenacity/tests) tests nothing on 8.2.3.
     Unfrozen, its search reports that the command tested nothing for an edit that passed the check:
@@ -778,6 +782,7 @@ def test_no_copy_of_any_release_is_reachable_bwrap_all():
     check_no_reachable_copy(backend_or_skip("bwrap"), list(SPEC["repos"]))
 
 
+@pytest.mark.slow  # minutes of hashing; the bwrap scan (the default backend) runs by default
 @pytest.mark.docker
 def test_no_copy_of_any_release_is_reachable_docker():
     check_no_reachable_copy(backend_or_skip("docker"), list(SPEC["repos"]))

@@ -39,7 +39,9 @@ def env_id(task: str) -> str:
 #: (task, schedule) played over MCP by default; DBExplore's 40 questions join for `serve` (one client
 #: process) and, with CLBENCH_SLOW=1, for the command agent (one harness process per instance)
 SERVED = [("Poker", "short"), ("SpectrumMonitor", "short"), ("DBExplore", "default")]
-COMMANDED = [("Poker", "short"), ("SpectrumMonitor", "short")] + ([("DBExplore", "default")] if SLOW else [])
+#: one harness per instance is slow (a process each); Poker's schedule runs with CLBENCH_SLOW=1
+COMMANDED = [pytest.param("Poker", "short", marks=pytest.mark.slow), ("SpectrumMonitor", "short")] + \
+    ([("DBExplore", "default")] if SLOW else [])
 
 
 def rewards(out: Path) -> dict[tuple[str, str], float]:
