@@ -182,13 +182,27 @@ def test_salesforecast_reset_fails_clearly_when_the_toolchain_cannot_import(tmp_
 
 
 # ---------------------------------------------------------------------------------- DuckDB and signals
+@pytest.fixture
+def ctrl_c():
+    """SIGINT as an interactive Python has it. A shell starts background jobs (`cmd &`, CI runners,
+    nohup scripts) with SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the
+    signal would never arrive and these checks could not measure anything."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def _default_sigint() -> None:  # a child's Popen preexec_fn: SIGINT not ignored (see ctrl_c)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _sigint_after(seconds: float) -> threading.Timer:
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     return timer
 
 
-def test_sigint_during_a_query_is_a_keyboard_interrupt_not_a_slow_query():
+def test_sigint_during_a_query_is_a_keyboard_interrupt_not_a_slow_query(ctrl_c):
     con = duckdb.connect(config={"threads": 1})
     _sigint_after(0.3)
     with pytest.raises(KeyboardInterrupt):
@@ -199,7 +213,7 @@ def test_sigint_during_a_query_is_a_keyboard_interrupt_not_a_slow_query():
     assert sqlguard.run_query(con, "SELECT 42 AS x", timeout=5).rows == [(42,)]
 
 
-def test_sigint_during_a_dbexplore_step_stops_the_step():
+def test_sigint_during_a_dbexplore_step_stops_the_step(ctrl_c):
     env = make(DB)
     env.reset(seed=0)
     _sigint_after(0.3)
@@ -295,7 +309,7 @@ def test_a_signal_mid_query_stops_the_run_and_resume_replays_the_instance(sig, w
     out = tmp_path / "interrupted"
     # SIGINT goes to the whole process group (Ctrl-C), SIGTERM only to the driver (`kill PID`)
     proc = subprocess.Popen(_rollout_cmd(out, workers, 2, db_cache), cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     deadline = time.time() + 300
     while not (tmp_path / "marker").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.02)
