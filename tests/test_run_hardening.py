@@ -227,14 +227,17 @@ def test_a_ray_job_streams_its_writes_in_order_then_its_records(tmp_path, monkey
     monkeypatch.setattr(executors, "FLUSH_SECONDS", 0.001)  # many small batches
 
     class Handshake(executors._ListSink):
-        """Each write waits until the generator has sent it, so the job streams several batches
-        however the threads are scheduled (a busy machine could otherwise finish the job first)."""
+        """The first writes wait until the generator has sent them, so the job streams several
+        batches however the threads are scheduled (a busy machine could otherwise finish first)."""
+        waits = 3
 
         def append(self, rel, lines):
             super().append(rel, lines)
-            deadline = time.monotonic() + 10
-            while self.ops and time.monotonic() < deadline:
-                time.sleep(0.001)
+            if self.waits:
+                self.waits -= 1
+                deadline = time.monotonic() + 10
+                while self.ops and time.monotonic() < deadline:
+                    time.sleep(0.001)
 
     monkeypatch.setattr(executors, "_ListSink", Handshake)
     local_job, = jobs(tmp_path / "local")
