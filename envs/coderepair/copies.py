@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from clbench.envs.coderepair.copy_scan import digests
+from clbench.envs.coderepair.copy_scan import digests, identifiers, long_functions
 from clbench.envs.coderepair.sources import pristine_tree
 
 SCANNER = Path(__file__).with_name("copy_scan.py")
@@ -28,10 +28,11 @@ def release_digests(repos: dict) -> dict[str, str]:
     return release_modules(repos)[0]
 
 
-def release_modules(repos: dict) -> tuple[dict[str, str], int]:
-    """(digest -> "pypi-version:path" for every Python module of every release, the largest one's size)."""
+def release_modules(repos: dict) -> tuple[dict[str, str], int, list[list[str]], list[str]]:
+    """(digest -> "pypi-version:path" for every Python module of every release, the largest one's size,
+    the identifiers of each function digested, those functions' names)."""
     out: dict[str, str] = {}
-    largest = 0
+    largest, needles, names = 0, set(), set()
     for repo in repos.values():
         tree = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
         for path in sorted(tree.rglob("*.py")):
@@ -43,7 +44,10 @@ def release_modules(repos: dict) -> tuple[dict[str, str], int]:
             largest = max(largest, len(data))
             for d in digests(data):
                 out.setdefault(d, f"{repo['pypi']}-{repo['version']}:{path.relative_to(tree)}")
-    return out, largest
+            for node in long_functions(data):
+                needles.add(tuple(identifiers(node)))
+                names.add(node.name)
+    return out, largest, [list(ids) for ids in sorted(needles)], sorted(names)
 
 
 def reachable_copies(env, repo_name: str, timeout: float = 900, plant: str = "", tree: Path | None = None) -> dict:
@@ -57,8 +61,8 @@ def reachable_copies(env, repo_name: str, timeout: float = 900, plant: str = "",
         tree = Path(tmp) / "tree"
         (tree / folder).mkdir(parents=True)
         shutil.copyfile(SCANNER, tree / folder / "copy_scan.py")
-        modules, largest = release_modules(env.spec_data["repos"])
-        job = {"digests": modules, "skip": env.workdir, "largest": 2 * largest}
+        modules, largest, needles, names = release_modules(env.spec_data["repos"])
+        job = {"digests": modules, "skip": env.workdir, "largest": 2 * largest, "needles": needles, "names": names}
         (tree / folder / "digests.json").write_text(json.dumps(job))
         with env.open_sandbox(tree, repo_name, timeout) as sandbox:
             if plant:

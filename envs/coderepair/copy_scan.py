@@ -4,14 +4,18 @@ hashed as it is, normalized (comments, blank lines, imports and indentation drop
 copy whose imports were rewritten still matches) and function by function (each function that
 parses, as `ast.unparse` writes it: another release of the package that shares the fixed
 function matches), and compared with the digests of the repository releases' modules and
-functions given in `digests.json` beside this file (files larger than twice
-the largest module cannot be a copy and are only counted). Prints nothing; writes the
-matches outside the checkout (`skip`) to `matches.json` beside this file.
+functions given in `digests.json` beside this file (files larger than twice the largest module
+cannot be a copy and are only counted). A file is parsed only when it holds every identifier of
+some release function, and only functions of a release function's name are unparsed: a function
+that matches names them all, so this changes no match and saves most of the time. Prints
+nothing; writes the matches outside the checkout (`skip`) to `matches.json` beside this file.
 """
 import ast
 import hashlib
 import json
 import os
+import re
+import stat
 import sys
 import tarfile
 import zipfile
@@ -25,26 +29,60 @@ MAX_FILE = 64 << 20
 MIN_FUNCTION = 160
 
 
-def digests(data: bytes, functions: bool = True) -> list[str]:
-    """The file's digest, its normalized digest and (with `functions`) one per function that parses."""
-    text = data.decode("utf-8", "replace")
-    kept = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("#", "import ", "from ")):
-            kept.append(line)
+SKIPPED = ("#", "import ", "from ")  # lines normalization drops
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+DEF = re.compile(r"\bdef\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def digests(data: bytes, functions: bool = True, needles: list | None = None,
+            names: frozenset | None = None) -> list[str]:
+    """The file's digest, its normalized digest and (with `functions`) one per function that parses;
+    with `needles` (the identifiers of each wanted function), only when an ASCII file holds all
+    identifiers of one of them (Python normalizes non-ASCII identifiers, so those files are parsed);
+    with `names`, only functions of those names (a function's digest covers its name), and only
+    when an ASCII file defines one."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:  # not Python source: as it is, or once decoded, no release module
+        return [hashlib.sha256(data).hexdigest()]
+    kept = [line for line in map(str.strip, text.splitlines()) if line and not line.startswith(SKIPPED)]
     out = [hashlib.sha256(data).hexdigest(), "n" + hashlib.sha256("\n".join(kept).encode()).hexdigest()]
     if functions and "def " in text:
+        if names is not None and text.isascii() and names.isdisjoint(DEF.findall(text)):
+            return out
+        if needles is not None and text.isascii():
+            words = set(WORD.findall(text))
+            if not any(words.issuperset(ids) for ids in needles):
+                return out
         try:
             tree = ast.parse(text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return out
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (names is None or node.name in names):
                 code = ast.unparse(node)
                 if len(code) >= MIN_FUNCTION:
                     out.append("f" + hashlib.sha256(code.encode()).hexdigest())
     return out
+
+
+def identifiers(node: ast.AST) -> list[str]:
+    """Every name, attribute and argument in `node`, longest (rarest) first."""
+    found = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    found |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    found |= {n.arg for n in ast.walk(node) if isinstance(n, ast.arg)}
+    found.add(node.name)
+    return sorted(found, key=lambda s: (-len(s), s))
+
+
+def long_functions(data: bytes) -> list:
+    """The function nodes of a module that `digests` digests."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and len(ast.unparse(node)) >= MIN_FUNCTION]
 
 
 def members(path: str):
@@ -68,6 +106,8 @@ def main() -> None:
     with open(os.path.join(HERE, "digests.json")) as fh:
         job = json.load(fh)
     wanted, skip, largest = job["digests"], job["skip"].rstrip("/"), job["largest"]
+    needles = [frozenset(ids) for ids in job["needles"]]
+    names = frozenset(job["names"])
     found, scanned = [], 0
     for top in ("/",):
         for dirpath, dirnames, filenames in os.walk(top):
@@ -78,13 +118,14 @@ def main() -> None:
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 try:
-                    if os.path.islink(path) or not os.path.isfile(path):
+                    info = os.lstat(path)  # one stat: links are not followed, only regular files read
+                    if not stat.S_ISREG(info.st_mode):
                         continue
-                    size = os.path.getsize(path)
+                    size = info.st_size
                     scanned += 1
                     if name.endswith(ARCHIVES) and size < MAX_FILE:
                         for inner, data in members(path):
-                            for d in digests(data):
+                            for d in digests(data, needles=needles, names=names):
                                 if d in wanted:
                                     found.append([f"{path}!{inner}", wanted[d]])
                         continue
@@ -94,7 +135,7 @@ def main() -> None:
                         data = fh.read()
                 except OSError:
                     continue
-                for d in digests(data):
+                for d in digests(data, needles=needles, names=names):
                     if d in wanted:
                         found.append([path, wanted[d]])
     with open(os.path.join(HERE, "matches.json"), "w") as fh:
