@@ -96,10 +96,16 @@ class SalesForecastEnv(InstanceSequenceEnv):
     pandas; none ships), `command_timeout` (seconds per shell command, default 60), `cycle`,
     `render_mode` ("ansi"), `split` ("test", the benchmark's company; "train": ids
     "train-fyYYYY"), `world_seed` (None: the canonical company of tasks/salesforecast/default.yaml;
-    N: growth rates, store levels, price response and the regime change drawn anew,
-    `generator.draw_world`). Every world but the canonical one (the train split too) draws them.
+    N: store levels, base volumes, growth rates, price response, seasonality and the regime change
+    drawn anew from ranges of their own, never a canonical value, `generator.draw_world`). Every
+    world but the canonical one (the train split too) draws them.
 
     ## Version History
+    * v3 (fresh worlds only; the canonical world, its scoring and numbers unchanged): `world_seed` and
+      the train split draw every latent value from ranges of their own (store levels, each type's base
+      volume, growth rates, price elasticity, seasonal quarter split, the regime's cut and new decline);
+      before, they shuffled and jittered the canonical store levels and growth rates and kept the base
+      volumes and quarter split, which the public task YAML states.
     * v3: the stateless reference no longer shrinks its single-year forecast (scale 1.0, was 0.9, a value
       tuned on the canonical world): with it a memoryless price-adjusted forecaster beat the reference
       in a fresh world; now none of the red team's forecasters reaches it in the canonical world or in
