@@ -1,4 +1,4 @@
-"""SalesForecast-v3: sandboxed workspace, submissions, scoring, agents, feedback that gives no later
+"""SalesForecast-v4: sandboxed workspace, submissions, scoring, agents, feedback that gives no later
 answers away, the red team's memoryless forecasters, fresh worlds, must-show numbers. The env
 contract (check_env, reset modes, determinism, info keys, spec card, r_max and r_reference) is
 checked for every env in tests/test_contract.py.
@@ -28,7 +28,7 @@ from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
 from clbench.sandbox import SandboxUnavailable, choose_backend
 
-ENV = "clbench/SalesForecast-v3"
+ENV = "clbench/SalesForecast-v4"
 
 
 def _no_sandbox() -> str:
@@ -341,8 +341,8 @@ def _latent_values(lat: dict) -> dict[str, list]:
 
 def test_worlds_draw_every_latent_value_anew():
     """issue 29: the train split and fresh worlds 1-20 draw store levels, base volumes, growth, elasticity,
-    seasonality and the regime change from ranges of their own: no canonical value of any kind recurs (v3 before
-    this shuffled the canonical store levels and kept the base volumes, both in the public task YAML), and the
+    seasonality and the regime change from ranges of their own: no canonical value of any kind recurs (v3
+    shuffled the canonical store levels and kept the base volumes, both in the public task YAML), and the
     drawn worlds differ from each other. A world seed names one world; the drawn regime is of the canonical kind."""
     from clbench.envs.salesforecast import generator as g
 
@@ -468,11 +468,9 @@ def test_in_process_reference_is_the_sandboxed_one(env):
     assert played == reference_rewards(env, stateful=True)[:2]
 
 
-#: worlds whose difficulty the default run checks (all 20 with CLBENCH_SLOW=1, every family's full grid)
-FRESH_WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (13, 18)
-#: worlds where a memoryless red-team point reaches the stateless reference (best point minus r_reference, full
-#: grid: world 3 +0.001, world 4 +0.00003, world 18 +0.015; default grid: world 18 +0.009): open, see the note
-REACHED = {3, 4, 18} if os.environ.get("CLBENCH_SLOW") else {18}
+#: worlds whose difficulty the default run checks (all 20 with CLBENCH_SLOW=1, every family's full grid): 4 and 18
+#: are where v3's reference was reached (full grid +0.00003 and +0.015)
+FRESH_WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (4, 18)
 
 
 @functools.lru_cache(maxsize=None)
@@ -480,11 +478,15 @@ def _world(world_seed) -> dict:
     return fast_world_numbers(world_seed)
 
 
-@pytest.mark.parametrize("world_seed", FRESH_WORLDS)
+@pytest.mark.parametrize("world_seed", [pytest.param(16, marks=pytest.mark.xfail(
+    strict=True, reason="normalized gain 0.016: the drift costs the learner more than its memory gains (open)"))
+    if w == 16 else w for w in FRESH_WORLDS])
 def test_fresh_worlds_keep_the_difficulty(world_seed):
-    """issue 28/29: headroom, learning and a costly drift in a fresh world (worlds 1-20 measured: r_max
-    0.88-0.94, r_reference 0.32-0.67, normalized gain 0.16-0.72, drift cost 0.06-0.26; canonical 0.91, 0.51,
-    0.54, 0.09). The reference runs in-process (reference_rewards); the sandboxed rollouts are
+    """issue 28/29: headroom, learning and a costly drift in a fresh world. Worlds 1-20 measured (canonical in
+    brackets): r_max 0.88-0.94 (0.91), r_reference 0.33-0.71 (0.51), normalized gain 0.02-0.72 (0.54), drift cost
+    0.06-0.26 (0.09). World 16 is below the gain band: its stateless reference is strong (0.70) and the stateful
+    one loses the three years after the regime change (NY, the largest store, cut; 0.53, 0.40, 0.62), a strict
+    xfail. The reference runs in-process (reference_rewards); the sandboxed rollouts are
     test_must_show_reference_rollout and the contract test's calibration check."""
     n = _world(world_seed)
     assert n["r_max"] > 0.85 and n["r_reference"] < 0.75 * n["r_max"], n
@@ -492,14 +494,11 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
     assert n["drift_cost"] > 0, n
 
 
-@pytest.mark.parametrize("world_seed", [pytest.param(w, marks=pytest.mark.xfail(
-    strict=True, reason="a memoryless red-team point reaches the stateless reference here (see REACHED)"))
-    if w in REACHED else w for w in FRESH_WORLDS])
+@pytest.mark.parametrize("world_seed", FRESH_WORLDS)
 def test_no_memoryless_forecaster_reaches_the_reference_in_fresh_worlds(world_seed):
-    """issue 28/29: no family point, stateless, reaches the stateless reference. Open: with every latent value
-    drawn fresh the reference wins by little (worlds 1-20: best point minus r_reference -0.103 to +0.015) and
-    no other horizon damping or scale of it holds in all train worlds either; strict xfail where it is reached,
-    so a fix shows up as XPASS."""
+    """issue 28/29: no family point, stateless, reaches the stateless reference (worlds 1-20, every family's full
+    grid: best point minus r_reference -0.113 to -0.014, canonical -0.018; v3's reference, whose price term extrapolated a type missing
+    from the export across types, was reached in worlds 3, 4 and 18 once base volumes were drawn fresh)."""
     n = _world(world_seed)
     assert n["red_team_best"] < n["r_reference"], n
 
