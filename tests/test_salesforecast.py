@@ -373,6 +373,21 @@ def test_worlds_draw_every_latent_value_anew():
     assert gym.make(ENV, world_seed=1).unwrapped.latent() == lat["w1"]
 
 
+def test_no_two_worlds_share_an_answer():
+    """issue 28/29: the ground truth (realised units of every requested cell) of each instance differs between the
+    canonical world, the train split and fresh worlds 1-3 and their train twins: 0 identical of 12 per pair."""
+    def truths(**kw):
+        u = gym.make(ENV, **kw).unwrapped
+        return [tuple(u.world.sales[c] for c in s.instance.payload.cells) for s in u.schedule.order(0)]
+
+    canon = truths()
+    pairs = [(canon, truths(split="train"))] + [(truths(world_seed=n), truths(world_seed=n, split="train"))
+                                                 for n in (1, 2, 3)]
+    pairs += [(canon, truths(world_seed=n)) for n in (1, 2, 3)]
+    assert [sum(a == b for a, b in zip(x, y)) for x, y in pairs] == [0] * len(pairs)
+    assert truths() == canon  # and a world's truth is reproducible
+
+
 def test_a_world_reusing_a_canonical_value_fails_the_check():
     """The check above can fail: a world with the canonical base volumes kept (v3's old draw) or one canonical
     store level put back is caught."""
