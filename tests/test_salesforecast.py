@@ -512,8 +512,9 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
 @pytest.mark.parametrize("world_seed", FRESH_WORLDS)
 def test_no_memoryless_forecaster_reaches_the_reference_in_fresh_worlds(world_seed):
     """issue 28/29: no family point, stateless, reaches the stateless reference (worlds 1-20, every family's full
-    grid: best point minus r_reference -0.113 to -0.014, canonical -0.018; v3's reference, whose price term extrapolated a type missing
-    from the export across types, was reached in worlds 3, 4 and 18 once base volumes were drawn fresh)."""
+    grid: best point minus r_reference -0.113 to -0.014, canonical -0.018; v3's reference, whose price term
+    extrapolated a type missing from the export across types, was reached in worlds 3, 4 and 18 once base
+    volumes were drawn fresh)."""
     n = _world(world_seed)
     assert n["red_team_best"] < n["r_reference"], n
 
