@@ -1,13 +1,13 @@
-"""Scripted agents for SalesForecast-v3.
+"""Scripted agents for SalesForecast-v4.
 
 `SalesForecastReference` works through the sandbox like any agent: it writes a Python script
 into the workspace (`forecast.py`) and runs it. The script maps the visible export to one
 schema (each store's system spells its columns differently), appends it to `panel.csv` in the
 workspace, fits a Poisson GLM (scikit-learn's PoissonRegressor) with store, type,
-store-by-type, collection, collection-by-year (growth), log-price and product terms across
-every row of the panel, recent years weighted more (half-life 1.5 years, so a changed store
-level or trend takes over within a few years), and writes `predictions.json`, which it then
-submits. Stateful, the
+store-by-type, collection, collection-by-year (growth), log-price (relative to the type's mean
+catalog price) and product terms across every row of the panel, recent years weighted more
+(half-life 1.5 years, so a changed store level or trend takes over within a few years), and
+writes `predictions.json`, which it then submits. Stateful, the
 panel grows by one store-year per instance, so growth, store levels and interactions become
 estimable; stateless (an empty workspace) it fits the single visible year, where every growth
 term is zero and the other stores look like the visible one. `freeze_at=K` (for
@@ -72,7 +72,12 @@ info = cat.set_index("product_id")
 t0 = panel["year"].mean()
 # growth is only identified apart from store levels once some store has two years of data
 grow = float(panel.groupby("store")["year"].nunique().max() >= 2)
-lp0 = np.log(panel["price"]).mean()
+# price acts within a type (a product priced above its type's usual price sells less); across types the
+# price level says nothing about volume, so the price term is the log price relative to the type's mean
+# catalog price (v3 centred it on the whole panel: a type missing from the export was then extrapolated
+# by its price level, several times too high or too low)
+price_cols = [c for c in cat.columns if c.startswith("price_")]
+type_lp = np.log(cat[price_cols]).mean(axis=1).groupby(cat["type"]).mean()
 stores, types = ["SF", "NY", "CHI"], sorted(set(cat["type"]))
 colls, prods = sorted(set(cat["collection"])), list(cat["product_id"])
 # main effects at full scale; interactions and product terms at half scale, so the L2 penalty
@@ -92,7 +97,7 @@ def features(store, year, pid, price):
     typ, coll = info.loc[pid, "type"], info.loc[pid, "collection"]
     x[index[store]] = x[index[typ]] = x[index[coll]] = 1.0
     x[index["g:" + coll]] = grow * (year - t0)
-    x[index["log_price"]] = np.log(price) - lp0
+    x[index["log_price"]] = np.log(price) - type_lp[typ]
     x[index[f"{store}x{typ}"]] = 0.5
     x[index[pid]] = 0.5
     return x

@@ -17,7 +17,7 @@ from clbench.runner import play_instance
 from clbench.schedule import Instance, Schedule, Variant
 
 POKER = "clbench/Poker-v2"
-DRIFTING = ["clbench/DBExplore-v2", POKER, "clbench/SalesForecast-v3", "clbench/CohortStudies-v3",
+DRIFTING = ["clbench/DBExplore-v2", POKER, "clbench/SalesForecast-v4", "clbench/CohortStudies-v3",
             "clbench/SpectrumMonitor-v2", "clbench/MemoryProbe-v2"]
 
 
@@ -211,7 +211,7 @@ def test_salesforecast_freeze_at_leaves_the_panel_as_it_was():
         choose_backend("auto", host_python_runtime())
     except SandboxUnavailable as exc:
         pytest.skip(f"no sandbox backend: {exc}")
-    env = gym.make("clbench/SalesForecast-v3", schedule="short")
+    env = gym.make("clbench/SalesForecast-v4", schedule="short")
     try:
         play_states(env, make_agent("reference", env, freeze_at=1), 3)
         env.reset()

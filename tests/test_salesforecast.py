@@ -1,4 +1,4 @@
-"""SalesForecast-v3: sandboxed workspace, submissions, scoring, agents, feedback that gives no later
+"""SalesForecast-v4: sandboxed workspace, submissions, scoring, agents, feedback that gives no later
 answers away, the red team's memoryless forecasters, fresh worlds, must-show numbers. The env
 contract (check_env, reset modes, determinism, info keys, spec card, r_max and r_reference) is
 checked for every env in tests/test_contract.py.
@@ -7,6 +7,8 @@ Every test runs real commands in the real sandbox (bubblewrap here; whatever "au
 """
 from __future__ import annotations
 
+import functools
+import io
 import json
 import os
 import re
@@ -26,7 +28,7 @@ from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
 from clbench.sandbox import SandboxUnavailable, choose_backend
 
-ENV = "clbench/SalesForecast-v3"
+ENV = "clbench/SalesForecast-v4"
 
 
 def _no_sandbox() -> str:
@@ -328,21 +330,74 @@ def test_the_agent_card_and_variants_say_nothing_about_the_regime_change():
     assert "Nordic collection" in env.public_secrets() and "+9% a year" in env.public_secrets()
 
 
-def test_worlds_draw_effects_and_regime_anew():
-    """issue 29: train and fresh worlds draw growth, store levels, elasticity and the regime change (never the
-    canonical values); a world seed names one world; the drawn regime is of the canonical kind and size."""
-    lat = {k: gym.make(ENV, **kw).unwrapped.latent() for k, kw in
-           {"canon": {}, "train": {"split": "train"}, "w1": {"world_seed": 1}, "w2": {"world_seed": 2}}.items()}
-    keys = [json.dumps({k: v for k, v in x.items() if k != "expected"}, sort_keys=True) for x in lat.values()]
-    assert len(set(keys)) == 4
-    canon = lat["canon"]
-    for name in ("train", "w1", "w2"):
-        x = lat[name]
-        assert x["growth"] != canon["growth"] and x["price_elasticity"] != canon["price_elasticity"]
-        (store, cut), = x["regime_change"]["store_levels"].items()
+def _latent_values(lat: dict) -> dict[str, list]:
+    """Each kind of latent value of a world (oracle view), as a list of its values."""
+    (store, cut), = lat["regime_change"]["store_levels"].items()
+    (coll, turn), = lat["regime_change"]["growth"].items()
+    return {"store level": list(lat["store_levels"].values()), "base volume": list(lat["base_units"].values()),
+            "growth": list(lat["growth"].values()), "elasticity": [lat["price_elasticity"]],
+            "quarter share": lat["quarter_shares"], "regime cut": [cut], "regime turn": [turn]}
+
+
+def test_worlds_draw_every_latent_value_anew():
+    """issue 29: the train split and fresh worlds 1-20 draw store levels, base volumes, growth, elasticity,
+    seasonality and the regime change from ranges of their own: no canonical value of any kind recurs (v3
+    shuffled the canonical store levels and kept the base volumes, both in the public task YAML), and the
+    drawn worlds differ from each other. A world seed names one world; the drawn regime is of the canonical kind."""
+    from clbench.envs.salesforecast import generator as g
+
+    canon = gym.make(ENV).unwrapped.latent()
+    worlds = {"train": {"split": "train"}, **{f"w{n}": {"world_seed": n} for n in range(1, 21)}}
+    lat = {name: gym.make(ENV, **kw).unwrapped.latent() for name, kw in worlds.items()}
+    reused = [(name, kind, v) for name, x in lat.items() for kind, values in _latent_values(x).items()
+              for v in values if v in _latent_values(canon)[kind]]
+    assert not reused
+    # nor a shuffle of them with a jitter (v3's old store levels and growth): a fresh world's sorted values of a
+    # kind all lie within 10% (growth: 0.011) of the canonical sorted ones by chance only (here 1 of 21 worlds)
+    near = {kind: sum(bool(np.all(np.abs(np.sort(_latent_values(x)[kind]) / np.sort(_latent_values(canon)[kind]) - 1)
+                                  <= (0.011 if kind == "growth" else 0.1))) for x in lat.values())
+            for kind in ("store level", "base volume", "growth")}
+    assert max(near.values()) <= 3, near
+    keys = {json.dumps({k: v for k, v in x.items() if k != "expected"}, sort_keys=True) for x in lat.values()}
+    assert len(keys) == len(lat)
+    for x in lat.values():
+        v = _latent_values(x)
+        levels = sorted(v["store level"])
+        assert g.LEVEL_LOW[0] <= levels[0] and levels[2] / levels[0] >= g.LEVEL_RATIO[0] - 0.01
+        assert min(v["base volume"]) >= g.BASE_UNITS[0] and max(v["base volume"]) <= g.BASE_UNITS[1]
+        assert max(v["growth"]) >= g.GROWTH_FAST[0] and min(v["growth"]) <= g.GROWTH_SLOW[1]
+        assert sum(v["quarter share"]) == pytest.approx(1, abs=0.005) and np.argmax(v["quarter share"]) == 3
+        assert x["regime_change"]["year"] == canon["regime_change"]["year"]
         (coll, turn), = x["regime_change"]["growth"].items()
-        assert 0.5 <= cut <= 0.7 and 0.9 <= turn <= 0.96 and coll == max(x["growth"], key=x["growth"].get)
+        assert coll == max(x["growth"], key=x["growth"].get) and turn < 1 and v["regime cut"][0] < 1
     assert gym.make(ENV, world_seed=1).unwrapped.latent() == lat["w1"]
+
+
+def test_no_two_worlds_share_an_answer():
+    """issue 28/29: the ground truth (realised units of every requested cell) of each instance differs between the
+    canonical world, the train split and fresh worlds 1-3 and their train twins: 0 identical of 12 per pair."""
+    def truths(**kw):
+        u = gym.make(ENV, **kw).unwrapped
+        return [tuple(u.world.sales[c] for c in s.instance.payload.cells) for s in u.schedule.order(0)]
+
+    canon = truths()
+    pairs = [(canon, truths(split="train"))] + [(truths(world_seed=n), truths(world_seed=n, split="train"))
+                                                 for n in (1, 2, 3)]
+    pairs += [(canon, truths(world_seed=n)) for n in (1, 2, 3)]
+    assert [sum(a == b for a, b in zip(x, y)) for x, y in pairs] == [0] * len(pairs)
+    assert truths() == canon  # and a world's truth is reproducible
+
+
+def test_a_world_reusing_a_canonical_value_fails_the_check():
+    """The check above can fail: a world with the canonical base volumes kept (v3's old draw) or one canonical
+    store level put back is caught."""
+    canon = gym.make(ENV).unwrapped.latent()
+    world = gym.make(ENV, world_seed=3).unwrapped.latent()
+    kept = {**world, "base_units": dict(canon["base_units"])}
+    one_level = {**world, "store_levels": {**world["store_levels"], "SF": canon["store_levels"]["NY"]}}
+    for bad in (kept, one_level):
+        assert any(v in _latent_values(canon)[kind] for kind, vals in _latent_values(bad).items() for v in vals)
+    assert not any(v in _latent_values(canon)[kind] for kind, vals in _latent_values(world).items() for v in vals)
 
 
 def test_no_memoryless_forecaster_reaches_the_reference(env):
@@ -352,18 +407,115 @@ def test_no_memoryless_forecaster_reaches_the_reference(env):
     assert best < env.unwrapped.r_reference, (policy, best)
 
 
-@pytest.mark.parametrize("world_seed", range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1,))
-def test_fresh_worlds_keep_the_difficulty(world_seed):
-    """issue 28/29: headroom, learning and a costly drift in a fresh world, and no memoryless forecaster reaching
-    the stateless reference (v3's reference, measured on worlds 1-20 against every family's full grid: margins
-    +0.003 to +0.10; v2's shrunk forecast lost world 4 by 0.009; a world takes minutes: one by default, all 20
-    with CLBENCH_SLOW=1)."""
-    from tests.test_spectrummonitor import world_numbers
+def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None) -> list[float]:
+    """The reference's rewards in schedule order, its own script (FORECAST_SCRIPT, with the arguments the agent
+    gives it) run in this process on each instance's inbox files, in a folder standing in for the workspace (one
+    for the whole rollout when `stateful`, inbox/ replaced every year; a new one per instance otherwise). The
+    sandboxed run gives the same forecasts (test_in_process_reference_is_the_sandboxed_one) at a fraction of the
+    cost: no python3 start and import of pandas and scikit-learn per forecast."""
+    import contextlib
+    import shlex
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+    from unittest import mock
 
-    n = world_numbers(ENV, world_seed, rollouts=1, drift_at=4, red_team=red_team_best)
-    assert n["r_max"] > 0.85 and n["r_reference"] < 0.75 * n["r_max"]
-    assert n["normalized_gain"] >= 0.1  # canonical 0.51; the fresh worlds measured: 0.17-0.63
-    assert n["drift_cost"] > 0
+    from clbench.agents.salesforecast import FORECAST_SCRIPT
+    from clbench.envs.salesforecast.scoring import parse_predictions
+
+    u = env.unwrapped
+    code = compile(FORECAST_SCRIPT.strip(), "forecast.py", "exec")
+    agent = make_agent("reference", env, seed=0, freeze_at=freeze_at)
+    rewards = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pos, slot in enumerate(u.schedule.order(0)):
+            data = slot.instance.payload
+            ws = Path(tmp) / ("ws" if stateful else f"ws{pos}")
+            shutil.rmtree(ws / "inbox", ignore_errors=True)
+            for rel, text in data.files.items():
+                (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+                (ws / rel).write_text(text)
+            agent.begin_instance("", {"position": pos})
+            command = shlex.split(agent.plan[1])
+            assert command[:2] == ["python3", "forecast.py"], command
+            with contextlib.chdir(ws), mock.patch.object(sys, "argv", command[1:]), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                exec(code, {"__name__": "__main__"})
+            preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
+            rewards.append(skill(wape(preds, {c: u.world.sales[c] for c in data.cells})))
+    return rewards
+
+
+def oracle_rewards(env) -> list[float]:
+    """The oracle's rewards in schedule order: the true expected demand of every requested cell."""
+    u = env.unwrapped
+    return [skill(wape({c: u.world.expected[c] for c in s.instance.payload.cells},
+                       {c: u.world.sales[c] for c in s.instance.payload.cells})) for s in u.schedule.order(0)]
+
+
+def fast_world_numbers(world_seed, drift_at: int = 4) -> dict:
+    """tests/test_spectrummonitor.world_numbers for SalesForecast without a sandboxed python3 per forecast: r_max,
+    r_reference, the reference's normalized gain (one stateful rollout: it is deterministic), the drift cost
+    (unfrozen minus frozen at `drift_at`, after it) and the best red-team point (red_team_best)."""
+    env = gym.make(ENV, world_seed=world_seed)
+    try:
+        r_max, stateless = float(np.mean(oracle_rewards(env))), reference_rewards(env)
+        r_ref = float(np.mean(stateless))
+        live, frozen = reference_rewards(env, stateful=True), reference_rewards(env, stateful=True, freeze_at=drift_at)
+        assert live[:drift_at] == frozen[:drift_at]  # identical until the freeze
+        best = red_team_best(env)
+        return {"world": world_seed, "r_max": r_max, "r_reference": r_ref,
+                "normalized_gain": (np.mean(live) - r_ref) / (r_max - r_ref),
+                "drift_cost": float(np.mean(np.subtract(live, frozen)[drift_at:])),
+                "red_team_best": best[0], "red_team_policy": best[1]}
+    finally:
+        env.close()
+
+
+def test_in_process_reference_is_the_sandboxed_one(env):
+    """The in-process reference (fast_world_numbers) reproduces the sandboxed calibration exactly, and one
+    stateful forecast (position 1, after a panel year) played through the sandbox equals the in-process one."""
+    u = env.unwrapped
+    assert np.mean(reference_rewards(env)) == u.r_reference and np.mean(oracle_rewards(env)) == u.r_max
+    agent = make_agent("reference", env, seed=0)
+    played = [_play(env, agent, *env.reset(seed=0))[0], _play(env, agent, *env.reset())[0]]
+    assert played == reference_rewards(env, stateful=True)[:2]
+
+
+#: worlds whose difficulty the default run checks (all 20 with CLBENCH_SLOW=1, every family's full grid): 4 and 18
+#: are where v3's reference was reached (full grid +0.00003 and +0.015)
+FRESH_WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (4, 18)
+
+
+@functools.lru_cache(maxsize=None)
+def _world(world_seed) -> dict:
+    return fast_world_numbers(world_seed)
+
+
+@pytest.mark.parametrize("world_seed", [pytest.param(16, marks=pytest.mark.xfail(
+    strict=True, reason="normalized gain 0.016: the drift costs the learner more than its memory gains (open)"))
+    if w == 16 else w for w in FRESH_WORLDS])
+def test_fresh_worlds_keep_the_difficulty(world_seed):
+    """issue 28/29: headroom, learning and a costly drift in a fresh world. Worlds 1-20 measured (canonical in
+    brackets): r_max 0.88-0.94 (0.91), r_reference 0.33-0.71 (0.51), normalized gain 0.02-0.72 (0.54), drift cost
+    0.06-0.26 (0.09). World 16 is below the gain band: its stateless reference is strong (0.70) and the stateful
+    one loses the three years after the regime change (NY, the largest store, cut; 0.53, 0.40, 0.62), a strict
+    xfail. The reference runs in-process (reference_rewards); the sandboxed rollouts are
+    test_must_show_reference_rollout and the contract test's calibration check."""
+    n = _world(world_seed)
+    assert n["r_max"] > 0.85 and n["r_reference"] < 0.75 * n["r_max"], n
+    assert n["normalized_gain"] >= 0.1, n
+    assert n["drift_cost"] > 0, n
+
+
+@pytest.mark.parametrize("world_seed", FRESH_WORLDS)
+def test_no_memoryless_forecaster_reaches_the_reference_in_fresh_worlds(world_seed):
+    """issue 28/29: no family point, stateless, reaches the stateless reference (worlds 1-20, every family's full
+    grid: best point minus r_reference -0.113 to -0.014, canonical -0.018; v3's reference, whose price term
+    extrapolated a type missing from the export across types, was reached in worlds 3, 4 and 18 once base
+    volumes were drawn fresh)."""
+    n = _world(world_seed)
     assert n["red_team_best"] < n["r_reference"], n
 
 

@@ -1,8 +1,8 @@
 """Seeded generator of the furniture retailer: catalog, latent demand, sales and store exports.
 
 All numbers come from tasks/salesforecast/default.yaml (the canonical world) or, in any other
-world, from `draw_world` (growth rates, store levels, price response and the regime change drawn
-anew, in the canonical world's proportions). The world (catalog, prices, expected
+world, from `draw_world` (store levels, base volumes, growth rates, price response, seasonality and
+the regime change drawn anew from ranges of their own, never the canonical values). The world (catalog, prices, expected
 demand, Poisson sales) depends on the seed only, never on the schedule; what one instance shows
 (the visible store's export, the catalog, the request) depends on its forecast year and variant.
 The latent structure: a growth rate per collection, one price elasticity, store levels and
@@ -60,6 +60,8 @@ class World:
             "growth": dict(s["collections"]), "regime_change": s.get("regime_change"),
             "price_elasticity": s["price_elasticity"],
             "store_levels": {st["id"]: st["level"] for st in s["stores"]},
+            "base_units": {t: v["base_units"] for t, v in s["types"].items()},
+            "quarter_shares": list(s["quarter_shares"]),
             "interaction": {f"{k[0]}|{k[1]}": v for k, v in self.interaction.items()},
             "quality": dict(self.quality),
             "expected": {f"{p}|{st}|{y}": mu for (p, st, y), mu in self.expected.items()},
@@ -90,26 +92,68 @@ def last_year(spec: dict) -> int:
     return max(years) + spec["horizon_years"] - 1
 
 
+#: ranges the fresh draws come from: independent of the canonical values (a range, not a jitter around them)
+LEVEL_LOW, LEVEL_RATIO = (0.45, 0.8), (2.0, 3.2)  # the lowest store level; highest / lowest
+BASE_UNITS = (35, 170)                           # a type's base volume, log-uniform
+GROWTH_FAST, GROWTH_SLOW = (1.06, 1.11), (0.9, 0.95)  # fastest / slowest collection; the rest in between
+ELASTICITY = (0.9, 1.7)
+REGIME_CUT, REGIME_TURN = (0.5, 0.72), (0.9, 0.96)  # the cut store's level factor; the new decline rate
+Q4_SHARE, OTHER_SHARES = (0.28, 0.36), (0.19, 0.27)  # seasonal split: a year-end peak, the rest spread
+
+
+def _fresh(draw, canonical) -> list:
+    """`draw()` (a list of rounded values) redrawn until none of them is a canonical value."""
+    taken = set(canonical)
+    while True:
+        values = draw()
+        if not taken & set(values):
+            return values
+
+
 def draw_world(spec: dict, rng: np.random.Generator) -> dict:
-    """`spec` with the latent effects drawn anew: the collections' growth rates and the stores' levels
-    (the canonical values shuffled and jittered), the price elasticity, and the regime change (one
-    store's level cut, the fastest-growing collection turning to decline) at the same year, of the
-    same kind and size as the canonical one."""
+    """`spec` with every latent value drawn anew, of the canonical world's kind and size but from ranges of
+    its own (never a canonical value, never a shuffle or jitter of them): the stores' levels (one low, one
+    high, one between, in random order), each type's base volume, the collections' growth rates (one fast,
+    one declining, three between, in random order), the price elasticity, the seasonal split of the quarters,
+    and the regime change (one random store's level cut, the fastest-growing collection turning to decline).
+    Kept: the regime change's year and the repricing (the second variant's start: the schedule's structure),
+    the types' reference prices (read off every catalog), the spreads of interactions, quality and prices,
+    and the names and export layouts (format, read off every export)."""
     spec = copy.deepcopy(spec)
-    colls = list(spec["collections"])
-    rates = np.array([spec["collections"][c] for c in colls])[rng.permutation(len(colls))]
-    spec["collections"] = {c: round(float(r + rng.uniform(-0.01, 0.01)), 3) for c, r in zip(colls, rates)}
-    levels = np.array([st["level"] for st in spec["stores"]])[rng.permutation(len(spec["stores"]))]
-    for st, level in zip(spec["stores"], levels):
-        st["level"] = round(float(level * np.exp(rng.uniform(-0.1, 0.1))), 3)
-    spec["price_elasticity"] = round(float(rng.uniform(1.1, 1.5)), 3)
+
+    def levels() -> list:
+        low = rng.uniform(*LEVEL_LOW)
+        high = low * rng.uniform(*LEVEL_RATIO)
+        mid = np.exp(rng.uniform(np.log(low) + 0.25 * np.log(high / low), np.log(high) - 0.25 * np.log(high / low)))
+        return [round(float(v), 3) for v in rng.permutation([low, mid, high])]
+
+    for st, level in zip(spec["stores"], _fresh(levels, [st["level"] for st in spec["stores"]])):
+        st["level"] = level
+    types = spec["types"]
+    units = _fresh(lambda: [int(round(np.exp(rng.uniform(*np.log(BASE_UNITS))))) for _ in types],
+                   [t["base_units"] for t in types.values()])
+    for typ, u in zip(types, units):
+        types[typ] = {**types[typ], "base_units": u}
+
+    def rates() -> list:
+        fast, slow = rng.uniform(*GROWTH_FAST), rng.uniform(*GROWTH_SLOW)
+        middle = rng.uniform(slow, fast, size=len(spec["collections"]) - 2)
+        return [round(float(r), 3) for r in rng.permutation([fast, slow, *middle])]
+
+    spec["collections"] = dict(zip(spec["collections"], _fresh(rates, spec["collections"].values())))
+    spec["price_elasticity"], = _fresh(lambda: [round(float(rng.uniform(*ELASTICITY)), 3)], [spec["price_elasticity"]])
+
+    def shares() -> list:
+        q = [*rng.uniform(*OTHER_SHARES, size=3), rng.uniform(*Q4_SHARE)]
+        return [round(float(v / sum(q)), 3) for v in q]
+
+    spec["quarter_shares"] = _fresh(shares, spec["quarter_shares"])
     change = spec["regime_change"]
-    (old_store, cut), = change["store_levels"].items()
-    (old_coll, turn), = change["growth"].items()
+    (cut,), (turn,) = change["store_levels"].values(), change["growth"].values()
     store = spec["stores"][int(rng.integers(len(spec["stores"])))]["id"]
     fastest = max(spec["collections"], key=spec["collections"].get)
-    change["store_levels"] = {store: round(float(cut * np.exp(rng.uniform(-0.1, 0.1))), 3)}
-    change["growth"] = {fastest: round(float(turn + rng.uniform(-0.015, 0.015)), 3)}
+    change["store_levels"] = {store: _fresh(lambda: [round(float(rng.uniform(*REGIME_CUT)), 3)], [cut])[0]}
+    change["growth"] = {fastest: _fresh(lambda: [round(float(rng.uniform(*REGIME_TURN)), 3)], [turn])[0]}
     return spec
 
 

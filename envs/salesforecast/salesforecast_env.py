@@ -1,4 +1,4 @@
-"""SalesForecast-v3: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
+"""SalesForecast-v4: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
 from __future__ import annotations
 
 import json
@@ -96,10 +96,19 @@ class SalesForecastEnv(InstanceSequenceEnv):
     pandas; none ships), `command_timeout` (seconds per shell command, default 60), `cycle`,
     `render_mode` ("ansi"), `split` ("test", the benchmark's company; "train": ids
     "train-fyYYYY"), `world_seed` (None: the canonical company of tasks/salesforecast/default.yaml;
-    N: growth rates, store levels, price response and the regime change drawn anew,
-    `generator.draw_world`). Every world but the canonical one (the train split too) draws them.
+    N: store levels, base volumes, growth rates, price response, seasonality and the regime change
+    drawn anew from ranges of their own, never a canonical value, `generator.draw_world`). Every
+    world but the canonical one (the train split too) draws them.
 
     ## Version History
+    * v4: fresh worlds (`world_seed`) and the train split draw every latent value from ranges of their
+      own (store levels, each type's base volume, growth rates, price elasticity, the seasonal quarter
+      split, the regime's cut and new decline); v3 shuffled and jittered the canonical store levels and
+      growth rates and kept the base volumes and quarter split, which the public task YAML states. The
+      stateless reference's price term is relative to the type's mean catalog price (v3's, relative to
+      the whole catalog, extrapolated a type missing from the export by its price level: with base
+      volumes independent of price, red-team forecasters reached it in 3 of 20 fresh worlds);
+      recalibrated. The canonical world's dynamics and scoring are unchanged.
     * v3: the stateless reference no longer shrinks its single-year forecast (scale 1.0, was 0.9, a value
       tuned on the canonical world): with it a memoryless price-adjusted forecaster beat the reference
       in a fresh world; now none of the red team's forecasters reaches it in the canonical world or in
@@ -117,7 +126,7 @@ class SalesForecastEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SalesForecast-v3"
+    env_id = "clbench/SalesForecast-v4"
     reward_unit = "WAPE skill 0-1"
     brief = (
         "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
