@@ -29,11 +29,8 @@ import numpy as np
 
 from clbench.agent import end_instance, make_agent
 from clbench.results import RECORD_FORMAT
-from clbench.run_dir import JobFiles, RunDirectory
+from clbench.run_dir import JobFiles, LocalSink, RunDirectory
 from clbench.schedule import Schedule
-# run-directory names importable from here before clbench.run_dir owned them
-from clbench.run_dir import (_JOURNAL_MIN_BYTES, _JOURNAL_SLACK, STOP_FILE, LocalSink,  # noqa: F401
-                             append_checkpoint, load_checkpoint, state_line, state_path, stop_requested)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from clbench.runner import _JOURNAL_MIN_BYTES, _JOURNAL_SLACK, append_checkpoint, load_checkpoint, state_line
+from clbench.run_dir import _JOURNAL_MIN_BYTES, _JOURNAL_SLACK, append_checkpoint, load_checkpoint, state_line
 
 HEAVY = ("pandas", "lifelines", "duckdb", "docker", "scipy", "sklearn", "matplotlib", "texasholdem", "openai", "ray")
 
@@ -123,9 +123,10 @@ def test_resume_from_an_older_checkpoint_plays_the_rest_again_exactly(tmp_path, 
     checkpoint resumes from it and ends with the records of an uninterrupted run."""
     import clbench.runner as runner
     from clbench import clbench_env_ids
-    from clbench.results import RESULTS_FILE, trajectory_path
+    from clbench.results import RESULTS_FILE
+    from clbench.run_dir import state_path, trajectory_path
     from clbench.rollout import run
-    from clbench.runner import RunConfig, state_path
+    from clbench.runner import RunConfig
 
     env_id = max(i for i in clbench_env_ids() if i.startswith("clbench/SpectrumMonitor-"))
 
