@@ -29,12 +29,29 @@ def _feature(token: str) -> int:
     return zlib.crc32(token.encode()) % N_FEATURES
 
 
-def _hash(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted hashed feature ids of `text` and their sublinear term frequencies (1 + ln tf)."""
+def features(text: str) -> dict[int, int]:
+    """Hashed feature id -> term count of `text`. Texts joined by a non-word character (e.g. a
+    newline) have the sum of their counts, so a query that contains a filed text can reuse them."""
     counts: dict[int, int] = {}
     for token, tf in Counter(TOKEN.findall(text.lower())).items():
         f = _feature(token)
         counts[f] = counts.get(f, 0) + tf  # a collision adds up, as in a hashing vectorizer
+    return counts
+
+
+def joined(*parts: dict[int, int]) -> dict[int, int]:
+    """`features` of texts joined by newlines, from theirs."""
+    out = dict(parts[0])
+    for part in parts[1:]:
+        for f, tf in part.items():
+            out[f] = out.get(f, 0) + tf
+    return out
+
+
+def _hash(text: str | dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted hashed feature ids of `text` (or of its `features`) and their sublinear term
+    frequencies (1 + ln tf)."""
+    counts = features(text) if isinstance(text, str) else text
     ids = np.fromiter(counts, dtype=np.int64, count=len(counts))
     order = np.argsort(ids)
     return ids[order], 1.0 + np.log(np.fromiter(counts.values(), dtype=float, count=len(counts))[order])
@@ -60,7 +77,8 @@ class TfidfIndex:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def add(self, key, text: str) -> None:
+    def add(self, key, text: str | dict[int, int]) -> None:
+        """File `text` (or its `features`) under `key`."""
         if key in self.rows:
             self.remove(key)
         ids, tf = _hash(text)
@@ -92,9 +110,9 @@ class TfidfIndex:
             self._pending = []
         return self._ids, self._tf, self._owner
 
-    def rank(self, query: str, k: int) -> list[tuple[object, float]]:
-        """Keys and cosine similarities of the `k` stored documents most similar to `query`
-        (ties: the earlier added first)."""
+    def rank(self, query: str | dict[int, int], k: int) -> list[tuple[object, float]]:
+        """Keys and cosine similarities of the `k` stored documents most similar to `query` (or
+        to its `features`; ties: the earlier added first)."""
         if not self.rows or k <= 0:
             return []
         ids, tf, owner = self._arrays()
