@@ -73,6 +73,7 @@ class TfidfIndex:
         self._tf = np.zeros(0)
         self._owner = np.zeros(0, dtype=np.int64)
         self._pending: list = []  # (slot, ids, tf) added since the arrays were last extended
+        self._query: np.ndarray | None = None  # scratch for rank: untouched pages stay free
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -119,16 +120,22 @@ class TfidfIndex:
         qids, qtf = _hash(query)
         if not len(qids) and not self.df[ids].any():  # no word anywhere (a refit would have no vocabulary)
             return []
-        # smooth IDF over the store plus the query, as TfidfVectorizer fitted on [*docs, query]
+        # smooth IDF over the store plus the query, as TfidfVectorizer fitted on [*docs, query]; it
+        # depends on a feature's document count only: a table over the counts, not a log per entry
         n = len(self.rows) + 1
-        pos = np.minimum(np.searchsorted(qids, ids), max(len(qids) - 1, 0))
-        in_query = (qids[pos] == ids) if len(qids) else np.zeros(len(ids), dtype=bool)
-        w = tf * (np.log((1.0 + n) / (1.0 + self.df[ids] + in_query)) + 1.0)
-        qw = qtf * (np.log((1.0 + n) / (2.0 + self.df[qids])) + 1.0)
+        idf = np.log((1.0 + n) / (1.0 + np.arange(n + 2))) + 1.0
+        qw = qtf * idf[self.df[qids] + 1]
+        if self._query is None:  # the query's weights by feature, zero elsewhere (reset after each query)
+            self._query = np.zeros(N_FEATURES)
+        self._query[qids] = qw
+        try:
+            shared = self._query[ids]  # > 0 exactly where a stored entry's feature is in the query
+        finally:
+            self._query[qids] = 0.0
+        w = tf * idf[self.df[ids] + (shared > 0)]
         slots = len(self._keys)
         norms = np.sqrt(np.bincount(owner, weights=w * w, minlength=slots))
-        dots = np.bincount(owner, weights=np.where(in_query, w * qw[pos] if len(qids) else 0.0, 0.0),
-                           minlength=slots)
+        dots = np.bincount(owner, weights=w * shared, minlength=slots)
         qnorm = np.linalg.norm(qw) or 1.0  # a query without words is alike to nothing
         sims = dots / (np.where(norms == 0, 1.0, norms) * qnorm)
         sims[[i for i, key in enumerate(self._keys) if key is None]] = -np.inf  # removed slots
