@@ -4,7 +4,7 @@ Layout (the record format is clbench.results; these paths are this module's)::
 
     config.json            resolved configuration of every (env, system) run in the directory
     metadata.json          clbench version, git sha, env ids and versions, tasks' r_max/r_reference
-    results.jsonl          one record per instance per rollout (append-only, flushed as written)
+    results.jsonl          one record per instance per rollout (append-only, batches of whole lines)
     trajectories/<task>/<system>/stateful-r<k>.jsonl          every step of stateful rollout k
     trajectories/<task>/<system>/stateless-r<p>-<first>.jsonl every step of one stateless job of
                            pass p (a chunk of instances, named after its first instance id)
