@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import statistics
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _ratio import Ratio, env_id, run_script, table  # noqa: E402
+from _ratio import Ratio, env_id, load, run_script, table  # noqa: E402
 
 ROLLOUTS = 5
 #: scripted envs whose reference agent runs without a sandbox (CodeRepair and SalesForecast spend
@@ -103,7 +104,7 @@ def runner_ratio(name: str, repeats: int) -> Ratio:
     for _ in range(repeats):
         b = _seconds(lambda: bare(env))
         samples.append(timed_command(env) / b)
-        print(f"  {name}: bare {b:.3f} s, ratio {samples[-1]:.3f}", flush=True)
+        print(f"  {name}: bare {b:.3f} s, ratio {samples[-1]:.3f} (load {os.getloadavg()[0]:.1f})", flush=True)
     return Ratio(f"runner: clbench rollout / hand-written loop ({name}, {ROLLOUTS} rollouts)", samples, 1.1, "lower")
 
 
@@ -163,7 +164,7 @@ def ratios(quick: bool = False, envs=ENVS) -> list[dict]:
 
 def main(quick: bool = False, envs=ENVS) -> list[Ratio]:
     found, peaks = measured(quick, envs)
-    print(f"definition: {DEFINITION}")
+    print(f"definition: {DEFINITION}; {load()}")
     print(table(found))
     print("\nbootstrap memory peak: " + ", ".join(f"{v:.1f} MiB at {k} rollouts" for k, v in peaks.items()) +
           f" (80 / 40: {peaks[80] / peaks[40]:.2f}, target <= 1.2, flat; {MEMORY_DEFINITION})")

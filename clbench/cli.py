@@ -16,21 +16,28 @@ from gymnasium import error as gym_error
 RUN_COMMANDS = ("rollout", "suite", "probe-ladder")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (`command`: a subcommand whose module has its name) only that
+    subcommand's parser: building every parser was a visible share of a short `clbench rollout`."""
     import clbench
     import clbench.commands
 
     parser = argparse.ArgumentParser(prog="clbench", description="Stateful benchmark environments for agents that learn.")
     parser.add_argument("--version", action="version", version=f"clbench {clbench.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in sorted(pkgutil.iter_modules(clbench.commands.__path__), key=lambda m: m.name):
+    mods = sorted(pkgutil.iter_modules(clbench.commands.__path__), key=lambda m: m.name)
+    only = [m for m in mods if command and m.name == command.replace("-", "_")]
+    for mod in only or mods:
         importlib.import_module(f"clbench.commands.{mod.name}").register(sub)
+    if only and command not in sub.choices:
+        return build_parser()
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -1,7 +1,7 @@
 """Executors run runner jobs: inline, on a local spawn process pool (default) or on Ray.
 
 All of them report each finished job to `on_done(job, records, error)`; records reach the run
-directory while a job runs, through a sink (clbench.runner.LocalSink locally; on Ray workers post
+directory while a job runs, through a sink (clbench.run_dir.LocalSink locally; on Ray workers post
 batches to a mailbox actor that the driver drains and writes, so remote workers need no shared
 filesystem and the driver stays the run directory's only writer).
 """
@@ -16,7 +16,8 @@ import threading
 import time
 from typing import Callable
 
-from clbench.runner import Job, LocalSink, run_job
+from clbench.run_dir import LocalSink
+from clbench.runner import Job, run_job
 
 OnDone = Callable[[Job, "list[dict] | None", "str | None"], None]
 #: seconds the workers get to unwind (close sandboxes) after an interrupt before they are killed

@@ -1,7 +1,6 @@
 """Inter-process file locks for caches that several worker processes fill at once.
 
-A run directory's one-writer lock belongs to its owner, clbench.run_dir (`RunDirectory.writer`);
-the names it had here still resolve.
+A run directory's one-writer lock belongs to its owner, clbench.run_dir (`RunDirectory.writer`).
 """
 from __future__ import annotations
 
@@ -20,17 +19,3 @@ def file_lock(path: str | Path):
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
-
-def run_directory_writer(run_dir: str | Path):
-    """Be the one writer of `run_dir` for the with-block (clbench.run_dir.RunDirectory.writer)."""
-    from clbench.run_dir import RunDirectory
-
-    return RunDirectory(run_dir).writer()
-
-
-def __getattr__(name: str):
-    if name in ("RUN_LOCK", "RunDirectoryBusy"):
-        from clbench import run_dir
-
-        return getattr(run_dir, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from clbench.results import RESULTS_FILE
+from clbench.results import RESULTS_FILE, _parse_whole
 
 
 def plain_output() -> bool:
@@ -77,11 +77,12 @@ class RunProgress:
         if end < 0:
             return
         self.offset += end + 1
-        for line in data[: end + 1].splitlines():
+        lines = data[: end + 1].splitlines()
+        whole = _parse_whole(lines)  # one json.loads for the lot; line by line when one is torn
+        for rec in (obj for _, obj in whole) if whole is not None else map(_loads, lines):
             try:
-                rec = json.loads(line)
                 key = (rec["task"], rec["system"], rec["mode"], int(rec["rollout"]))
-            except (ValueError, KeyError, TypeError):
+            except (KeyError, TypeError, ValueError):
                 continue
             if key in self.stats:
                 self._update(key, rec)
@@ -98,6 +99,9 @@ class RunProgress:
         st["tokens"] += int(tokens.get("prompt", 0) or 0) + int(tokens.get("completion", 0) or 0)
         if rec.get("cost") is not None:
             st["cost"] = (st["cost"] or 0.0) + float(rec["cost"])
+        if self.quiet:  # nothing to show: only the policy looks
+            self._observe(rec)
+            return
         scored = st["n"] - st["errors"]
         extra = (f"mean reward {st['reward'] / scored:.3f}" if scored else "mean reward n/a") + f" | {st['errors']} errored"
         if st["tokens"]:
@@ -115,10 +119,20 @@ class RunProgress:
             task, system, mode, k = key
             label = f"{task}/{system} {mode}" + (f" rollout {k}" if mode == "stateful" else " pass")
             print(f"  done {label}: {st['n']} instances, {extra}", file=sys.stderr, flush=True)
+        self._observe(rec)
+
+    def _observe(self, rec):
         if self.policy is not None:
             reason = self.policy.observe(rec)
             if reason and not self._stopped:
                 self._stopped = True
                 if self.on_stop:
                     self.on_stop(reason)
+
+
+def _loads(line: bytes):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 

@@ -139,7 +139,8 @@ def plan(env_id: str, full: bool = False, include: tuple[str, ...] = ("degenerat
 
 def train_actions(env_id: str, env_kwargs: dict, workers: int, out: Path) -> dict[str, list[str]]:
     """The oracle's actions per instance on the train split, keyed by its test twin's id."""
-    from clbench.results import iter_jsonl, reset_of, split_instances, stateless_trajectories
+    from clbench.results import iter_jsonl, reset_of, split_instances
+    from clbench.run_dir import stateless_trajectories
     from clbench.rollout import run_many
     from clbench.runner import RunConfig, cached_env
 

@@ -8,7 +8,7 @@ A trajectory file holds whole instances one after another: an instance's events 
 "reset" event (carrying instance_id and position), preceded by the lifecycle shocks applied
 before it (`split_instances`). Record format 1 kept one trajectory file per stateless instance;
 format 2 keeps one file per stateless job. Where each file lives is clbench.run_dir's (the run
-directory's one owner); the names it used to export from here still resolve (`__getattr__`).
+directory's one owner).
 """
 from __future__ import annotations
 
@@ -309,15 +309,3 @@ def safe_name(name: str) -> str:
     """A file-name-safe form of a system or instance name."""
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
 
-
-#: layout names that moved to clbench.run_dir, still importable from here
-_MOVED = frozenset({"trajectory_dir", "trajectory_path", "stateless_trajectory", "stateless_trajectories",
-                    "legacy_stateless_trajectory", "instance_trajectory", "check_out_dir"})
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        from clbench import run_dir
-
-        return getattr(run_dir, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

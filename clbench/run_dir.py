@@ -4,7 +4,7 @@ Layout (the record format is clbench.results; these paths are this module's)::
 
     config.json            resolved configuration of every (env, system) run in the directory
     metadata.json          clbench version, git sha, env ids and versions, tasks' r_max/r_reference
-    results.jsonl          one record per instance per rollout (append-only, flushed as written)
+    results.jsonl          one record per instance per rollout (append-only, batches of whole lines)
     trajectories/<task>/<system>/stateful-r<k>.jsonl          every step of stateful rollout k
     trajectories/<task>/<system>/stateless-r<p>-<first>.jsonl every step of one stateless job of
                            pass p (a chunk of instances, named after its first instance id)
@@ -17,7 +17,8 @@ Layout (the record format is clbench.results; these paths are this module's)::
 `RunDirectory` owns the layout, the writer lock, config and metadata, the resume bookkeeping
 (which instances are done, what a restarted or resumed rollout keeps) and reading back.
 `LocalSink` appends for jobs (records, trajectories, transcripts, agent-state checkpoints) and
-`JobFiles` is one job's view of it: the runner hands it finished instances and never names a file.
+`JobFiles` is one job's view of it: the runner hands it finished instances and never names a file
+(they are written in batches, at least every FLUSH_SECONDS).
 """
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_defa
 
 #: written into a run directory by the driver's error policy: jobs stop before their next instance
 STOP_FILE = "STOP"
+#: a job writes its finished instances, and looks for STOP, at least this often (JobFiles): a kill
+#: loses at most this much play, which --resume plays again
+FLUSH_SECONDS = 0.25
 #: the lock file of a run directory; held by the one clbench process writing it
 RUN_LOCK = ".writer.lock"
 TRAJECTORIES, TRANSCRIPTS, STATE = "trajectories", "transcripts", "state"
@@ -173,31 +177,61 @@ class LocalSink:
 
 class JobFiles:
     """One job's files, written through a sink: its trajectory file and transcript twin, the
-    records, and (stateful) the agent-state journal. Each finished instance is written at once:
-    trajectory, then transcript, then its record (a record on disk means its trajectory is too)."""
+    records, and (stateful) the agent-state journal. Finished instances are written together, at
+    least every FLUSH_SECONDS, and at once after an errored instance, before a checkpoint and when
+    the job ends (`close`): trajectory, then transcripts, then their records (a record on disk means
+    its trajectory is too). A file's bytes are those of writing each instance at once."""
 
     def __init__(self, sink, out: str | Path, trajectory: Path, journal: Path | None = None):
         self.sink, self.out = sink, str(out)
         self.trajectory = os.path.relpath(trajectory, self.out)
         self.journal = os.path.relpath(journal, self.out) if journal is not None else None
         self._encoder = None  # transcripts: opened on the first instance that has one
+        self._traj: list[dict] = []
+        self._transcripts: list[dict] = []
+        self._records: list[dict] = []
+        self._flushed = time.perf_counter()
+        self._stop_checked = float("-inf")
 
     def stop_requested(self) -> bool:
+        """The stop flag, looked up at most every FLUSH_SECONDS (a stat per instance showed in cheap runs)."""
+        now = time.perf_counter()
+        if now - self._stop_checked < FLUSH_SECONDS:
+            return False
+        self._stop_checked = now
         return stop_requested(self.out)
 
     def instance(self, traj: list[dict], record: dict, info: dict, transcript: list[dict] | None) -> None:
-        self.sink.append(self.trajectory, traj)
+        self._traj += traj
         if transcript:
-            from clbench.llm.transcripts import Encoder, transcript_rel
+            from clbench.llm.transcripts import Encoder
 
             if self._encoder is None:
                 self._encoder = Encoder()
-            self.sink.append(transcript_rel(self.trajectory),
-                             [self._encoder.encode(info["instance_id"], info["position"], transcript)])
-        self.sink.append(RESULTS_FILE, [record])
+            self._transcripts.append(self._encoder.encode(info["instance_id"], info["position"], transcript))
+        self._records.append(record)
+        if record.get("error") or time.perf_counter() - self._flushed >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what finished instances are held back."""
+        if self._traj:
+            self.sink.append(self.trajectory, self._traj)
+        if self._transcripts:
+            from clbench.llm.transcripts import transcript_rel
+
+            self.sink.append(transcript_rel(self.trajectory), self._transcripts)
+        if self._records:
+            self.sink.append(RESULTS_FILE, self._records)
+        self._traj, self._transcripts, self._records = [], [], []
+        self._flushed = time.perf_counter()
 
     def checkpoint(self, position: int, state) -> None:
+        self.flush()  # the records a checkpoint covers are on disk before it
         self.sink.checkpoint(self.journal, state_line(position, state))
+
+    def close(self) -> None:
+        self.flush()
 
 
 # ---------------------------------------------------------------- the directory
@@ -358,8 +392,9 @@ class RunDirectory:
         """Before pass p plays `todo` (again): only recorded instances stay in its trajectory files."""
         for path in stateless_trajectories(self.root, task, system, p):
             keep_instances(path, lambda reset: ("stateless", p, reset.get("instance_id")) in ok)
-        for iid in todo:  # record format 1: one file per instance
-            legacy_stateless_trajectory(self.root, task, system, p, iid).unlink(missing_ok=True)
+        if todo and legacy_stateless_trajectory(self.root, task, system, p, todo[0]).parent.is_dir():
+            for iid in todo:  # record format 1: one file per instance
+                legacy_stateless_trajectory(self.root, task, system, p, iid).unlink(missing_ok=True)
 
     # refusing to mix runs
     def check_new(self, runs: list[tuple[str, str]]) -> None:

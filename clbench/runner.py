@@ -5,7 +5,7 @@ whole schedule; a stateful stream never runs in parallel with itself) or one chu
 stateless pass (each instance played by a fresh agent on an env jumped to that instance with
 `stateless=True`). Executors (clbench.executors) run jobs inline, on a spawn process pool or on
 Ray. Every finished instance is handed at once to the run directory (clbench.run_dir.JobFiles:
-its record, step trajectory and transcript), and a stateful agent's `state_dict()` is checkpointed
+its record, step trajectory and transcript; written in batches at least every FLUSH_SECONDS), and a stateful agent's `state_dict()` is checkpointed
 at instance boundaries (see CHECKPOINT_SHARE) so an interrupted rollout resumes from there (agents
 without one restart it). The runner never names a file: clbench.run_dir owns the directory.
 
@@ -29,11 +29,8 @@ import numpy as np
 
 from clbench.agent import end_instance, make_agent
 from clbench.results import RECORD_FORMAT
-from clbench.run_dir import JobFiles, RunDirectory
+from clbench.run_dir import JobFiles, LocalSink, RunDirectory
 from clbench.schedule import Schedule
-# run-directory names importable from here before clbench.run_dir owned them
-from clbench.run_dir import (_JOURNAL_MIN_BYTES, _JOURNAL_SLACK, STOP_FILE, LocalSink,  # noqa: F401
-                             append_checkpoint, load_checkpoint, state_line, state_path, stop_requested)
 
 
 @dataclass
@@ -277,9 +274,12 @@ def run_job(job: Job, sink=None) -> list[dict]:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
         files = RunDirectory(cfg.out).job_files(sink, env.unwrapped.task, cfg.system, job.mode, job.rollout,
                                                 job.instance_ids[0] if job.instance_ids else None)
-        if job.mode == "stateful":
-            return _run_stateful(job, env, files)
-        return _run_stateless(job, env, files)
+        try:
+            if job.mode == "stateful":
+                return _run_stateful(job, env, files)
+            return _run_stateless(job, env, files)
+        finally:  # an interrupted job keeps the instances it finished
+            files.close()
     finally:
         if own:
             sink.close()

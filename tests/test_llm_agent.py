@@ -524,6 +524,8 @@ def test_acc_store_stays_within_its_bound_and_the_index_with_the_store(prices):
     """ACC files one artifact per instance; past `max_artifacts` the oldest the committed state does
     not cite is evicted, ids are never reused, the state cites only stored artifacts, and the
     incremental index always equals the store (also after a reload and a partial reset)."""
+    from clbench.agents.llm.memory.base import snapshot_text
+
     with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
         env = gym.make(SPECTRUM, cycle=True, **SHORT)
         kw = agent_kwargs(server, "acc", prices)
@@ -539,14 +541,17 @@ def test_acc_store_stays_within_its_bound_and_the_index_with_the_store(prices):
             assert set(mem.state["artifact_refs"]) <= set(ids)
             seen += [i for i in ids if i not in seen]
             _index_matches(mem.index, {a["id"]: a["text"] for a in mem.artifacts})
+            assert mem.snapshot() == snapshot_text(mem.state_dict())  # its cached encoding: the same text
         assert seen == [f"A{i}" for i in range(1, 40)]  # counted up, never reused
         cited = agent.memory.state["artifact_refs"]
         assert cited and set(cited) <= set(ids)  # the evidence of the committed state is kept
         b = make_agent("llm", env, seed=0, **kw)
         b.load_state_dict(json.loads(json.dumps(agent.state_dict())))
         _index_matches(b.memory.index, {a["id"]: a["text"] for a in b.memory.artifacts})
+        assert b.memory.snapshot() == agent.memory.snapshot()
         b.memory_event("partial-reset", fraction=0.5)
         _index_matches(b.memory.index, {a["id"]: a["text"] for a in b.memory.artifacts})
+        assert b.memory.snapshot() == snapshot_text(b.memory.state_dict())
         with pytest.raises(ValueError, match="max_artifacts"):
             make_agent("llm", env, seed=0, **{**kw, "memory_args": {"max_artifacts": 8}})
 

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from clbench.runner import _JOURNAL_MIN_BYTES, _JOURNAL_SLACK, append_checkpoint, load_checkpoint, state_line
+from clbench.run_dir import _JOURNAL_MIN_BYTES, _JOURNAL_SLACK, append_checkpoint, load_checkpoint, state_line
 
 HEAVY = ("pandas", "lifelines", "duckdb", "docker", "scipy", "sklearn", "matplotlib", "texasholdem", "openai", "ray")
 
@@ -123,9 +123,10 @@ def test_resume_from_an_older_checkpoint_plays_the_rest_again_exactly(tmp_path, 
     checkpoint resumes from it and ends with the records of an uninterrupted run."""
     import clbench.runner as runner
     from clbench import clbench_env_ids
-    from clbench.results import RESULTS_FILE, trajectory_path
+    from clbench.results import RESULTS_FILE
+    from clbench.run_dir import state_path, trajectory_path
     from clbench.rollout import run
-    from clbench.runner import RunConfig, state_path
+    from clbench.runner import RunConfig
 
     env_id = max(i for i in clbench_env_ids() if i.startswith("clbench/SpectrumMonitor-"))
 
@@ -186,3 +187,19 @@ def test_dbexplore_cached_load_imports_no_pandas():
                             "env.step('QUERY: SELECT 1')\nenv.close()")
     assert "clbench.envs.dbexplore.dbexplore_env" in loaded
     assert "pandas" not in loaded
+
+
+def test_a_query_counted_from_its_parts_is_the_query_counted_whole():
+    """ACC counts its transcript's words once (filed and queried): the query's features from the
+    transcript's and the state's equal those of the joined text, collisions and case included."""
+    import random
+
+    from clbench.agents.llm.memory.index import _hash, features, joined
+
+    rng = random.Random(0)
+    words = ["scan", "Channel", "ÉTAT", "reward", "a1", "x", "ß", "İstanbul", "chan_9", "0.25", "scan"]
+    for _ in range(50):
+        parts = [" ".join(rng.choice(words) + rng.choice(["", ".", ",", "-", "_"]) for _ in range(rng.randint(0, 30)))
+                 for _ in range(rng.randint(1, 3))]
+        whole, split = _hash("\n".join(parts)), _hash(joined(*map(features, parts)))
+        assert whole[0].tolist() == split[0].tolist() and whole[1].tolist() == split[1].tolist()

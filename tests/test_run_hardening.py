@@ -216,7 +216,8 @@ def test_a_ray_job_streams_its_writes_in_order_then_its_records(tmp_path, monkey
     import gymnasium as gym
 
     from clbench import executors
-    from clbench.runner import LocalSink, RunConfig, plan_jobs, run_job
+    from clbench.run_dir import LocalSink
+    from clbench.runner import RunConfig, plan_jobs, run_job
 
     def jobs(out):
         cfg = RunConfig(env_id("Poker"), "reference", str(out), rollouts=1, mode="stateful",

@@ -6,7 +6,8 @@ import json
 
 from clbench.cli import main
 from clbench.commands.suite import resolve_tasks
-from clbench.results import RESULTS_FILE, instance_trajectory, load_records, read_json
+from clbench.results import RESULTS_FILE, load_records, read_json
+from clbench.run_dir import instance_trajectory
 from clbench.runner import RunConfig, cached_env, plan_jobs
 
 [POKER] = resolve_tasks(["Poker"])
@@ -83,7 +84,7 @@ def test_resume_replays_only_the_missing_instances_of_a_pass(tmp_path):
 
 
 def test_format_1_run_directories_keep_their_per_instance_stateless_trajectories(tmp_path):
-    from clbench.results import legacy_stateless_trajectory
+    from clbench.run_dir import legacy_stateless_trajectory
 
     path = legacy_stateless_trajectory(tmp_path, "poker", "random", 1, "h/7")
     path.parent.mkdir(parents=True)

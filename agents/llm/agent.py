@@ -243,7 +243,7 @@ class LLMAgent(Agent):
 
     def memory_snapshot(self) -> str:
         """The memory's whole state as text (what it can carry forward)."""
-        return json.dumps(self.memory.state_dict(), indent=1, sort_keys=True, ensure_ascii=False, default=str)
+        return self.memory.snapshot()
 
     def _snapshot_before(self) -> str:
         """The memory before an update: the last update's snapshot unless a shock or a load came between."""

@@ -105,7 +105,7 @@ def preflight(cfgs: list[RunConfig], probe: bool = False) -> None:
     """Everything checkable before a job starts or --out is created: the run directory, each env
     and its --env-arg, each agent and its options, shocks; errors are one-line ValueErrors."""
     from clbench.agent import Agent, make_agent
-    from clbench.results import check_out_dir
+    from clbench.run_dir import check_out_dir
     from clbench.runner import cached_env
     from clbench.shocks import parse_shock
 

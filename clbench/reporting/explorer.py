@@ -26,8 +26,8 @@ from collections import defaultdict
 from html import escape
 from pathlib import Path
 
-from clbench.results import (iter_jsonl, load_metadata, load_records, reset_of, split_instances,
-                             stateless_trajectories, trajectory_dir, trajectory_path, legacy_stateless_trajectory)
+from clbench.results import iter_jsonl, load_metadata, load_records, reset_of, split_instances
+from clbench.run_dir import legacy_stateless_trajectory, stateless_trajectories, trajectory_dir, trajectory_path
 
 EXPLORER_FILE = "explorer.html"
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import json
 
-from clbench.agents.llm.memory.base import Episode, Memory, bullet_list, keep_share
-from clbench.agents.llm.memory.index import TfidfIndex
+from clbench.agents.llm.memory.base import Episode, Memory, bullet_list, keep_share, snapshot_text
+from clbench.agents.llm.memory.index import TfidfIndex, features, joined
 
 FIELDS = ("episodic_trace", "semantic_gist", "focal_entities", "relations", "goal", "constraints",
           "predictive_cue", "uncertainty", "artifact_refs")
@@ -107,7 +107,7 @@ class CognitiveCompressorMemory(Memory):
                  f"Based on artifacts: {', '.join(s['artifact_refs']) or 'none'}"]
         return "\n".join(lines)
 
-    def qualified(self, query: str) -> list[dict]:
+    def qualified(self, query: str | dict[int, int]) -> list[dict]:
         """Recall candidates from the store and keep those that pass the qualification gate."""
         by_id = {a["id"]: a for a in self.artifacts}
         return [by_id[i] for i, sim in self.index.rank(query, self.recall_k) if sim >= self.min_similarity]
@@ -126,13 +126,14 @@ class CognitiveCompressorMemory(Memory):
 
     def update(self, episode: Episode) -> None:
         text = episode.text(self.artifact_chars)
-        query = text + ("\n" + json.dumps(self.state) if self.state else "")
-        recalled = self.qualified(query)
+        counts = features(text)  # the query holds the transcript: its words are counted once
+        # the query: the transcript, a newline and the state as JSON
+        recalled = self.qualified(joined(counts, features(json.dumps(self.state))) if self.state else counts)
         artifact = {"id": f"A{self.next_id}", "instance_id": episode.instance_id,
                     "reward": episode.reward, "text": text}
         self.next_id += 1
         self.artifacts.append(artifact)
-        self.index.add(artifact["id"], artifact["text"])
+        self.index.add(artifact["id"], counts)
         material = "\n\n".join([
             f"Previous CCS:\n{json.dumps(self.state, indent=1) if self.state else '(none: this is the first turn)'}",
             "Recalled artifacts that passed the qualification gate:\n" + (
@@ -160,6 +161,23 @@ class CognitiveCompressorMemory(Memory):
 
     def state_dict(self) -> dict:
         return {"state": self.state, "artifacts": self.artifacts, "rejected": self.rejected, "next_id": self.next_id}
+
+    def snapshot(self) -> str:
+        """`snapshot_text(state_dict())`, the same text, with each stored artifact's text encoded once
+        (artifacts never change once filed: encoding the whole store at every update was a third
+        of this memory's own time per call)."""
+        if not self.artifacts:
+            return snapshot_text(self.state_dict())
+        cache = getattr(self, "_encoded", {})
+        self._encoded = {}
+        for a in self.artifacts:  # as nested two deep at indent 1: two more spaces per line
+            hit = cache.get(a["id"])
+            self._encoded[a["id"]] = hit if hit is not None and hit[0] is a else \
+                (a, "  " + snapshot_text(a).replace("\n", "\n  "))
+        # a key's quotes are never escaped, so '"artifacts": []' is the key (sorted first), never a value
+        rest = snapshot_text({**self.state_dict(), "artifacts": []})
+        body = ",\n".join(self._encoded[a["id"]][1] for a in self.artifacts)
+        return rest.replace('"artifacts": []', f'"artifacts": [\n{body}\n ]', 1)
 
     def load_state_dict(self, state: dict) -> None:
         self.state = state["state"]

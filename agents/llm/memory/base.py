@@ -16,6 +16,7 @@ failed call into None (a counted fault), so a memory update never ends a run.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -133,6 +134,14 @@ class Memory:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore from `state_dict()`."""
+
+    def snapshot(self) -> str:
+        """The whole state as text (transcripts show it before and after each update)."""
+        return snapshot_text(self.state_dict())
+
+
+def snapshot_text(obj) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False, default=str)
 
 
 class EpisodeLog(Memory):

@@ -29,12 +29,29 @@ def _feature(token: str) -> int:
     return zlib.crc32(token.encode()) % N_FEATURES
 
 
-def _hash(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted hashed feature ids of `text` and their sublinear term frequencies (1 + ln tf)."""
+def features(text: str) -> dict[int, int]:
+    """Hashed feature id -> term count of `text`. Texts joined by a non-word character (e.g. a
+    newline) have the sum of their counts, so a query that contains a filed text can reuse them."""
     counts: dict[int, int] = {}
     for token, tf in Counter(TOKEN.findall(text.lower())).items():
         f = _feature(token)
         counts[f] = counts.get(f, 0) + tf  # a collision adds up, as in a hashing vectorizer
+    return counts
+
+
+def joined(*parts: dict[int, int]) -> dict[int, int]:
+    """`features` of texts joined by newlines, from theirs."""
+    out = dict(parts[0])
+    for part in parts[1:]:
+        for f, tf in part.items():
+            out[f] = out.get(f, 0) + tf
+    return out
+
+
+def _hash(text: str | dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted hashed feature ids of `text` (or of its `features`) and their sublinear term
+    frequencies (1 + ln tf)."""
+    counts = features(text) if isinstance(text, str) else text
     ids = np.fromiter(counts, dtype=np.int64, count=len(counts))
     order = np.argsort(ids)
     return ids[order], 1.0 + np.log(np.fromiter(counts.values(), dtype=float, count=len(counts))[order])
@@ -56,11 +73,13 @@ class TfidfIndex:
         self._tf = np.zeros(0)
         self._owner = np.zeros(0, dtype=np.int64)
         self._pending: list = []  # (slot, ids, tf) added since the arrays were last extended
+        self._query: np.ndarray | None = None  # scratch for rank: untouched pages stay free
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def add(self, key, text: str) -> None:
+    def add(self, key, text: str | dict[int, int]) -> None:
+        """File `text` (or its `features`) under `key`."""
         if key in self.rows:
             self.remove(key)
         ids, tf = _hash(text)
@@ -92,25 +111,31 @@ class TfidfIndex:
             self._pending = []
         return self._ids, self._tf, self._owner
 
-    def rank(self, query: str, k: int) -> list[tuple[object, float]]:
-        """Keys and cosine similarities of the `k` stored documents most similar to `query`
-        (ties: the earlier added first)."""
+    def rank(self, query: str | dict[int, int], k: int) -> list[tuple[object, float]]:
+        """Keys and cosine similarities of the `k` stored documents most similar to `query` (or
+        to its `features`; ties: the earlier added first)."""
         if not self.rows or k <= 0:
             return []
         ids, tf, owner = self._arrays()
         qids, qtf = _hash(query)
         if not len(qids) and not self.df[ids].any():  # no word anywhere (a refit would have no vocabulary)
             return []
-        # smooth IDF over the store plus the query, as TfidfVectorizer fitted on [*docs, query]
+        # smooth IDF over the store plus the query, as TfidfVectorizer fitted on [*docs, query]; it
+        # depends on a feature's document count only: a table over the counts, not a log per entry
         n = len(self.rows) + 1
-        pos = np.minimum(np.searchsorted(qids, ids), max(len(qids) - 1, 0))
-        in_query = (qids[pos] == ids) if len(qids) else np.zeros(len(ids), dtype=bool)
-        w = tf * (np.log((1.0 + n) / (1.0 + self.df[ids] + in_query)) + 1.0)
-        qw = qtf * (np.log((1.0 + n) / (2.0 + self.df[qids])) + 1.0)
+        idf = np.log((1.0 + n) / (1.0 + np.arange(n + 2))) + 1.0
+        qw = qtf * idf[self.df[qids] + 1]
+        if self._query is None:  # the query's weights by feature, zero elsewhere (reset after each query)
+            self._query = np.zeros(N_FEATURES)
+        self._query[qids] = qw
+        try:
+            shared = self._query[ids]  # > 0 exactly where a stored entry's feature is in the query
+        finally:
+            self._query[qids] = 0.0
+        w = tf * idf[self.df[ids] + (shared > 0)]
         slots = len(self._keys)
         norms = np.sqrt(np.bincount(owner, weights=w * w, minlength=slots))
-        dots = np.bincount(owner, weights=np.where(in_query, w * qw[pos] if len(qids) else 0.0, 0.0),
-                           minlength=slots)
+        dots = np.bincount(owner, weights=w * shared, minlength=slots)
         qnorm = np.linalg.norm(qw) or 1.0  # a query without words is alike to nothing
         sims = dots / (np.where(norms == 0, 1.0, norms) * qnorm)
         sims[[i for i, key in enumerate(self._keys) if key is None]] = -np.inf  # removed slots
