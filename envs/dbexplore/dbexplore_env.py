@@ -19,6 +19,10 @@ _COMMANDS = {"QUERY": ("query_sql", "sql"), "ANSWER": ("answer", "value")}
 _COMMAND_LINE = re.compile(r"^[ \t]*(?:QUERY|ANSWER)\b", re.IGNORECASE | re.MULTILINE)
 SLOW = bool(os.environ.get("CLBENCH_SLOW"))
 _FENCED = re.compile(r"^```[a-zA-Z]*\s*(.*?)\s*```$", re.DOTALL)
+#: true answers computed in this process, by (database file, world, release, question id, text): the
+#: env's own memory (never the agent's: no query reaches it), shared by every env object in the
+#: process (the sub-envs of a vector), so each answer's SQL runs once per process
+_TRUTHS: dict[tuple, object] = {}
 
 
 class DBExploreEnv(InstanceSequenceEnv):
@@ -259,9 +263,13 @@ class DBExploreEnv(InstanceSequenceEnv):
 
     def _truth(self, q: Question):
         if q.qid not in self._answers:
-            if self._maps is None:
-                self._maps = self.latent()["releases"]
-            self._answers[q.qid] = q.answer(self._connections(q.release)[2], self._maps[str(q.release)])
+            path = self._connections(q.release)[0]
+            key = (path, self.world_key, q.release, q.qid, q.text)
+            if key not in _TRUTHS:  # sub-envs of a vector share a process: each answer is computed once
+                if self._maps is None:
+                    self._maps = self.latent()["releases"]
+                _TRUTHS[key] = q.answer(self._connections(q.release)[2], self._maps[str(q.release)])
+            self._answers[q.qid] = _TRUTHS[key]
         return self._answers[q.qid]
 
     def close(self):
