@@ -227,9 +227,10 @@ class Rules:
         fy = _only(cols, r"^(fy|fisc_?yr|fiscal_?year)$", "fiscal year", intake)
         fq = _only(cols, r"^(fq|qtr|quarter|fisc_?qtr)$", "fiscal quarter", intake)
         n = _only(cols, r"(_ct|_cnt|count|^n)$", "count", intake)
-        counts = (f"SELECT s.s, {year} + CASE WHEN s.s > 1 AND {month} >= s.s THEN 1 ELSE 0 END AS fy, "
-                  f"(({month} - s.s + 12) % 12) // 3 + 1 AS fq, count(*) AS n "
-                  f"FROM {reviews} f, range(1, 13) s(s) GROUP BY ALL")
+        monthly = f"SELECT {year} AS y, {month} AS mo, count(*) AS n FROM {reviews} f GROUP BY ALL"  # one scan
+        counts = (f"SELECT s.s, m.y + CASE WHEN s.s > 1 AND m.mo >= s.s THEN 1 ELSE 0 END AS fy, "
+                  f"((m.mo - s.s + 12) % 12) // 3 + 1 AS fq, sum(m.n) AS n "
+                  f"FROM ({monthly}) m, range(1, 13) s(s) GROUP BY ALL")
         return (f"(SELECT c.s FROM {intake} k JOIN ({counts}) c ON k.{fy} = c.fy AND k.{fq} = c.fq "
                 f"GROUP BY c.s ORDER BY count(*) FILTER (WHERE k.{n} = c.n) DESC, c.s LIMIT 1)")
 
