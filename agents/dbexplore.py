@@ -151,7 +151,8 @@ class Rules:
     description must contain. `fiscal_start`: "cue" (test every start month against the group's
     intake report) or a month to assume without looking."""
 
-    def __init__(self, price_rule: str = "whole_is_cents", delete_rule: str = "keyword", fiscal_start: int | str = "cue"):
+    def __init__(self, price_rule: str = "whole_is_cents", delete_rule: str = "keyword",
+                 fiscal_start: int | str = "cue"):
         self.price_rule, self.delete_rule = price_rule, delete_rule
         self.fiscal_start = fiscal_start if fiscal_start == "cue" else int(fiscal_start)
 

@@ -134,7 +134,8 @@ def measure(quick: bool = False) -> tuple[list[Ratio], list[str]]:
                 singles.append(cold(single, eid, instances))
                 vec.append(cold(vector, eid, mode, "SAME_STEP", instances))
                 samples.append(vec[-1] / singles[-1])
-            found.append(Ratio(f"{name} {mode}({N}) SAME_STEP cold / one env cold, instances/s", samples, 1.0, "higher"))
+            found.append(Ratio(f"{name} {mode}({N}) SAME_STEP cold / one env cold, instances/s", samples, 1.0,
+                               "higher"))
             rates.append(line(name, f"{mode}({N}) SAME_STEP cold", vec))
         rates.append(line(name, "one env cold", singles))
     return found, rates
