@@ -1,4 +1,4 @@
-"""Scripted agents for DBExplore-v2.
+"""Scripted agents for DBExplore-v3.
 
 Both read a question with `logical.parse_question` (English -> what is asked) and answer with
 the SQL `logical.compile_sql` builds from a *group map* (where a product group keeps what).
@@ -14,16 +14,17 @@ the table comments, the deleted status codes from the code lookup (a description
 deleted and not "still ..."), prices stored as whole numbers as cents, integer times as epoch
 seconds or milliseconds by magnitude, text times as ISO, truthy flag values, a later or partly
 filled flag column over an earlier one, year/month columns over a nulled time stamp, `*_cur`
-prices over old ones, `*_legacy` tables skipped. Two queries: 0.8 when the rules hold. What the
-rules cannot know (a price unit the data does not reveal, a group's fiscal calendar) it guesses
-(dollars, a July start) and checks: the answer query also computes the raw price aggregate and
-the answer under every fiscal start month, and the expected answer in the feedback tells which
-was right (price unit = raw / expected; the start months whose answer matches). Stateful, it
+prices over old ones, `*_legacy` tables skipped, and a group's fiscal calendar by testing every
+start month against the group's intake report (reviews per fiscal quarter): the month under which
+the review dates line up with the most reported quarters, found by a subquery of the answer
+query. Two queries: 0.8 when the rules hold. What the rules cannot know (a price unit the data
+does not reveal) it guesses (dollars) and checks: the answer query also computes the raw price
+aggregate, and the expected answer in the feedback gives the unit (raw / expected). Stateful, it
 keeps the catalog (one query per question) and what the feedback taught; when a query fails or
 an answer is wrong it re-reads the catalog on the next question, and evidence that contradicts
-what it learned replaces it (the migration changes units and calendars silently). Stateless (a
-fresh agent per question) it cannot learn. `freeze_at=K` (for `clbench drift-check`): from
-position K on, every question starts from the knowledge held at K.
+what it learned replaces it (the migration changes a unit silently). Stateless (a fresh agent per
+question) it cannot learn. `freeze_at=K` (for `clbench drift-check`): from position K on, every
+question starts from the knowledge held at K.
 """
 from __future__ import annotations
 
@@ -45,12 +46,13 @@ _EXPECTED = re.compile(r"the expected answer was (.*?) \((?:int|float|text)\b")
 _FOOTER = re.compile(r"\n\[query \d+ of \d+ used; \d+ left\]\s*$")
 _INT_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
 _TRUTHY = "('y', 'yes', 't', 'true', '1', 'verified', 'v')"
-_ROLE_OF_COMMENT = (("catalog items", "items"), ("reviews", "reviews"), ("category", "taxonomy"),
-                    ("attributes", "attributes"))
+_ROLE_OF_COMMENT = (("fiscal quarter", "intake"), ("catalog items", "items"), ("reviews", "reviews"),
+                    ("category", "taxonomy"), ("attributes", "attributes"))
 _STATUS = r"^(st|stat|status|stat_cd|status_cd)$"
 _LOOKUP_COLS = {"tbl": r"^(tbl|table|table_name)$", "col": r"^(col|column|column_name)$", "cd": r"^(cd|code)$",
                 "descr": r"^(descr|desc|description|label|lbl|meaning)$"}
-FISCAL_STARTS = tuple(range(1, 13))
+#: the start month a fiscal guess assumes where no intake report is found (a common one)
+GUESSED_START = 7
 
 
 # ---------------------------------------------------------------------- reading observations
@@ -86,17 +88,6 @@ def _number(text: str) -> float | None:
         return float(text)
     except (TypeError, ValueError):
         return None
-
-
-def _same(a: str, b: str) -> bool:
-    """Whether an answer the agent computed (`a`) equals the expected one the feedback shows (`b`,
-    six significant digits): integers exactly, other numbers within that rounding, text as text."""
-    x, y = _number(a), _number(b)
-    if x is None or y is None:
-        return a.strip().casefold() == b.strip().casefold()
-    if re.fullmatch(r"-?\d+", a.strip()) and re.fullmatch(r"-?\d+", b.strip()):
-        return int(a) == int(b)
-    return f"{x:.6g}" == f"{y:.6g}"  # how the feedback shows a float
 
 
 # ---------------------------------------------------------------------- a group map from the catalog
@@ -157,11 +148,13 @@ class Rules:
     `price_rule`: "whole_is_cents" (a price column holding whole numbers only is in cents),
     "int_is_cents" (an integer-typed one is), "as_stored" (prices are dollars). `delete_rule`:
     "keyword" (a code whose description says deleted and not "still ...") or a word the
-    description must contain. `fiscal_start`: the start month assumed when nothing was learned (July,
-    a common one: a guess that can be right scores more, on average over worlds, than calendar years)."""
+    description must contain. `fiscal_start`: "cue" (test every start month against the group's
+    intake report) or a month to assume without looking."""
 
-    def __init__(self, price_rule: str = "whole_is_cents", delete_rule: str = "keyword", fiscal_start: int = 7):
-        self.price_rule, self.delete_rule, self.fiscal_start = price_rule, delete_rule, int(fiscal_start)
+    def __init__(self, price_rule: str = "whole_is_cents", delete_rule: str = "keyword",
+                 fiscal_start: int | str = "cue"):
+        self.price_rule, self.delete_rule = price_rule, delete_rule
+        self.fiscal_start = fiscal_start if fiscal_start == "cue" else int(fiscal_start)
 
     def live(self, catalog: dict, table: str, alias: str) -> str:
         status = _pick(catalog[table]["columns"], _STATUS)
@@ -225,10 +218,27 @@ class Rules:
             raise SchemaInferenceError(f"no review time in {table}")
         return f"year({ts})", f"month({ts})"
 
+    def fiscal(self, catalog: dict, tables: dict, reviews: str, year: str, month: str) -> int | str:
+        """The start month: assumed, or an SQL subquery testing all twelve against the intake report
+        (the month under which the most reported quarters' counts match the review dates)."""
+        intake = tables.get("intake")
+        if self.fiscal_start != "cue" or intake is None:
+            return GUESSED_START if self.fiscal_start == "cue" else self.fiscal_start
+        cols = catalog[intake]["columns"]
+        fy = _only(cols, r"^(fy|fisc_?yr|fiscal_?year)$", "fiscal year", intake)
+        fq = _only(cols, r"^(fq|qtr|quarter|fisc_?qtr)$", "fiscal quarter", intake)
+        n = _only(cols, r"(_ct|_cnt|count|^n)$", "count", intake)
+        monthly = f"SELECT {year} AS y, {month} AS mo, count(*) AS n FROM {reviews} f GROUP BY ALL"  # one scan
+        counts = (f"SELECT s.s, m.y + CASE WHEN s.s > 1 AND m.mo >= s.s THEN 1 ELSE 0 END AS fy, "
+                  f"((m.mo - s.s + 12) % 12) // 3 + 1 AS fq, sum(m.n) AS n "
+                  f"FROM ({monthly}) m, range(1, 13) s(s) GROUP BY ALL")
+        return (f"(SELECT c.s FROM {intake} k JOIN ({counts}) c ON k.{fy} = c.fy AND k.{fq} = c.fq "
+                f"GROUP BY c.s ORDER BY count(*) FILTER (WHERE k.{n} = c.n) DESC, c.s LIMIT 1)")
+
     def group_map(self, catalog: dict, q: LogicalQuery, learned: dict) -> dict:
-        """The parts of `q.group`'s map that `q` needs; `learned` holds units and fiscal calendars."""
+        """The parts of `q.group`'s map that `q` needs; `learned` holds price units."""
         tables = group_tables(catalog, q.group)
-        m: dict = {"fiscal_start": learned["fiscal"].get(q.group, [self.fiscal_start])[0]}
+        m: dict = {"fiscal_start": 1}
         if q.needs_items:
             items = tables.get("items") or _missing("items", q.group)
             cols = catalog[items]["columns"]
@@ -254,6 +264,8 @@ class Rules:
                 m["verified"] = self.verified(cols, rv)
             if q.needs_dates:
                 m["year"], m["month"] = self.dates(cols, rv)
+            if q.fiscal:
+                m["fiscal_start"] = self.fiscal(catalog, tables, rv, m["year"], m["month"])
         return m
 
 
@@ -273,15 +285,11 @@ def _category(catalog: dict, tables: dict, items: str, cols: dict) -> dict:
 
 def answer_sql(q: LogicalQuery, m: dict) -> tuple[str, list[str]]:
     """One query: the answer first, then the evidence the feedback is checked against (the raw
-    price aggregate; the answer under every fiscal start month). Returns (sql, evidence names)."""
+    price aggregate). Returns (sql, evidence names)."""
     parts, names = [compile_sql(q, m)], []
     if q.measure in ("avg_price", "max_price") and "price_column" in m:
         parts.append(compile_sql(q, dict(m, price=f"i.{m['price_column']}")))
         names.append("raw_price")
-    if q.fiscal:
-        for s in FISCAL_STARTS:
-            parts.append(compile_sql(q, dict(m, fiscal_start=s)))
-            names.append(f"fy{s}")
     if not names:
         return parts[0], names
     cols = ", ".join(f"({p}) AS {n}" for p, n in zip(parts, ["answer"] + names))
@@ -347,11 +355,11 @@ class DBExploreOracle(_QuestionAgent):
 
 
 def _fresh_knowledge() -> dict:
-    return {"catalog": None, "stale": False, "rates": {}, "fiscal": {}}
+    return {"catalog": None, "stale": False, "rates": {}}
 
 
 class DBExploreReference(_QuestionAgent):
-    """Catalog, then one answer query; learns units and fiscal calendars from the feedback (module doc)."""
+    """Catalog, then one answer query; learns price units from the feedback (module doc)."""
 
     name = "reference"
     #: catalog re-reads per question after a query failed
@@ -397,12 +405,6 @@ class DBExploreReference(_QuestionAgent):
             explained = True
         elif reward <= 0 and q.needs_price and p.get("price_key"):
             k["rates"].pop(p["price_key"], None)  # what it knew about this unit no longer holds
-        if q.fiscal:
-            fits = [s for s in FISCAL_STARTS if f"fy{s}" in evidence and _same(evidence[f"fy{s}"], expected)]
-            known = [s for s in k["fiscal"].get(q.group, []) if s in fits]
-            if known or fits:
-                k["fiscal"][q.group] = known or fits
-                explained = True
         if reward <= 0 and not explained:
             k["stale"] = True  # something it relied on may have changed: read the catalog again
 

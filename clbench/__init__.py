@@ -4,7 +4,7 @@
     env = gym.make("clbench/SpectrumMonitor-v2")
 
 `import clbench` registers every env (Gymnasium 1.x has no plugin entry points);
-`gym.make("clbench:clbench/DBExplore-v2")` and `gym.register_envs(clbench)` work too.
+`gym.make("clbench:clbench/DBExplore-v3")` and `gym.register_envs(clbench)` work too.
 """
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path as _Path

@@ -57,7 +57,7 @@ def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
 
 
 def task_name(env_id: str) -> str:
-    """A task's one name from its env id: "clbench/DBExplore-v2" -> "dbexplore"."""
+    """A task's one name from its env id: "clbench/DBExplore-v3" -> "dbexplore"."""
     return env_id.split("/")[-1].rsplit("-v", 1)[0].lower()
 
 
@@ -191,7 +191,7 @@ class InstanceSequenceEnv(gym.Env):
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
     #: "clbench/<Name>-v<N>"; everything else about the task's name follows from it
     env_id: str = ""
-    #: the task's one name, derived from env_id: "clbench/DBExplore-v2" -> "dbexplore". It names the
+    #: the task's one name, derived from env_id: "clbench/DBExplore-v3" -> "dbexplore". It names the
     #: env package (envs/<task>/), its data (tasks/<task>/), its agents (agents/<task>.py) and the
     #: records' `task` field
     task: str = ""

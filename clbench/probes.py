@@ -1,7 +1,7 @@
 """The oracle probe ladder: where does a memory agent's error come from?
 
 For envs that know which latent facts an instance needs (`env.instance_facts(instance_id)`:
-MemoryProbe-v2, DBExplore-v2), an LLM memory agent plays the same stateful rollouts three ways:
+MemoryProbe-v2, DBExplore-v3), an LLM memory agent plays the same stateful rollouts three ways:
 
 - P1: as is;
 - P2: an oracle selects, from the agent's *own* memory (its memory context and carried history),

@@ -70,7 +70,7 @@ def test_text_grammar_and_json_extraction():
 
 
 def test_every_task_goes_by_one_name():
-    """Env id, task, env package, data folder and agent modules agree: clbench/DBExplore-v2 is the
+    """Env id, task, env package, data folder and agent modules agree: clbench/DBExplore-v3 is the
     task dbexplore in envs/dbexplore/, tasks/dbexplore/ and agents/dbexplore.py."""
     from clbench.env import load_task_spec
     from clbench.registry import env_class

@@ -17,7 +17,7 @@ from clbench.runner import play_instance
 from clbench.schedule import Instance, Schedule, Variant
 
 POKER = "clbench/Poker-v2"
-DRIFTING = ["clbench/DBExplore-v2", POKER, "clbench/SalesForecast-v4", "clbench/CohortStudies-v3",
+DRIFTING = ["clbench/DBExplore-v3", POKER, "clbench/SalesForecast-v4", "clbench/CohortStudies-v3",
             "clbench/SpectrumMonitor-v2", "clbench/MemoryProbe-v2"]
 
 
@@ -193,7 +193,7 @@ def test_cohort_recoding_misleads_the_frozen_reference(tmp_path):
 
 
 def test_dbexplore_freeze_at_starts_every_question_from_what_it_knew(tmp_path):
-    env = gym.make("clbench/DBExplore-v2", scale=0.02, cache_dir=str(tmp_path))
+    env = gym.make("clbench/DBExplore-v3", scale=0.02, cache_dir=str(tmp_path))
     try:
         _, frozen = play_states(env, make_agent("reference", env, freeze_at=1), 3)
         _, live = play_states(env, make_agent("reference", env), 3)

@@ -4,7 +4,7 @@ The server (tests/openai_server.py) plays each env's scripted reference agent fr
 alone, so what a memory carries into the prompt decides how it plays: with no memory it plays
 like the stateless reference, with full in-context memory like the stateful one. Every memory
 system completes a stateful and a stateless rollout on SpectrumMonitor-v2 ("short" schedule)
-and DBExplore-v2 (small scale; two systems here, all of them in the slow test) through the
+and DBExplore-v3 (small scale; two systems here, all of them in the slow test) through the
 runner, with token counts and cost (a test price for the scripted model) in the run card.
 Faults injected through the same server (429, 500, a hang, malformed tool-call JSON, an empty
 reply, a call that keeps failing, a memory update that does not validate) never stop a run.
@@ -26,7 +26,7 @@ from clbench.rollout import RunIncomplete, run
 from clbench.runner import RunConfig
 from tests.openai_server import Fault, ReferencePolicy, ScriptedServer
 
-SPECTRUM, DBEXPLORE = "clbench/SpectrumMonitor-v2", "clbench/DBExplore-v2"
+SPECTRUM, DBEXPLORE = "clbench/SpectrumMonitor-v2", "clbench/DBExplore-v3"
 SHORT = {"schedule": "short"}
 PRICE = {"input": 2.0, "cached_input": 0.5, "output": 8.0}
 # small windows so that the bounded harnesses drop or fold within the 8 short scans
@@ -331,11 +331,11 @@ def test_bad_options_fail_clearly():
         make_agent("llm", env, memory="icl", base_url="http://127.0.0.1:9/v1")
 
 
-# ---------------------------------------------------------------------- DBExplore-v2
+# ---------------------------------------------------------------------- DBExplore-v3
 @pytest.fixture(scope="module")
 def db_kwargs(tmp_path_factory) -> dict:
     if DBEXPLORE not in gym.registry:
-        pytest.skip("DBExplore-v2 is not available")
+        pytest.skip("DBExplore-v3 is not available")
     return {"scale": 0.02, "cache_dir": str(tmp_path_factory.mktemp("dbexplore-cache"))}
 
 
@@ -485,7 +485,7 @@ def test_a_non_default_schedule_is_not_normalized_with_the_default_baselines(tmp
 def test_acc_updates_per_turn_when_asked(prices, per_turn):
     """ACC's turn-level controller: with per_turn the state is replaced after every answered step
     (and once more with each instance's outcome), otherwise once per instance."""
-    db = "clbench/DBExplore-v2"  # questions take several steps (catalog, queries, answer)
+    db = "clbench/DBExplore-v3"  # questions take several steps (catalog, queries, answer)
     with ScriptedServer(ReferencePolicy(db)) as server:
         env = gym.make(db)
         kw = agent_kwargs(server, "acc", prices)

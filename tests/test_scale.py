@@ -98,7 +98,7 @@ def test_bad_shock_is_a_clear_error(tmp_path, capsys):
 
 def test_flush_shock_on_memoryprobe_reference_dips_and_never_recovers(tmp_path):
     # a flush at session 12 wipes every fact stated before it; later sessions ask about them, and no
-    # later session states them again, so the reward drops and stays down (DBExplore-v2's reference
+    # later session states them again, so the reward drops and stays down (DBExplore-v3's reference
     # re-reads the catalog for every question and relearns units within an instance or two, so a
     # flush there shows no dip worth asserting)
     card = run(RunConfig("clbench/MemoryProbe-v2", "reference", str(tmp_path), rollouts=1, workers=2,

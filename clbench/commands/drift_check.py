@@ -240,7 +240,7 @@ def cmd_drift_check(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("drift-check", help="what each concept drift costs the reference (frozen vs unfrozen)")
-    p.add_argument("--env", required=True, help="env id, e.g. clbench/DBExplore-v2")
+    p.add_argument("--env", required=True, help="env id, e.g. clbench/DBExplore-v3")
     p.add_argument("--rollouts", type=int, default=3, help="stateful rollouts per system (default 3)")
     p.add_argument("--seed", type=int, default=0, help="rollout k uses seed SEED+k")
     p.add_argument("--workers", type=int, default=1, help="parallel worker processes")

@@ -56,7 +56,7 @@ def cmd_probe_ladder(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("probe-ladder", help="P1/P2/P3 runs of a memory agent: write, read and utilization errors")
-    p.add_argument("--env", help="an env with instance_facts(), e.g. clbench/MemoryProbe-v2 or clbench/DBExplore-v2")
+    p.add_argument("--env", help="an env with instance_facts(), e.g. clbench/MemoryProbe-v2 or clbench/DBExplore-v3")
     p.add_argument("--out", default="", help="run directory")
     add_run_arguments(p)
     p.set_defaults(func=cmd_probe_ladder, rollouts=1)

@@ -46,7 +46,7 @@ def cmd_serve(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="serve one env over MCP (stdio or streamable HTTP); see docs/harnesses.md")
-    p.add_argument("--env", required=True, help="env id, e.g. clbench/DBExplore-v2")
+    p.add_argument("--env", required=True, help="env id, e.g. clbench/DBExplore-v3")
     p.add_argument("--transport", choices=["http", "stdio"], default="http")
     p.add_argument("--port", type=int, default=0, help="HTTP port on 127.0.0.1 (default: a free one, printed)")
     p.add_argument("--mode", choices=["stateful", "stateless"], default="stateful",

@@ -22,8 +22,8 @@ _BUILD_CODE = ("generator.py", "migration.py")
 
 
 #: spec keys that do not change the data (excluded from the cache key)
-_NOT_DATA = {"schedules", "r_max", "r_reference", "max_steps", "query_discount", "query_timeout_s", "result_max_rows",
-             "result_max_chars"}
+_NOT_DATA = {"schedules", "drifts", "r_max", "r_reference", "max_steps", "query_discount", "query_timeout_s",
+             "result_max_rows", "result_max_chars"}
 
 
 def cache_key(spec: dict, scale: float) -> str:

@@ -1,4 +1,4 @@
-"""DBExplore-v2: answer questions about an unfamiliar, obfuscated DuckDB database with SQL."""
+"""DBExplore-v3: answer questions about an unfamiliar, obfuscated DuckDB database with SQL."""
 from __future__ import annotations
 
 import calendar
@@ -19,6 +19,10 @@ _COMMANDS = {"QUERY": ("query_sql", "sql"), "ANSWER": ("answer", "value")}
 _COMMAND_LINE = re.compile(r"^[ \t]*(?:QUERY|ANSWER)\b", re.IGNORECASE | re.MULTILINE)
 SLOW = bool(os.environ.get("CLBENCH_SLOW"))
 _FENCED = re.compile(r"^```[a-zA-Z]*\s*(.*?)\s*```$", re.DOTALL)
+#: true answers computed in this process, by (database file, world, release, question id, text): the
+#: env's own memory (never the agent's: no query reaches it), shared by every env object in the
+#: process (the sub-envs of a vector), so each answer's SQL runs once per process
+_TRUTHS: dict[tuple, object] = {}
 
 
 class DBExploreEnv(InstanceSequenceEnv):
@@ -34,15 +38,18 @@ class DBExploreEnv(InstanceSequenceEnv):
     differently, one group lacks a table another has, and item statistics are stale for part of
     the items. Every items and reviews table has a coded status column; a lookup table says what
     each code means, and soft-deleted rows (and the reviews of deleted items) are in no answer.
-    Some questions ask about fiscal years, whose calendar each group keeps to itself.
+    Some questions ask about fiscal years, whose calendar each group keeps to itself and writes
+    nowhere; each group reports its review intake per fiscal quarter, and only under the true
+    calendar do the review dates line up with that report, so the calendar is found by testing
+    start months against the data. No fixed guess of a calendar is right for every group.
 
-    Some conventions can be read from the catalog and the data; others cannot be read anywhere
-    and show only when an answer is checked (a unit whose scale the data does not reveal, a
-    fiscal calendar). A memoryless analyst needs at least the catalog and the answer query (0.8
-    per question at best) and guesses the rest; an analyst who remembers what earlier questions
-    taught needs one query and answers what a guess gets wrong. These conventions are the latent
-    structure. After question 20 the database is migrated (release 2); the post-migration
-    questions say that a migration happened, not what changed.
+    Some conventions can be read from the catalog, others only by testing hypotheses against the
+    data (a fiscal calendar), and one cannot be read anywhere and shows only when an answer is
+    checked (a unit whose scale the data does not reveal). A memoryless analyst needs at least the
+    catalog and the answer query (0.8 per question at best) and guesses the unit; an analyst who
+    remembers what earlier questions taught needs one query and knows the unit. These conventions
+    are the latent structure. After question 20 the database is migrated (release 2); the
+    post-migration questions say that a migration happened, not what changed.
 
     ## Action Space
     `Text`: `QUERY: <one read-only SQL statement>` or `ANSWER: <value>`, or the JSON tool calls
@@ -98,9 +105,13 @@ class DBExploreEnv(InstanceSequenceEnv):
       calendars, a silent unit and calendar change in the migration), new table names, fiscal-year
       questions, worlds (`world_seed`, train split), a reference that plays the best memoryless
       strategy (catalog, then one answer query) and learns from the feedback.
+    * v3: every group's review intake per fiscal quarter (restated when the migration moves a
+      calendar): a fiscal calendar is found by testing start months against the data, not guessed
+      (in v2 a memoryless guess was right by luck wherever it hit a calendar); the reference tests
+      all twelve in its answer query; true answers shared by every env of a process.
     """
 
-    env_id = "clbench/DBExplore-v2"
+    env_id = "clbench/DBExplore-v3"
     #: modules a scripted agent may import (the question grammar and its SQL compiler, applied to the schema an agent discovered; no world's conventions; tests/test_reference_imports.py)
     public_modules = ("logical",)
     reward_unit = "query-efficiency score 0-1"
@@ -133,15 +144,14 @@ class DBExploreEnv(InstanceSequenceEnv):
         "oracle": "clbench.agents.dbexplore:DBExploreOracle",
     }
     #: memoryless families the red team searches (agents/dbexplore_redteam.py); the reference's own
-    #: stateless play (catalog, one answer query, generic rules) is the best point we know. A fixed
-    #: fiscal-month guess other than the reference's scores by luck in a world whose calendar it
-    #: happens to hit (at most the fiscal questions of the groups it hits); CLBENCH_SLOW=1 tries
-    #: every month
+    #: stateless play (catalog, one answer query, generic rules, fiscal calendars tested against the
+    #: data) is the best point we know. A fixed fiscal-month guess instead of the test is right only for
+    #: a group whose calendar it hits (never every group); CLBENCH_SLOW=1 tries every month
     policy_families = {
         "catalog_reader": ("clbench.agents.dbexplore_redteam:CatalogReader",
-                           {"price_rule": ["int_is_cents", "as_stored"],
-                            "fiscal_start": list(range(1, 13)) if SLOW else [1, 7]}),
-        "explorer": ("clbench.agents.dbexplore_redteam:Explorer", {"fiscal_start": [1, 7]}),
+                           {"price_rule": ["whole_is_cents", "int_is_cents"] + (["as_stored"] if SLOW else []),
+                            "fiscal_start": list(range(1, 13)) if SLOW else [2, 7]}),
+        "explorer": ("clbench.agents.dbexplore_redteam:Explorer", {"price_rule": ["whole_is_cents"]}),
         "keyword_status": ("clbench.agents.dbexplore_redteam:KeywordStatus", {"keyword": ["delet", "remov"]}),
     }
 
@@ -208,13 +218,13 @@ class DBExploreEnv(InstanceSequenceEnv):
 
     @classmethod
     def public_secrets(cls) -> list[str]:
-        """The canonical world's table names, lookup name, price units, codes' texts, fiscal calendars and
-        the names the migration adds."""
+        """The canonical world's table names (intake reports included), lookup name, price units, codes'
+        texts, fiscal calendars and the names the migration adds."""
         from clbench.env import load_task_spec
 
         world = load_task_spec("dbexplore")["world"]
         names = [worlds.table(world, role, g) for role in worlds.ROLES for g in worlds.GROUPS
-                 if role in ("items", "reviews") or world["groups"][g][role]]
+                 if role in worlds.ALWAYS or world["groups"][g][role]]
         rates = [f"{float(world['groups'][g]['price']['rate']):g}" for g in worlds.GROUPS
                  if world["groups"][g]["price"]["unit"] == "foreign"]
         rates.append(f"{float(world['migration']['redenominate']['rate']):g}")
@@ -259,9 +269,13 @@ class DBExploreEnv(InstanceSequenceEnv):
 
     def _truth(self, q: Question):
         if q.qid not in self._answers:
-            if self._maps is None:
-                self._maps = self.latent()["releases"]
-            self._answers[q.qid] = q.answer(self._connections(q.release)[2], self._maps[str(q.release)])
+            path = self._connections(q.release)[0]
+            key = (path, self.world_key, q.release, q.qid, q.text)
+            if key not in _TRUTHS:  # sub-envs of a vector share a process: each answer is computed once
+                if self._maps is None:
+                    self._maps = self.latent()["releases"]
+                _TRUTHS[key] = q.answer(self._connections(q.release)[2], self._maps[str(q.release)])
+            self._answers[q.qid] = _TRUTHS[key]
         return self._answers[q.qid]
 
     def close(self):

@@ -3,7 +3,8 @@
 Every number comes from tasks/dbexplore/default.yaml; every name and convention from the world
 (envs/dbexplore/world.py), passed in as `spec["world"]`. Three product groups each have an
 items table and a reviews table, some also a category tree and a key/value attributes table,
-and one lookup table says what every status code means. Table comments name the table's role
+one lookup table says what every status code means, and every group reports its review intake per
+fiscal quarter (the one place its fiscal calendar shows). Table comments name the table's role
 and product group; how each group stores prices, times and flags is not written anywhere.
 
 Every items and reviews table has a coded status column; which code marks a row as
@@ -243,6 +244,23 @@ def _write_reviews(con, spec: dict, g: str, cfg: dict, reviews: pd.DataFrame) ->
                   f"customer reviews - {cfg['name']}")
 
 
+def write_intake(con, spec: dict, g: str, start: int) -> None:
+    """(Re)write group g's intake report: reviews written (every row, whatever its status) per fiscal
+    quarter of the fiscal years `intake_fiscal_years`, under the fiscal calendar starting in month
+    `start`. Its rows line up with the review dates only under the true calendar."""
+    world = spec["world"]
+    ts = TIME_EXPR[world["groups"][g]["ts"]]
+    year, month = f"year({ts})", f"month({ts})"
+    fy = f"({year} + CASE WHEN {start} > 1 AND {month} >= {start} THEN 1 ELSE 0 END)"
+    fq = f"((({month}) - {start} + 12) % 12) // 3 + 1"
+    lo, hi = spec["intake_fiscal_years"]
+    name = table(world, "intake", g)
+    con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT fy::SMALLINT AS fy, fq::TINYINT AS fq, "
+                f"count(*)::INTEGER AS rv_ct FROM (SELECT {fy} AS fy, {fq} AS fq FROM {table(world, 'reviews', g)} f) "
+                f"WHERE fy BETWEEN {int(lo)} AND {int(hi)} GROUP BY ALL ORDER BY fy, fq")
+    con.execute(f"COMMENT ON TABLE {name} IS 'review intake by fiscal quarter - {spec['groups'][g]['name']}'")
+
+
 def _write_group(con, spec: dict, g: str, rng: np.random.Generator) -> None:
     cfg = spec["groups"][g]
     conv = spec["world"]["groups"][g]
@@ -256,6 +274,7 @@ def _write_group(con, spec: dict, g: str, rng: np.random.Generator) -> None:
         _write_taxonomy(con, spec, g, cfg, tops, leaves)
     _write_items(con, spec, g, cfg, items, leaves)
     _write_reviews(con, spec, g, cfg, reviews)
+    write_intake(con, spec, g, int(conv["fiscal_start"]))
     if conv["attributes"]:
         _create_table(con, table(spec["world"], "attributes", g), _attributes(cfg, items, leaves, rng),
                       "itm_id::INTEGER AS itm_id, k::VARCHAR AS k, v::VARCHAR AS v", "itm_id, k",
@@ -323,6 +342,7 @@ def schema_map(spec: dict, world: dict) -> dict[str, dict]:
             "verified": "f.vrf" if kind == "BOOLEAN" else f"f.vrf = {_literal(yes)}",
             "year": f"year({ts})", "month": f"month({ts})", "fiscal_start": int(conv["fiscal_start"]),
             "attributes": attributes, "item_live": live["i"], "review_live": live["f"],
+            "intake": table(world, "intake", g),
         }
     return maps
 

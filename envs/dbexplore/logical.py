@@ -12,8 +12,10 @@ use the aliases `i` for the items table and `f` for the reviews table):
             | {"kind": "path", "column", "sep"}
     reviews, review_item, rating, helpful   table and columns
     verified, year, month                   boolean / integer expressions over `f`
-    fiscal_start                            month (1-12) the group's fiscal year starts in; fiscal
-                                            year Y ends in calendar year Y (1: calendar years)
+    fiscal_start                            month (1-12) the group's fiscal year starts in, or an
+                                            SQL expression giving it; fiscal year Y ends in
+                                            calendar year Y (1: calendar years)
+    intake                                  the group's review-intake-per-fiscal-quarter table
     attributes: {"table", "item", "key", "value"} or None
     item_live, review_live                  boolean expressions over `i` / `f`: the row is not
                                             soft-deleted (reviews of deleted items are deleted too)
@@ -135,9 +137,13 @@ def _category_exprs(m: dict) -> tuple[str, str, str]:
     return "", f"split_part(i.{c['column']}, {sep}, 2)", f"split_part(i.{c['column']}, {sep}, 1)"
 
 
-def fiscal_year(m: dict, start: int | None = None) -> str:
-    """The fiscal-year expression of group map `m` (fiscal year Y ends in calendar year Y)."""
-    s = int(m.get("fiscal_start", 1) if start is None else start)
+def fiscal_year(m: dict, start: int | str | None = None) -> str:
+    """The fiscal-year expression of group map `m` (fiscal year Y ends in calendar year Y); the start
+    month is a number or an SQL expression (a scalar subquery that finds it in the data)."""
+    s = m.get("fiscal_start", 1) if start is None else start
+    if isinstance(s, str):
+        return f"({m['year']} + CASE WHEN {s} > 1 AND {m['month']} >= {s} THEN 1 ELSE 0 END)"
+    s = int(s)
     return m["year"] if s == 1 else f"({m['year']} + CASE WHEN {m['month']} >= {s} THEN 1 ELSE 0 END)"
 
 

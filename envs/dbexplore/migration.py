@@ -7,7 +7,8 @@ for part of the reviews, that overrides the old verified flag where set; one gro
 calendar year and month columns, after which the time stamp is nulled for a share of the
 reviews; one group's attributes table is renamed as legacy and loses rows, a new canonical table
 holding them all; one group's prices are re-stated in place in another unit, and one group's
-fiscal calendar moves to another start month, neither visible in the catalog.
+fiscal calendar moves to another start month (its intake report is restated under it), neither
+visible in the catalog.
 
 All random choices come from numpy generators seeded from the task spec.
 """
@@ -20,7 +21,7 @@ import numpy as np
 
 # pandas is imported inside the build functions: a cached load (the group maps) must not pay its import
 
-from clbench.envs.dbexplore.generator import TIME_EXPR, price_expr
+from clbench.envs.dbexplore.generator import TIME_EXPR, price_expr, write_intake
 from clbench.envs.dbexplore.world import migrated, table
 
 
@@ -59,6 +60,8 @@ def migrate(spec: dict, release1: str, path: str) -> None:
     con = duckdb.connect(str(path))
     try:
         con.execute("SET threads = 2")
+        # the fiscal calendar moves: the intake report is restated under it (before any time stamp is nulled)
+        write_intake(con, spec, roles["fiscal"]["group"], int(roles["fiscal"]["start"]))
         g = roles["new_price"]
         items = table(world, "items", g)
         con.register("new_prices", _new_prices(con, items, truth[g]["price"], rng, m["price_factor"]))

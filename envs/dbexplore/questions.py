@@ -180,7 +180,8 @@ def question_facts(q: Question, maps: dict) -> list[tuple[str, str, list[str]]]:
         facts.append((f"{g}.dates", f"{g}: review year {m['year']}, month {m['month']}", [m["reviews"]]))
     if lq.fiscal:
         facts.append((f"{g}.fiscal", f"{g}: the fiscal year starts in month {m['fiscal_start']} and is named by the "
-                      "calendar year it ends in", [m["reviews"]]))
+                      f"calendar year it ends in (its intake report {m['intake']} lines up under it)",
+                      [m["reviews"], m["intake"]]))
     if lq.needs_category:
         c = m["category"]
         where = c.get("table") or c.get("column")

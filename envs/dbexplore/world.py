@@ -3,7 +3,8 @@ and the migration.
 
 The canonical world is written in tasks/dbexplore/default.yaml (`world`). Every other world (the
 train split, `world_seed=N`) is drawn here from the env's `world_rng`: the same kinds of
-convention (table names, price units, time encodings, flag encodings, fiscal calendars, which
+convention (table names, price units, time encodings, flag encodings, fiscal calendars (each
+group reports its review intake per fiscal quarter, the cue that shows the calendar), which
 group lacks which table, status codes, what the migration changes) with other values. The roles
 of the canonical groups are handed to the drawn world's groups by a permutation `perm`
 (canonical group -> world group), so a drawn world asks the same kinds of question with the same
@@ -17,7 +18,9 @@ import math
 import numpy as np
 
 GROUPS = ("g1", "g2", "g3")
-ROLES = ("items", "reviews", "taxonomy", "attributes")
+ROLES = ("items", "reviews", "taxonomy", "attributes", "intake")
+#: roles every group has a table for (the others depend on the world)
+ALWAYS = ("items", "reviews", "intake")
 
 
 def canonical(spec: dict) -> dict:
@@ -68,11 +71,12 @@ def draw(spec: dict, rng_for) -> dict:
     rng = rng_for("schema")
     perm = dict(zip(GROUPS, (GROUPS[i] for i in rng.permutation(len(GROUPS)))))
     world = {"lookup": _choice(rng, d["lookup_names"]),
-             "stems": {role: _choice(rng, d["stems"][role]) for role in ROLES},
+             "stems": {role: _choice(rng, d["stems"][role]) for role in ROLES if role != "intake"},
              "perm": perm, "groups": {}, "status": {}}
     suffixes = set()
     while len(suffixes) < len(GROUPS):
         suffixes.add(str(_choice(rng, d["suffix_letters"])) + str(int(rng.integers(1, 10))))
+    world["stems"]["intake"] = _choice(rng_for("intake"), d["stems"]["intake"])  # its own stream: v2's draws stay
     suffixes = sorted(suffixes)
     rng.shuffle(suffixes)
     conv = rng_for("conventions")
