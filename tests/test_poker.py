@@ -508,6 +508,40 @@ def test_replay_gives_the_chips_the_env_gives(schedule):
     assert checked >= 10 * len(base.schedule.order(0))
 
 
+def test_redeals_keep_the_schedule_and_change_only_the_cards():
+    """`hands(env, k)`: re-deal k keeps every hand's id, seat and opponent, deals other cards (the same for
+    the same k), and re-deal 0 is the benchmark's own deal, so `replay` measures play apart from luck."""
+    from clbench.agents.poker_redteam import hands
+
+    base = make("short").unwrapped
+    own, first, again, second = (hands(base, k) for k in (0, 1, 1, 2))
+    assert [h[1] for h in own] == [inst.payload.deal for v in base.schedule.variants for inst in v.instances]
+    for a, b in ((own, first), (first, second)):
+        assert [(h[0], h[2], h[3]) for h in a] == [(h[0], h[2], h[3]) for h in b]
+        assert all(x[1] != y[1] for x, y in zip(a, b))
+    assert [h[1] for h in first] == [h[1] for h in again]
+    for deal in (h[1] for h in second):
+        assert len(set(deal.agent) | set(deal.opponent) | set(deal.board)) == 9
+
+
+def test_selection_gain_separates_the_luckiest_point_from_the_best_play():
+    """`selection`: the grid's maximum on a deal set is at least its best point there (the gain is >= 0), the
+    best point is the one with the best mean over the re-deals, and the reference's rows are its own replays."""
+    from clbench import redteam
+    from clbench.agents.poker import PLAYBOOKS
+    from clbench.agents.poker_redteam import replay, selection
+
+    base = make("short").unwrapped
+    fams = {k: v for k, v in redteam.families(type(base)).items() if k in ("card_blind_sizing", "push_fold")}
+    out = selection(base, fams, PLAYBOOKS["default"], redeals=3, full=False)
+    assert out["selection_gain_max"] >= out["selection_gain"] >= 0
+    assert out["benchmark_max"] >= out["benchmark_best_point"]
+    ref0 = np.mean(list(replay(base, PLAYBOOKS["default"]).values()))
+    assert out["benchmark_reference"] == pytest.approx(ref0)
+    assert out["max_minus_reference"][0] == pytest.approx(out["benchmark_max"] - ref0)
+    assert out["best_point"][0] in fams and len(out["max_minus_reference"]) == 4
+
+
 @pytest.mark.xfail(strict=True, reason="issue 28, Poker: open; opponent-blind lines still beat the stateless reference")
 def test_red_team_families_stay_below_the_reference():
     from clbench import redteam
