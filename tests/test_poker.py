@@ -552,6 +552,31 @@ def test_red_team_families_stay_below_the_reference():
     assert best < base.r_reference, (best, family, params)
 
 
+@pytest.mark.xfail(strict=True, reason="issue 28, Poker-v2: card-blind lines out-earn the reference in expectation "
+                   "(2x pot once per street: +4.97 bb/hand over 8 re-deals of the default schedule; reference +0.22)")
+def test_red_team_points_chosen_on_other_deals_stay_below_the_reference():
+    """The red-team check without the selection gain: each family's point is chosen by its mean over re-deals of
+    the schedule (its expected play, `hands(env, k)`), then scored on the benchmark's cards; none may reach
+    r_reference. Choosing on the benchmark's own cards (test_redteam.py) adds the luck of the luckiest point."""
+    from clbench import redteam
+    from clbench.agent import load_object
+    from clbench.agents.poker_redteam import replay, search
+
+    base = make().unwrapped
+    full = os.environ.get("CLBENCH_SLOW") == "1"
+    scores = {}
+    for name, fam in redteam.families(type(base)).items():
+        means: dict[str, list[float]] = {}
+        for k in range(1, 5):
+            for mean, _, params in search(base, {name: fam}, full, redeal=k):
+                means.setdefault(json.dumps(params, sort_keys=True), []).append(mean)
+        chosen = json.loads(max(means, key=lambda p: np.mean(means[p])))
+        rewards = replay(base, load_object(fam.cls).policy_class(**chosen))
+        scores[name] = (float(np.mean(list(rewards.values()))), chosen)
+    reached = {name: s for name, s in scores.items() if s[0] >= base.r_reference}
+    assert not reached, (base.r_reference, reached)
+
+
 WORLDS = list(range(1, 21)) if os.environ.get("CLBENCH_SLOW") == "1" else [1, 2]
 #: opponent counts that the reference reads as each style (tests/test_drift.py builds the same)
 STYLE_COUNTS = {"calling_station": {"hands": 10, "faced": 10, "faced_CALL": 10, "open_chances_0": 5,
