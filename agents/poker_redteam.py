@@ -24,7 +24,10 @@ reach (tests/test_poker.py; on Poker-v2's opponents card-blind lines still do: i
 model (`betting.Betting`, which tests check agrees with the library move for move) without the
 runner: the same chips as the env, some thousand times faster, so `search` can sweep grids far
 larger than the runner's (the widest search of issue 28). It reads the env's opponents: a tool
-for measuring the red team, never an agent.
+for measuring the red team, never an agent. `hands(env, k)` re-deals the schedule's cards (seats
+and opponents kept), so `replay`/`search` can measure a point's expected play apart from its luck
+on the benchmark's 120 hands; `selection` splits a grid's best benchmark mean into that play and
+the selection gain of picking the luckiest point on the hands it is scored on.
 """
 from __future__ import annotations
 
