@@ -116,6 +116,25 @@ def test_cards_are_the_seeded_deal():
     assert list(game.board) == list(deal.board) and list(game.hands[1]) == list(deal.opponent)
 
 
+
+def test_the_library_deals_a_hand_unshuffled_and_still_shuffles_for_everyone_else():
+    """HandTable's game skips the shuffle of the deck whose cards it replaces (no global patch): the
+    library's own games still shuffle, and the library plays our cards either way."""
+    from texasholdem.card.deck import Deck
+
+    from clbench.envs.poker import table as table_module
+
+    game = table_module._Game(buyin=1000, big_blind=10, small_blind=5, max_players=2)
+    game.start_hand()
+    assert type(game._deck) is table_module._Unshuffled
+    assert game._deck.cards == Deck._get_full_deck()[4:]  # dealt from the top, in order
+    plain = TexasHoldEm(buyin=1000, big_blind=10, small_blind=5, max_players=2)
+    plain.start_hand()
+    assert type(plain._deck) is Deck and plain._deck.cards != Deck._get_full_deck()[4:]  # 1 in 48! by chance
+    deal = deal_hands(11, 1)[0]
+    hand = HandTable(deal, True, make_opponent({"style": "calling_station"}), 1000, 5, 10)
+    assert type(hand.game._deck) is StackedDeck and list(hand.game.hands[1]) == list(deal.opponent)
+
 def test_reward_only_at_hand_end_in_big_blinds():
     env = make()
     obs, info = env.reset(seed=0)
