@@ -24,15 +24,21 @@ reach (tests/test_poker.py; on Poker-v2's opponents card-blind lines still do: i
 model (`betting.Betting`, which tests check agrees with the library move for move) without the
 runner: the same chips as the env, some thousand times faster, so `search` can sweep grids far
 larger than the runner's (the widest search of issue 28). It reads the env's opponents: a tool
-for measuring the red team, never an agent.
+for measuring the red team, never an agent. `hands(env, k)` re-deals the schedule's cards (seats
+and opponents kept), so `replay`/`search` can measure a point's expected play apart from its luck
+on the benchmark's 120 hands; `selection` splits a grid's best benchmark mean into that play and
+the selection gain of picking the luckiest point on the hands it is scored on.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from clbench.agent import Agent
 from clbench.agents.poker import BOARD_LEN, action_text, bet_share, table_spot
 from clbench.envs.poker.betting import Betting
+from clbench.envs.poker.cards import deal_hands
 from clbench.envs.poker.policy import CHECK, Decision, Policy, Spot
 
 
@@ -146,36 +152,83 @@ class PushFold(Policy):
         return s.check_or_call() if s.street and not s.to_call else s.check_or_fold()
 
 
-def replay(env, policy: Policy) -> dict[str, float]:
-    """`policy`'s reward (big blinds) on every hand of `env`'s schedule, played on the betting model
-    against the env's opponents (`env` unwrapped; the cards and seats of each hand as the env deals them)."""
-    rewards = {}
-    for variant in env.schedule.variants:
-        for inst in variant.instances:
+def hands(env, redeal: int = 0) -> list[tuple[str, object, bool, Policy]]:
+    """(instance id, deal, agent on the button, opponent policy) of every hand of `env`'s schedule (`env`
+    unwrapped). `redeal=k > 0` keeps the schedule, the seats and the opponents but deals each variant's
+    cards from another seed (the k-th re-deal): what a policy earns there is its play, not its luck on
+    the benchmark's cards."""
+    out = []
+    written = env.spec_data["schedules"][env.schedule.name]
+    for v, variant in zip(written, env.schedule.variants):
+        deals = ([inst.payload.deal for inst in variant.instances] if not redeal else
+                 deal_hands([env.draw_seed(int(v["seed"])), int(redeal)], len(variant.instances)))
+        for inst, deal in zip(variant.instances, deals):
             hand = inst.payload
-            b = Betting(0 if hand.agent_button else 1, env.stack, env.small_blind, env.big_blind)
-            holes, board = (hand.deal.agent, hand.deal.opponent), tuple(hand.deal.board)
-            players = (policy, env.opponents[hand.policy])
-            while not b.over:
-                spot = b.spot(holes[b.to_act], board[:BOARD_LEN[b.street]])
-                b.apply(spot.legalize(players[b.to_act].decide(spot)))
-            rewards[inst.instance_id] = b.payoff(0, holes, board) / env.big_blind
+            out.append((inst.instance_id, deal, hand.agent_button, env.opponents[hand.policy]))
+    return out
+
+
+def replay(env, policy: Policy, redeal: int = 0) -> dict[str, float]:
+    """`policy`'s reward (big blinds) on every hand of `env`'s schedule, played on the betting model
+    against the env's opponents (`env` unwrapped; the cards and seats of each hand as the env deals them,
+    or re-dealt: `hands`)."""
+    rewards = {}
+    for iid, deal, button, opponent in hands(env, redeal):
+        b = Betting(0 if button else 1, env.stack, env.small_blind, env.big_blind)
+        holes, board = (deal.agent, deal.opponent), tuple(deal.board)
+        players = (policy, opponent)
+        while not b.over:
+            spot = b.spot(holes[b.to_act], board[:BOARD_LEN[b.street]])
+            b.apply(spot.legalize(players[b.to_act].decide(spot)))
+        rewards[iid] = b.payoff(0, holes, board) / env.big_blind
     return rewards
 
 
-def search(env, families: dict, full: bool = True) -> list[tuple[float, str, dict]]:
-    """(mean reward, family, params) of every point of `families` (clbench.redteam.families of the env
-    class), best first, each played by `replay`."""
+def _policies(families: dict, full: bool):
     import importlib
 
-    rows = []
     for name, fam in families.items():
         module, cls = fam.cls.split(":")
         policy_class = getattr(importlib.import_module(module), cls).policy_class
         for params in fam.points(full):
-            rewards = replay(env, policy_class(**params))
-            rows.append((sum(rewards.values()) / len(rewards), name, params))
+            yield name, params, policy_class(**params)
+
+
+def search(env, families: dict, full: bool = True, redeal: int = 0) -> list[tuple[float, str, dict]]:
+    """(mean reward, family, params) of every point of `families` (clbench.redteam.families of the env
+    class), best first, each played by `replay` (on the benchmark's cards, or re-dealt)."""
+    rows = []
+    for name, params, policy in _policies(families, full):
+        rewards = replay(env, policy, redeal)
+        rows.append((sum(rewards.values()) / len(rewards), name, params))
     return sorted(rows, key=lambda r: -r[0])
+
+
+def selection(env, families: dict, reference: Policy, redeals: int = 8, full: bool = True) -> dict:
+    """How much of a grid's best mean is its play and how much the choice of the luckiest point.
+
+    Every point and `reference` are played on the benchmark's cards (deal 0) and on `redeals` re-deals.
+    A point's expected value is estimated by its mean over the re-deals; on each re-deal the grid's maximum
+    exceeds the point with the best mean over the *other* re-deals by the *selection gain* (choosing a point
+    on the same hands it is scored on), which a reference must out-earn on top of the best point's play to
+    stay above every grid point on every world."""
+    points = [(name, params, policy) for name, params, policy in _policies(families, full)]
+    sets = range(redeals + 1)
+    means = np.array([[np.mean(list(replay(env, policy, k).values())) for k in sets] for _, _, policy in points])
+    ref = np.array([np.mean(list(replay(env, reference, k).values())) for k in sets])
+    expected = means[:, 1:].mean(axis=1)
+    best = int(np.argmax(expected))
+    top = means.max(axis=0)
+    gains = []
+    for k in range(1, redeals + 1):  # the best point as the other re-deals show it, scored on this one
+        others = [j for j in range(1, redeals + 1) if j != k] or [k]
+        gains.append(top[k] - means[int(np.argmax(means[:, others].mean(axis=1))), k])
+    return {"best_point": points[best][:2], "best_expected": float(expected[best]),
+            "reference_expected": float(ref[1:].mean()),
+            "benchmark_max": float(top[0]), "benchmark_best_point": float(means[best, 0]),
+            "benchmark_reference": float(ref[0]),
+            "selection_gain": float(np.mean(gains)), "selection_gain_max": float(np.max(gains)),
+            "max_minus_reference": [float(x) for x in top - ref]}
 
 
 class FamilyAgent(Agent):

@@ -91,6 +91,73 @@ def bare_pass(hands: list, ask_moves: bool = False) -> float:
     return time.process_time() - t
 
 
+def replay_pass(hands: list, replies: list[str]) -> float:
+    """Seconds for the env alone: the same pass, the agent's recorded replies instead of an agent."""
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
+
+    env = gym.make(env_id("Poker"))
+    replies = iter(replies)
+    t = time.process_time()
+    env.reset(seed=0)
+    for pos in range(len(hands)):
+        if pos:
+            env.reset()
+        done = False
+        while not done:
+            _, _, term, trunc, _ = env.step(next(replies))
+            done = term or trunc
+    seconds = time.process_time() - t
+    env.close()
+    return seconds
+
+
+def table_pass(hands: list) -> float:
+    """Seconds for the env's referee calls alone: `HandTable` (the library game, our cards, the
+    betting model) replaying the same moves, with no opponent policy, text or info."""
+    from clbench.envs.poker.policy import Decision
+    from clbench.envs.poker.opponents import CallingStation
+    from clbench.envs.poker.table import HandTable
+
+    t = time.process_time()
+    for spec, moves in hands:
+        table = HandTable(spec.deal, spec.agent_button, CallingStation(), 1000, 5, 10)
+        for _, _, kind, total in moves:
+            table.apply(Decision(kind, total))
+        assert table.over
+    return time.process_time() - t
+
+
+def replies_of(hands: list) -> list[str]:
+    """The agent's replies that replay `hands` (its moves, and one reply for a hand already over)."""
+    out = []
+    for _, moves in hands:
+        mine = [f"RAISE {total}" if kind == "RAISE" else kind for _, player, kind, total in moves if player == 0]
+        out += mine or ["CHECK"]
+    return out
+
+
+def breakdown(repeats: int) -> str:
+    """Where the env + reference pass's time goes, medians of interleaved repeats (CPU seconds)."""
+    _, hands = env_pass("reference")
+    replies = replies_of(hands)
+    parts = {"env + reference agent": lambda: env_pass("reference")[0],
+             "env alone (the reference's replies replayed)": lambda: replay_pass(hands, replies),
+             "the env's referee calls alone (HandTable: library game + betting model)": lambda: table_pass(hands),
+             "bare texasholdem loop, moves only": lambda: bare_pass(hands)}
+    times: dict[str, list[float]] = {k: [] for k in parts}
+    for _ in range(repeats):
+        for name, fn in parts.items():
+            times[name].append(fn())
+    bare = statistics.median(times["bare texasholdem loop, moves only"])
+    rows = ["| part | median s (CPU) | min-max | / bare |", "|---|---|---|---|"]
+    for name, v in times.items():
+        med = statistics.median(v)
+        rows.append(f"| {name} | {med:.4f} | {min(v):.4f}-{max(v):.4f} | {med / bare:.2f} |")
+    return "\n".join(rows)
+
+
 def ratios(quick: bool = False) -> list[Ratio]:
     """Env speed / strict bare-loop speed with the reference agent, one ratio per interleaved repeat."""
     samples = []
@@ -125,6 +192,7 @@ def main(quick: bool = False) -> list[Ratio]:
         for key, label in (("moves", "moves only"), ("asking", "asks legal moves, then moves")):
             print(f"| bare texasholdem loop, {label} | {n} | {med[key]:.4f} | {n / med[key]:.0f} | "
                   f"{med[key] / med['env']:.2f} | >= {TARGET} |")
+    print("\n" + breakdown(repeats) + "\n")
     out = ratios(quick)
     print(table(out))
     return out

@@ -6,8 +6,11 @@ the ones its own deck dealt, as its history import does) and keep a compact bett
 """
 from __future__ import annotations
 
+from types import FunctionType
 from typing import NamedTuple
 
+from texasholdem.card.deck import Deck
+from texasholdem.game import game as _library
 from texasholdem.game.action_type import ActionType
 from texasholdem.game.game import TexasHoldEm
 
@@ -19,6 +22,23 @@ from clbench.envs.poker.strength import hand_rank, rank_name
 AGENT, OPPONENT = 0, 1
 STREETS = ("preflop", "flop", "turn", "river")
 _TYPE = {FOLD: ActionType.FOLD, CHECK: ActionType.CHECK, CALL: ActionType.CALL, RAISE: ActionType.RAISE}
+
+
+class _Unshuffled(Deck):
+    """The deck the library deals a hand's hole cards from, in a fixed order: `HandTable` replaces those
+    cards (and the deck) with ours at once, so shuffling it only cost time (a fifth of starting a hand)
+    and moved the global `random` state under other code."""
+
+    def __init__(self):  # noqa: super().__init__ would shuffle
+        self.cards = Deck._get_full_deck()
+
+
+class _Game(TexasHoldEm):
+    """The library's game, its hand set-up run unchanged but dealing from `_Unshuffled`: the same
+    function code, with `Deck` looked up in a copy of the library module's globals (nothing global is
+    patched, so other users of the library in this process still shuffle)."""
+
+    _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled}, "_prehand")
 
 
 class Legal(NamedTuple):
@@ -59,7 +79,7 @@ class HandTable:
         self.deal = deal
         self.opponent = opponent
         self.stack = stack
-        game = TexasHoldEm(buyin=stack, big_blind=big_blind, small_blind=small_blind, max_players=2)
+        game = _Game(buyin=stack, big_blind=big_blind, small_blind=small_blind, max_players=2)
         button = AGENT if agent_button else OPPONENT
         game.btn_loc = 1 - button  # the library moves the button one seat on when a hand starts
         game.start_hand()
