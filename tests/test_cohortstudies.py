@@ -373,14 +373,15 @@ def test_train_answers_never_answer_the_test_world(world_seed, cache):
         train.close()
 
 
-def test_fresh_worlds_are_deterministic_and_distinct(cache, monkeypatch):
+def test_fresh_worlds_are_deterministic_and_distinct(cache, monkeypatch, tmp_path):
     from clbench.envs.cohortstudies import cohortstudies_env
 
     made = {}
     for key, kw in (("w1", {"world_seed": 1}), ("w1 again", {"world_seed": 1}), ("w2", {"world_seed": 2}),
                     ("train-w1", {"world_seed": 1, "split": "train"})):
-        monkeypatch.setattr(cohortstudies_env, "_DRAWN", {})  # drawn again, not the process's copy
-        e = gym.make(ENV, cache_dir=cache, schedule="short", **kw).unwrapped
+        # drawn again: neither the process's copy nor the cache folder's
+        monkeypatch.setattr(cohortstudies_env, "_DRAWN", {})
+        e = gym.make(ENV, cache_dir=str(tmp_path) if key == "w1 again" else cache, schedule="short", **kw).unwrapped
         made[key] = (e.world, truths(e), e.reset(seed=0)[0])
         e.close()
     assert made["w1"][0] == made["w1 again"][0] and made["w1"][2] == made["w1 again"][2]

@@ -72,6 +72,7 @@ class Analyst:
         self.__dict__.pop("codings", None)
         self._tags = functools.cache(self._known_tags)
         self._memory = functools.cache(self._remembered)
+        self._pools: dict = {}  # keyed by id() of a memory this analyst holds (self._memory's cache)
 
     @functools.cached_property
     def codings(self) -> dict[tuple[str, str], Coding]:
@@ -134,35 +135,41 @@ class Analyst:
             if read is not None:
                 columns.setdefault(c["var"], (c["name"], actual, read, 1.0 - float(c.get("missing", 0.0))))
 
-        def group(domains: dict, present: float) -> tuple[np.ndarray | None, float]:
-            """(logit survival, patients with the columns present) of the enrolled patients in `domains`."""
-            w = self._weights(prior, domains)
-            n = float(study["patients"]) * present * w.sum() / enrolled.sum()
-            return (_logit(self._survival(w)) if n >= MIN_PATIENTS else None), n
-
-        out = []
+        # every group the analysis asks for (each resolvable condition alone, each cohort's resolvable
+        # conditions together), computed at once: (cohorts, conditions) -> rows of one weights matrix
+        rows: dict = {}
+        plans = []
         for conds in self.cohorts:
-            domains, present, whole, effects, resolved = dict(criteria), 1.0, True, [], 0
+            domains, present, singles, whole = dict(criteria), 1.0, [], True
             for cond in conds:
                 got = columns.get(cond.var)
                 domain = self._selected(*got[:3], cond) if got else None
                 if domain is None:
                     whole = False
                     continue
-                single, n = group({**criteria, cond.var: _meet(criteria.get(cond.var), domain)}, got[3])
-                if single is not None:
-                    effects.append(n / (n + SINGLE_PATIENTS) * (single - overall))
+                single = ((cond.var, _meet(criteria.get(cond.var), domain)),)
+                singles.append(rows.setdefault((single, got[3]), len(rows)))
                 domains[cond.var] = _meet(domains.get(cond.var), domain)
                 present *= got[3]
-                resolved += 1
+            together = tuple(sorted(domains.items(), key=lambda kv: kv[0])) if singles else None
+            plans.append((singles, rows.setdefault((together, present), len(rows)) if singles else None, whole))
+        keys = list(rows)
+        w = np.array([self._weights(prior, {**criteria, **dict(k)}) for k, _ in keys]) if keys else np.zeros((0, len(prior)))
+        n = float(study["patients"]) * np.array([present for _, present in keys]) * w.sum(axis=1) / enrolled.sum()
+        ok = n >= MIN_PATIENTS
+        safe = np.where(ok[:, None], w, enrolled)
+        logits = _logit((safe / safe.sum(axis=1, keepdims=True)) @ self.type_survival)
+        out = []
+        for singles, conj, whole in plans:
+            effects = [n[i] / (n[i] + SINGLE_PATIENTS) * (logits[i] - overall) for i in singles if ok[i]]
             model = overall + (effects[0] if len(effects) == 1 else DAMP * np.sum(effects, axis=0)) if effects else overall
-            conj, n = group(domains, present) if resolved else (None, 0.0)
-            if conj is None:  # no group of its own (nothing resolvable, or too few patients)
+            if conj is None or not ok[conj]:  # no group of its own (nothing resolvable, or too few patients)
                 out.append((model + shift, 0.0, False))
-            elif resolved == 1:  # the model is that one condition's (shrunk) estimate
-                out.append((model + shift, n, whole))
+            elif len(singles) == 1:  # the model is that one condition's (shrunk) estimate
+                out.append((model + shift, float(n[conj]), whole))
             else:
-                out.append(((n * conj + MODEL_PATIENTS * model) / (n + MODEL_PATIENTS) + shift, n, whole))
+                out.append(((n[conj] * logits[conj] + MODEL_PATIENTS * model) / (n[conj] + MODEL_PATIENTS) + shift,
+                            float(n[conj]), whole))
         self._estimates[key] = (baseline, out)
         return self._estimates[key]
 
@@ -183,8 +190,8 @@ class Analyst:
         return Interval(ends[0] + half, ends[1] + half)
 
     # ------------------------------------------------------------------ the measures
-    def r_max_and_reference(self) -> tuple[float, float]:
-        """Mean over instances of the truth's gain and of the stateless analyst's."""
+    @functools.cached_property
+    def _baselines(self) -> tuple[float, float]:
         best, ref = [], []
         for study in self.studies:
             for region in self.instances(study):
@@ -194,16 +201,29 @@ class Analyst:
                 ref.append(information_gain_bits(truth, baseline, _expit(np.array([e for e, _, _ in est])), self.eps))
         return float(np.mean(best)), float(np.mean(ref))
 
+    def r_max_and_reference(self) -> tuple[float, float]:
+        """Mean over instances of the truth's gain and of the stateless analyst's (no re-coding changes them)."""
+        return self._baselines
+
     def reference_share(self) -> tuple[float, float]:
         """(the stateless reference's share of r_max, the headroom r_max - r_reference)."""
         r_max, ref = self.r_max_and_reference()
         return ref / r_max, r_max - ref
 
     def profile(self) -> dict[str, float]:
-        """The world's difficulty as the reference meets it: `reference_share` (of r_max) and
-        `drift_share` (the drift cost per unit of headroom r_max - r_reference)."""
+        """The world's difficulty as the reference meets it: `reference_share` (of r_max), `drift_share`
+        (the drift cost per unit of headroom r_max - r_reference) and `gain` (the stateful reference's
+        normalized gain)."""
         share, headroom = self.reference_share()
-        return {"reference_share": share, "drift_share": self.drift_cost() / headroom}
+        return {"reference_share": share, "drift_share": self.drift_cost() / headroom, "gain": self.gain()}
+
+    def gain(self) -> float:
+        """The stateful reference's normalized gain: (its mean - r_reference) / (r_max - r_reference),
+        each study pooling every earlier study (the reference's memory at that study's first instance)."""
+        r_max, ref = self.r_max_and_reference()
+        played = [self._stateful_gain(s, r, self._tags(i), self._memory(i))
+                  for i, s in enumerate(self.studies) for r in self.instances(s)]
+        return (float(np.mean(played)) - ref) / (r_max - ref)
 
     def drift_cost(self) -> float:
         untagged = [(i, c["name"]) for i, s in enumerate(self.studies) for c in s["columns"] if not c.get("documented", True)]
@@ -238,13 +258,22 @@ class Analyst:
         return memory
 
     def _stateful_gain(self, study: dict, region: str, known: dict, memory: dict) -> float:
+        """The stateful reference's gain on one instance: its own estimate of a whole cohort shrunk
+        towards what earlier studies showed (PRIOR_PATIENTS), a partial one replaced by it."""
         baseline, est = self.estimates(study, region, known)
         report = []
         for k, (e, n, whole) in enumerate(est):
             past = memory.get(k)
             if past:
-                w = np.array([m / (m + 50.0) * (SAME_REGION if r == region else 1.0) for _, m, r in past])
-                pooled = w @ np.array([p for p, _, _ in past]) / w.sum()
+                pooled = self._pooled(id(memory), k, region, memory)
                 e = (n * e + PRIOR_PATIENTS * pooled) / (n + PRIOR_PATIENTS) if whole else pooled
-            report.append(_expit(e))
-        return information_gain_bits(self.truth(region), baseline, np.array(report), self.eps)
+            report.append(e)
+        return information_gain_bits(self.truth(region), baseline, _expit(np.array(report)), self.eps)
+
+    def _pooled(self, key: int, k: int, region: str, memory: dict) -> np.ndarray:
+        """Earlier studies' estimates of cohort k, each about equally, the same region SAME_REGION times as much."""
+        if (key, k, region) not in self._pools:
+            past = memory[k]
+            w = np.array([m / (m + 50.0) * (SAME_REGION if r == region else 1.0) for _, m, r in past])
+            self._pools[key, k, region] = w @ np.array([p for p, _, _ in past]) / w.sum()
+        return self._pools[key, k, region]

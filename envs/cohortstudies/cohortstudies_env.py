@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,9 +248,32 @@ class CohortStudiesEnv(InstanceSequenceEnv):
             return worlds.canonical(self.spec_data)
         key = (self.env_id, self.world_key)
         if key not in _DRAWN:  # a draw judges many candidates (seconds); the same key always draws the same world
-            _DRAWN[key] = worlds.draw_world(self.spec_data, self.world_rng,
-                                            avoid=tuple(w.world for w in self._avoided_worlds()))
+            _DRAWN[key] = self._stored_world()
         return _DRAWN[key]
+
+    def _stored_world(self) -> dict:
+        """The drawn world, from the cache folder when this spec and this drawing code drew it before
+        (worker processes of one run would each spend seconds drawing it again); plain data written
+        with repr and read with ast.literal_eval (nothing executable), via a temp file renamed into place."""
+        import ast
+
+        here = Path(__file__).parent
+        code = "".join((here / f).read_text() for f in ("worlds.py", "analyst.py", "population.py", "codings.py"))
+        from clbench.agents import cohortstudies as reference  # the analyst models the reference
+
+        code += Path(reference.__file__).read_text()
+        digest = hashlib.sha256((json.dumps(self.spec_data, sort_keys=True, default=str) + code).encode()).hexdigest()[:16]
+        path = self.cache_dir / "worlds" / f"{self.world_key}-{digest}.txt"
+        try:
+            return ast.literal_eval(path.read_text())
+        except (OSError, ValueError, SyntaxError):
+            pass
+        world = worlds.draw_world(self.spec_data, self.world_rng, avoid=tuple(w.world for w in self._avoided_worlds()))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(repr(world))
+        os.replace(tmp, path)
+        return world
 
     def _avoided_worlds(self) -> list["CohortStudiesEnv"]:
         """The worlds whose answers this drawn world's must not give: the published ones (the canonical
