@@ -262,7 +262,8 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         from clbench.agents import cohortstudies as reference  # the analyst models the reference
 
         code += Path(reference.__file__).read_text()
-        digest = hashlib.sha256((json.dumps(self.spec_data, sort_keys=True, default=str) + code).encode()).hexdigest()[:16]
+        spec = json.dumps(self.spec_data, sort_keys=True, default=str)
+        digest = hashlib.sha256((spec + code).encode()).hexdigest()[:16]
         path = self.cache_dir / "worlds" / f"{self.world_key}-{digest}.txt"
         try:
             return ast.literal_eval(path.read_text())
