@@ -262,6 +262,26 @@ class RangeCoding:
 
 Coding = Union[NumericCoding, CodeCoding, RangeCoding]
 
+
+def interval_from_pair(pair) -> Interval:
+    """[lo, hi] of the task spec (None: no bound) -> Interval."""
+    lo, hi = pair
+    return Interval(-INF if lo is None else float(lo), INF if hi is None else float(hi))
+
+
+def coding_from_spec(var: str, kind: dict, categorical: bool) -> Coding:
+    """A column's coding from the task spec's `coding` block (numeric, codes or ranges)."""
+    if "numeric" in kind:
+        k = kind["numeric"]
+        return NumericCoding(var, float(k.get("scale", 1.0)), float(k.get("offset", 0.0)), k.get("divisor"),
+                             bool(k.get("inverse", False)))
+    if "codes" in kind:
+        if categorical:
+            return CodeCoding(var, tuple((label, frozenset(str(t) for t in (target if isinstance(target, list) else [target])))
+                                         for label, target in kind["codes"].items()))
+        return CodeCoding(var, tuple((label, interval_from_pair(target)) for label, target in kind["codes"].items()))
+    return RangeCoding(var, tuple((interval_from_pair(r), frozenset([str(level)])) for level, r in kind["ranges"].items()))
+
 _TAG = re.compile(r"\[standard:\s*(\w+)\s+(=|by code:|by value range:)\s*(.*?)\]\s*$", re.DOTALL)
 _FORMULAS = [
     (re.compile(r"^value$"), lambda m: {}),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # studies imports pandas, which only building a study needs
     from clbench.envs.cohortstudies.studies import StudyData
 
 QUERY_TIMEOUT_S = 10.0
+#: worlds drawn in this process, by (env id, world key): read-only, shared by every env of that world
+_DRAWN: dict[tuple[str, str], dict] = {}
 
 
 @dataclass
@@ -133,9 +136,28 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     table from other seeds, drawn against the test world it trains for so that its answers earn at most
     a fifth of r_max there; ids "train-<STUDY>-<k>"), `world_seed` (None: the canonical world; N: a
     fresh world of the same kind and difficulty drawn from N, whose answers are not the canonical
-    world's or its train split's, see clbench.envs.cohortstudies.worlds).
+    world's or its train split's, see clbench.envs.cohortstudies.worlds). Every drawn world (train
+    split or `world_seed`) is held to the canonical world's difficulty in three ways, each a ratio of
+    the canonical world's value: the gain of the truth over the regions' overall survival (within
+    1.3x), and, as an analytic model of the reference judges the draw
+    (clbench.envs.cohortstudies.analyst), the stateless reference's share of r_max (within 1.15x),
+    the drift cost's share of the headroom r_max - r_reference (within 1.25x) and the stateful
+    reference's normalized gain (within 1.3x). Played, the reference's share of r_max then stays
+    within 1.3x of the canonical world's, and the drift share and the normalized gain within
+    clbench.commands.worlds.BAND (tests/test_cohortstudies.py, tests/test_worlds.py). A drawn world
+    is kept in `cache_dir`/worlds (keyed by the spec and the drawing code), so workers do not redraw it.
 
     ## Version History
+    * v3, drawn worlds held to the reference's difficulty (the canonical world unchanged): a draw is
+      taken only when the analytic model of the reference puts its share of r_max, the drift's share
+      of the headroom and its normalized gain near the canonical world's (the re-coding's scale is
+      tried in a drawn order until they fit); drawn worlds are kept in the cache folder. Before, worlds 1-20 put the reference at 0.22-0.55 of r_max (canonical
+      0.52) and the drift cost outside the drift band in 12 of 20. On worlds 1-20
+      (canonical in brackets): r_max 0.042 [0.027, 0.055] (0.038), r_reference 0.022 [0.013, 0.035]
+      (0.020), its share of r_max 0.53 [0.46, 0.63] (0.52), normalized gain 0.42 [0.30, 0.51] (0.40),
+      drift cost 0.0069 [0.0042, 0.0102] (0.0062), its share of the headroom 0.36 [0.26, 0.45]
+      (0.34); the best red-team policy 0.41 of r_reference on average, at most 0.85 (0.43); train
+      answers below 0 in every world, no instance with its train twin's truth.
     * v3 (the canonical world, its data and its r_max / r_reference unchanged): drawn worlds (the
       train split, `world_seed`) permute each standard variable's per-type distributions on their own
       (which variables predict survival, and in which direction, differ between worlds), are held to
@@ -231,7 +253,35 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         """This world's population and studies: as written (canonical) or drawn (train, world seeds)."""
         if self.canonical_world:
             return worlds.canonical(self.spec_data)
-        return worlds.draw_world(self.spec_data, self.world_rng, avoid=tuple(w.world for w in self._avoided_worlds()))
+        key = (self.env_id, self.world_key)
+        if key not in _DRAWN:  # a draw judges many candidates (seconds); the same key always draws the same world
+            _DRAWN[key] = self._stored_world()
+        return _DRAWN[key]
+
+    def _stored_world(self) -> dict:
+        """The drawn world, from the cache folder when this spec and this drawing code drew it before
+        (worker processes of one run would each spend seconds drawing it again); plain data written
+        with repr and read with ast.literal_eval (nothing executable), via a temp file renamed into place."""
+        import ast
+
+        here = Path(__file__).parent
+        code = "".join((here / f).read_text() for f in ("worlds.py", "analyst.py", "population.py", "codings.py"))
+        from clbench.agents import cohortstudies as reference  # the analyst models the reference
+
+        code += Path(reference.__file__).read_text()
+        spec = json.dumps(self.spec_data, sort_keys=True, default=str)
+        digest = hashlib.sha256((spec + code).encode()).hexdigest()[:16]
+        path = self.cache_dir / "worlds" / f"{self.world_key}-{digest}.txt"
+        try:
+            return ast.literal_eval(path.read_text())
+        except (OSError, ValueError, SyntaxError):
+            pass
+        world = worlds.draw_world(self.spec_data, self.world_rng, avoid=tuple(w.world for w in self._avoided_worlds()))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(repr(world))
+        os.replace(tmp, path)
+        return world
 
     def _avoided_worlds(self) -> list["CohortStudiesEnv"]:
         """The worlds whose answers this drawn world's must not give: the published ones (the canonical

@@ -18,14 +18,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from clbench.envs.cohortstudies.codings import (CodeCoding, Coding, Interval, NumericCoding, RangeCoding,
-                                         fmt_num)
+from clbench.envs.cohortstudies.codings import (CodeCoding, Coding, NumericCoding, coding_from_spec, fmt_num,
+                                                interval_from_pair)
 from clbench.envs.cohortstudies.population import Population
-
-
-def _interval(pair) -> Interval:
-    lo, hi = pair
-    return Interval(-np.inf if lo is None else float(lo), np.inf if hi is None else float(hi))
 
 
 @dataclass(frozen=True)
@@ -45,29 +40,16 @@ class Column:
 
     @classmethod
     def from_spec(cls, spec: dict, pop: Population) -> "Column":
-        var, kind = spec["var"], spec["coding"]
-        categorical = pop.variables[var].levels is not None
+        kind = spec["coding"]
+        coding = coding_from_spec(spec["var"], kind, pop.variables[spec["var"]].levels is not None)
         extra = {}
         if "numeric" in kind:
-            k = kind["numeric"]
-            coding = NumericCoding(var, float(k.get("scale", 1.0)), float(k.get("offset", 0.0)),
-                                   k.get("divisor"), bool(k.get("inverse", False)))
-            extra = {"decimals": k.get("decimals"), "floor": bool(k.get("floor", False))}
+            extra = {"decimals": kind["numeric"].get("decimals"), "floor": bool(kind["numeric"].get("floor", False))}
         elif "codes" in kind:
-            codes = []
-            for label, target in kind["codes"].items():
-                if categorical:
-                    targets = target if isinstance(target, list) else [target]
-                    codes.append((label, frozenset(str(t) for t in targets)))
-                else:
-                    codes.append((label, _interval(target)))
-            coding = CodeCoding(var, tuple(codes))
             extra = {"pick": kind.get("pick")}
         else:
-            ranges = tuple((_interval(r), frozenset([str(level)])) for level, r in kind["ranges"].items())
-            coding = RangeCoding(var, ranges)
             extra = {"draw": {str(k): v for k, v in kind["draw"].items()}}
-        return cls(spec["name"], var, coding, spec["text"], float(spec.get("missing", 0.0)),
+        return cls(spec["name"], spec["var"], coding, spec["text"], float(spec.get("missing", 0.0)),
                    documented=bool(spec.get("documented", True)), **extra)
 
     @property
@@ -142,7 +124,7 @@ class Study:
         self.pop = pop
         self.name = spec["name"]
         self.columns = [Column.from_spec(c, pop) for c in spec["columns"]]
-        self.criteria = {v: _interval(r) for v, r in spec.get("criteria", {}).items()}
+        self.criteria = {v: interval_from_pair(r) for v, r in spec.get("criteria", {}).items()}
         self.weights = np.asarray(spec["type_weights"], dtype=float)
         self.time = spec["time"]
         self.event = spec["event"]
