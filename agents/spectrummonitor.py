@@ -112,7 +112,7 @@ def peak_features(peaks: Peaks, scan: int, total: int, low: float, high: float) 
 
 
 #: logistic weights of FEATURES, fitted on the train split's worlds (tasks/spectrummonitor/fit_reference.py)
-COEF = (1.613, -0.036, -9.066, -0.966, 0.3, 1.297, 0.098, 0.377, -3.317, -0.874, 0.182, -0.384)
+COEF = (1.539, 0.047, -9.073, -1.099, 0.21, 1.273, -0.026, 0.343, -3.377, -0.795, 0.157, -0.288)
 def peak_probabilities(observation: str) -> tuple[Peaks, list[float]]:
     """Each peak of the scan and its probability of being a transmitting channel (the fitted model)."""
     peaks = parse_peaks(observation)

@@ -161,6 +161,9 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
         if v.get("replan") and not changes:
             changes = _replan(allowed, spec, rng)
             channels += list(changes.values())
+            # the new plan's channels start on the air (then follow the on/off process like any other),
+            # so what the re-plan costs does not hinge on whether they happened to be dormant
+            on.update({name: True for name in changes})
         # a changed channel's successor inherits its on/off state (keyed by the original name)
         live = [changes.get(c.name, c) for c in allowed]
         for _ in range(v["scans"]):

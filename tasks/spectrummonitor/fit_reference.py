@@ -89,6 +89,6 @@ def fit(rounds: int = 3) -> tuple[float, ...]:
 if __name__ == "__main__":
     coef = fit()
     print(f"COEF = {coef}")
+    held = prepared(CHECK_WORLDS)
     print(f"held-out train worlds {CHECK_WORLDS.start}-{CHECK_WORLDS.stop - 1}: mean IoU "
-          f"{mean_iou(prepared(CHECK_WORLDS), np.array(coef)):.4f} (maximum-likelihood weights: "
-          f"{mean_iou(prepared(CHECK_WORLDS), np.array(sm.COEF)):.4f} with the current COEF)")
+          f"{mean_iou(held, np.array(coef)):.4f} (the current COEF: {mean_iou(held, np.array(sm.COEF)):.4f})")
