@@ -9,7 +9,9 @@ the truth of a scan is the set of channels transmitting in it. False alarms mimi
 (a channel's width and power, anywhere in the band), so a single scan cannot tell them apart.
 A variant marked `replan` changes the plan for itself and every later variant: some eligible
 wideband channels are re-tuned (new centre and width), one is retired and a new licensee takes
-over part of the retired channel's spectrum with a different centre and width.
+over part of the retired channel's spectrum with a different centre and width; the new plan's
+channels start on the air. A drawn world's band has a margin of the same kind at both ends, and
+the re-plan keeps every channel inside it.
 """
 from __future__ import annotations
 

@@ -97,8 +97,9 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
       number told a memoryless agent narrow peaks were false alarms); twice the false alarms (v2's
       few made echoing nearly every peak the best single-scan answer); drawn worlds end the band as
       close to the last channel as it starts to the first, and a re-tuned channel or the licensee
-      stays inside the band; the red team adds families that use the scan number and the plan's
-      geometry.
+      stays inside the band; the re-plan's channels start on the air (v2's drift cost depended on
+      whether they happened to be dormant); the red team adds families that use the scan number
+      and the plan's geometry.
     * v2: the feedback gives the score, the MHz reported and two counts (v1's overlap MHz per
       reported transmitter recovered channel edges to 0.01 MHz); false alarms mimic channels and
       the wideband gaps are irregular, so no single-scan rule (width, power, grid) tells them
