@@ -317,9 +317,13 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
     frozen reference, and no single-scan family beats the stateless reference by more than 0.01: its
     single-scan rule was fitted on the train split's worlds; the best of ~120 grid points on 90 noisy
     scans of a fresh world lies between 0.005 below and 0.005 above it (worlds 1-20, v3)."""
-    canon = {round(c["center"]) for c in gym.make(ENV).unwrapped.latent()["channels"]}
-    fresh = gym.make(ENV, world_seed=world_seed).unwrapped
-    assert not canon & {round(c["center"]) for c in fresh.latent()["channels"]}
+    def plan(env):
+        return sorted(c["center"] for c in env.latent()["channels"] if c["name"][0] == "W" and not c["name"].endswith("r"))
+
+    canon, fresh = plan(gym.make(ENV).unwrapped), plan(gym.make(ENV, world_seed=world_seed).unwrapped)
+    # another plan, not the canonical one moved: its own gaps (a centre may coincide by chance where the bands overlap)
+    assert max(abs(a - b) for a, b in zip(np.diff(canon), np.diff(fresh))) > 1.0
+    assert len({round(c) for c in canon} & {round(c) for c in fresh}) <= 2
     n = world_numbers(ENV, world_seed, rollouts=1)
     assert n["r_max"] == 1.0 and 0.45 <= n["r_reference"] <= 0.7
     assert n["normalized_gain"] >= 0.15
