@@ -80,9 +80,10 @@ FEATURES = ("bias", "narrow", "spike", "early_narrow", "overlap", "guard_support
 def peak_features(peaks: Peaks, scan: int, total: int, low: float, high: float) -> list[list[float]]:
     """What one scan shows about each of its peaks (FEATURES), relative to the scan's own scale: a plan
     puts wide channels about 1.25-2.05 widths apart and narrow ones in the guard gaps between them, 0.1-0.55
-    widths off a wide channel's edge; channels of a plan do not overlap and lie inside the band; the first third of the sequence
-    is when narrow peaks were never channels on the train split's worlds (a schedule prior any
-    memoryless agent that reads the scan number has, so the reference has it too)."""
+    widths off a wide channel's edge; channels of a plan do not overlap and lie inside the band; in
+    the first third of the sequence narrow peaks were less often channels on the train split's
+    worlds (a schedule prior any memoryless agent that reads the scan number has, so the reference
+    has it too: `early_narrow`)."""
     scale = wide_scale(peaks)
     early = scan <= total // 3
     # shadowed: overlapping, by more than 2 MHz, a stronger peak that is itself kept by that rule
