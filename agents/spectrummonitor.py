@@ -1,4 +1,4 @@
-"""Scripted agents for SpectrumMonitor-v2.
+"""Scripted agents for SpectrumMonitor-v3.
 
 `SpectrumReference` reads the peak table of each scan. Stateful, it clusters detections across
 scans (a peak joins the cluster whose centre is within a tolerance that scales with the widths
@@ -6,14 +6,20 @@ and whose width is alike) and so learns the band plan: a cluster seen in at leas
 `min_detections` and `min_share` of the last `horizon` scans is a channel, placed at the median
 of its last `window` detections (recent ones, so a re-tuned channel is followed). It reports
 each peak that matches a channel at the channel's learned centre and width; a peak that matches
-none is echoed during the first `warmup` scans and afterwards dropped (false alarms, spikes, and
-a new channel until it recurs). Stateless (a fresh agent per scan) it knows no channel and plays
-the best single-scan rule found on the canonical world (`policy_families` in the env,
-agents/spectrummonitor_redteam.py; in fresh worlds plain echoing is as good or slightly better):
-echo every peak except narrow spikes (narrower than `spike_width` MHz) and peaks overlapping a
-stronger one by more than `overlap_slack` (channels of a plan do not overlap; a look-alike false
-alarm often does). `freeze_at=K` stops learning from rollout position K on (the
-clusters keep what was learned before K), which measures what the band re-plan costs.
+none is judged by the single-scan rule during the first `warmup` scans and afterwards dropped
+(false alarms, spikes, and a new channel until it recurs). `freeze_at=K` stops learning from
+rollout position K on (the clusters keep what was learned before K), which measures what the
+band re-plan costs.
+
+Stateless (a fresh agent per scan) it knows no channel and plays the single-scan rule: every
+peak gets a probability of being a transmitting channel from what the scan itself shows
+(`peak_features`: its width against the scan's own widest peaks, spikes, overlap with other
+peaks, peaks at the distances a plan of wide channels with narrow ones in the guard gaps puts
+them, closeness to the band's edges, how crowded the scan is, the scan's place in the sequence),
+weighed by a logistic model (`COEF`) whose weights were fitted on the TRAIN split's worlds
+(tasks/spectrummonitor/fit_reference.py: maximum likelihood, then tuned for the mean IoU of the
+rule; tests check it holds on fresh worlds). It reports the peaks more likely channels than not,
+so no threshold in MHz or dBm tuned on one world enters the rule.
 
 `SpectrumOracle` reads the channels transmitting in each scan and reports them exactly.
 """
@@ -22,11 +28,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from math import exp
 from statistics import median
 
 from clbench.agent import Agent
 
 _ROW = re.compile(r"^P\d+ \| ([\d.]+) \| (-?[\d.]+) \| ([\d.]+)$", re.MULTILINE)
+_HEAD = re.compile(r"^Scan (\d+) of (\d+) \| band ([\d.]+)-([\d.]+) MHz", re.MULTILINE)
 #: (centre MHz, power dBm, width MHz) of detected peaks
 Peaks = list[tuple[float, float, float]]
 
@@ -44,6 +52,73 @@ def drop_overlapping(peaks: Peaks, key: int = 1, slack: float = 0.0) -> Peaks:
         if all(abs(p[0] - q[0]) >= (p[2] + q[2]) / 2 - slack for q in kept):
             kept.append(p)
     return sorted(kept)
+
+
+def scan_header(observation: str) -> tuple[int, int, float, float]:
+    """(scan number, scans in the sequence, band low MHz, band high MHz) of a scan observation."""
+    m = _HEAD.search(observation)
+    if m is None:
+        return 1, 1, 0.0, 1e9
+    return int(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
+
+
+def wide_scale(peaks: Peaks) -> float:
+    """The scan's own width scale: the median width of the peaks at least 0.6x as wide as the widest."""
+    widths = [w for _, _, w in peaks]
+    if not widths:
+        return 1.0
+    return median(w for w in widths if w >= 0.6 * max(widths))
+
+
+#: spikes are narrower than this (MHz); a narrow peak is narrower than NARROW x the scan's width scale
+SPIKE_WIDTH, NARROW = 2.0, 0.55
+#: what `peak_features` returns, in order (the names of `COEF`)
+FEATURES = ("bias", "narrow", "spike", "early_narrow", "overlap", "guard_support", "neighbour", "guard_partner",
+            "edge", "crowd", "power", "shadowed")
+
+
+def peak_features(peaks: Peaks, scan: int, total: int, low: float, high: float) -> list[list[float]]:
+    """What one scan shows about each of its peaks (FEATURES), relative to the scan's own scale: a plan
+    puts wide channels about 1.25-2.05 widths apart and narrow ones in the guard gaps between them, 0.1-0.55
+    widths off a wide channel's edge; channels of a plan do not overlap and lie inside the band; in
+    the first third of the sequence narrow peaks were less often channels on the train split's
+    worlds (a schedule prior any memoryless agent that reads the scan number has, so the reference
+    has it too: `early_narrow`)."""
+    scale = wide_scale(peaks)
+    early = scan <= total // 3
+    # shadowed: overlapping, by more than 2 MHz, a stronger peak that is itself kept by that rule
+    unshadowed = set(drop_overlapping([p for p in peaks if p[2] >= SPIKE_WIDTH], slack=2.0))
+    top = max((p for _, p, _ in peaks), default=0.0)
+    rows = []
+    for i, (c, p, w) in enumerate(peaks):
+        narrow = w < NARROW * scale
+        overlap = guard = neighbour = partner = 0.0
+        for j, (c2, _, w2) in enumerate(peaks):
+            if j == i:
+                continue
+            overlap = max(overlap, max(0.0, min(c + w / 2, c2 + w2 / 2) - max(c - w / 2, c2 - w2 / 2)) / w)
+            if w2 < SPIKE_WIDTH:
+                continue
+            d, narrow2 = abs(c - c2), w2 < NARROW * scale
+            if narrow and not narrow2:
+                guard += 0.1 <= (d - w2 / 2) / scale <= 0.55
+            elif narrow2 and not narrow:
+                partner += 0.1 <= (d - w / 2) / scale <= 0.55
+            elif not narrow:
+                neighbour += 1.25 <= d / scale <= 2.05
+        rows.append([1.0, float(narrow), float(w < SPIKE_WIDTH), float(early and narrow), overlap, min(guard, 2.0),
+                     min(neighbour, 2.0), min(partner, 2.0), float(c - w / 2 < low or c + w / 2 > high),
+                     len(peaks) / 10, (p - top) / 10, float(w >= SPIKE_WIDTH and (c, p, w) not in unshadowed)])
+    return rows
+
+
+#: logistic weights of FEATURES, fitted on the train split's worlds (tasks/spectrummonitor/fit_reference.py)
+COEF = (1.539, 0.047, -9.073, -1.099, 0.21, 1.273, -0.026, 0.343, -3.377, -0.795, 0.157, -0.288)
+def peak_probabilities(observation: str) -> tuple[Peaks, list[float]]:
+    """Each peak of the scan and its probability of being a transmitting channel (the fitted model)."""
+    peaks = parse_peaks(observation)
+    rows = peak_features(peaks, *scan_header(observation))
+    return peaks, [1 / (1 + exp(-min(50.0, max(-50.0, sum(a * b for a, b in zip(COEF, x)))))) for x in rows]
 
 
 def report(transmitters: list[dict]) -> str:
@@ -94,10 +169,6 @@ class SpectrumReference(Agent):
     horizon = 24
     #: scans before a peak that matches no known channel is taken for a false alarm
     warmup = 3
-    #: peaks narrower than this (MHz) are interference spikes, not channels
-    spike_width = 2.0
-    #: overlap (MHz) two peaks may show and both be kept: measured edges are noisy
-    overlap_slack = 1.0
 
     def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
@@ -120,7 +191,7 @@ class SpectrumReference(Agent):
         return [cl for cl in self.clusters if cl.recent(since) >= need]
 
     def act(self, observation: str, info: dict) -> str:
-        peaks = parse_peaks(observation)
+        peaks, probs = peak_probabilities(observation)
         channels = self._channels()  # what was known before this scan
         if info.get("step", 0) == 0 and not self.frozen(info):
             self.scans += 1
@@ -130,18 +201,19 @@ class SpectrumReference(Agent):
                     cl = Cluster()
                     self.clusters.append(cl)
                 cl.seen.append((self.scans, center, width, power))
-        # a peak on a known channel is reported as that channel; any other peak is echoed while the
-        # agent is still learning (always so when stateless) and dropped as a false alarm after
+        # a peak on a known channel is reported as that channel; any other peak is judged by the
+        # single-scan rule while the agent is still learning (always so when stateless) and dropped
+        # as a false alarm after
         known: dict[int, Cluster] = {}
         unknown = []
-        for c, p, w in peaks:
+        for (c, p, w), prob in zip(peaks, probs):
             cl = self._match(c, w, channels)
             if cl is not None:
                 known[id(cl)] = cl
-            elif self.scans <= self.warmup and w >= self.spike_width:
+            elif self.scans <= self.warmup and prob >= 0.5:
                 unknown.append((c, p, w))
         return report([transmitter(cl.center, cl.width, cl.power) for cl in known.values()]
-                      + [transmitter(c, w, p) for c, p, w in drop_overlapping(unknown, slack=self.overlap_slack)])
+                      + [transmitter(c, w, p) for c, p, w in unknown])
 
     def state_dict(self) -> dict:
         return {"scans": self.scans, "clusters": [cl.seen for cl in self.clusters]}

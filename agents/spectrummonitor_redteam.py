@@ -10,13 +10,18 @@ The red team plays every point of their grids stateless; none may reach r_refere
 - `NoOverlap`: peaks overlapping a stronger (or wider) one dropped (channels of a plan do not overlap).
 - `StrongestK`: the `k` strongest peaks.
 - `GridFit`: peaks on the spacing that best explains the scan's pairwise distances (a regular plan).
+- `ScheduleEcho`: the scan number as a prior: narrow peaks dropped in scans up to `before`, spikes
+  dropped, optionally overlapping peaks resolved (the schedule's first weeks may lack a kind).
+- `PlanEcho`: `ScheduleEcho` plus the plan's geometry: narrow peaks kept only next to a wide one at a
+  guard-gap distance, peaks that stick out of the band dropped.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from clbench.agent import Agent
-from clbench.agents.spectrummonitor import Peaks, drop_overlapping, parse_peaks, report, transmitter
+from clbench.agents.spectrummonitor import (NARROW, SPIKE_WIDTH, Peaks, drop_overlapping, parse_peaks, peak_features,
+                                            report, scan_header, transmitter, wide_scale)
 
 
 class _Memoryless(Agent):
@@ -90,3 +95,48 @@ class GridFit(_Memoryless):
             if near.sum() > best:
                 best, on = int(near.sum()), near.any(axis=1)
         return [p for p, keep in zip(peaks, on) if keep]
+
+
+class ScheduleEcho(Agent):
+    """Every peak but spikes; narrow ones (narrower than `narrow` x the scan's width scale) dropped in
+    scans numbered up to `before`; peaks overlapping a stronger one by more than `slack` MHz dropped
+    (no overlap rule when `slack` < 0)."""
+
+    deterministic = True
+
+    def __init__(self, card, seed: int = 0, latent=None, before: int = 30, narrow: float = NARROW, slack: float = -1.0):
+        super().__init__(card, seed=seed)
+        self.before, self.narrow, self.slack = int(before), float(narrow), float(slack)
+
+    def select(self, peaks: Peaks, observation: str) -> Peaks:
+        scan = scan_header(observation)[0]
+        scale = wide_scale(peaks)
+        kept = [p for p in peaks if p[2] >= SPIKE_WIDTH and not (scan <= self.before and p[2] < self.narrow * scale)]
+        return kept if self.slack < 0 else drop_overlapping(kept, 1, self.slack)
+
+    def act(self, observation: str, info: dict) -> str:
+        return report([transmitter(c, w, p) for c, p, w in self.select(parse_peaks(observation), observation)])
+
+
+class PlanEcho(ScheduleEcho):
+    """`ScheduleEcho`, then (`support`) narrow peaks only next to a wide peak at a guard-gap distance and
+    (`inside`) no peak that sticks out of the band."""
+
+    def __init__(self, card, seed: int = 0, latent=None, support: bool = True, inside: bool = True, **kw):
+        super().__init__(card, seed, latent, **kw)
+        self.support, self.inside = bool(support), bool(inside)
+
+    def select(self, peaks: Peaks, observation: str) -> Peaks:
+        rows = dict(zip(peaks, peak_features(peaks, *scan_header(observation))))
+        idx = {name: k for k, name in enumerate(("bias", "narrow", "spike", "early_narrow", "overlap", "guard_support",
+                                                 "neighbour", "guard_partner", "edge"))}
+        out = []
+        for p in super().select(peaks, observation):
+            f = rows[p]
+            if self.support and f[idx["narrow"]] and not f[idx["guard_support"]]:
+                continue
+            if self.inside and f[idx["edge"]]:
+                continue
+            out.append(p)
+        return out
+

@@ -18,7 +18,7 @@ from clbench.schedule import Instance, Schedule, Variant
 
 POKER = "clbench/Poker-v2"
 DRIFTING = ["clbench/DBExplore-v3", POKER, "clbench/SalesForecast-v4", "clbench/CohortStudies-v3",
-            "clbench/SpectrumMonitor-v2", "clbench/MemoryProbe-v2"]
+            "clbench/SpectrumMonitor-v3", "clbench/MemoryProbe-v2"]
 
 
 def play_states(env, agent, count: int, seed: int = 0) -> tuple[list[float], list[dict]]:

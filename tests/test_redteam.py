@@ -72,7 +72,7 @@ def test_family_entries_take_every_form():
 
 def test_the_check_fails_when_a_policy_reaches_r_reference():
     # the oracle played as if it were a memoryless family: it reaches r_reference, and is reported
-    env_id = "clbench/SpectrumMonitor-v2"
+    env_id = "clbench/SpectrumMonitor-v3"
     report = redteam.run(env_id, policies=[Policy("planted-oracle", "planted", "oracle", {}),
                                            Policy("empty", "degenerate", "empty", {})])
     assert [r["policy"] for r in report["failures"]] == ["planted-oracle"]
@@ -82,7 +82,7 @@ def test_the_check_fails_when_a_policy_reaches_r_reference():
 
 
 def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
-    env_id = "clbench/SpectrumMonitor-v2"
+    env_id = "clbench/SpectrumMonitor-v3"
     actions = redteam.train_actions(env_id, {}, 1, tmp_path)
     from clbench.runner import cached_env
 
@@ -96,7 +96,7 @@ def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
 def test_feedback_memorizer_replays_the_best_sequence_of_the_variant():
     from clbench.agent import AgentCard
 
-    card = AgentCard(env_id="clbench/SpectrumMonitor-v2", tools=[])
+    card = AgentCard(env_id="clbench/SpectrumMonitor-v3", tools=[])
     m = FeedbackMemorizer(card)
     n = len(m.candidates)
     assert n >= 2  # the env's fixed answers

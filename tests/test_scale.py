@@ -16,7 +16,7 @@ from clbench.results import load_records
 from clbench.rollout import run
 from clbench.runner import RunConfig
 
-ENV = "clbench/SpectrumMonitor-v2"
+ENV = "clbench/SpectrumMonitor-v3"
 
 
 def canonical(run_dir) -> list[str]:
@@ -81,11 +81,12 @@ def test_flush_shock_drops_reward_then_recovers(tmp_path):
     card = run(RunConfig(ENV, "reference", str(tmp_path), rollouts=2, workers=1, mode="both",
                          shocks=["flush@30"]), say=lambda m: None, quiet=True)
     curve = card["tasks"]["spectrummonitor/reference"]["curves"]["stateful"]["mean"]
-    before = sum(curve[24:30]) / 6
-    after = sum(curve[30:40]) / 10  # the reference re-learns the band plan over several scans
-    later = sum(curve[42:50]) / 8
-    assert after < before - 0.15
-    assert later > after + 0.15
+    # the same scans without the flush (a window before it is too noisy a baseline on v3's scans)
+    plain = run(RunConfig(ENV, "reference", str(tmp_path / "plain"), rollouts=2, workers=1, mode="both"),
+                say=lambda m: None, quiet=True)["tasks"]["spectrummonitor/reference"]["curves"]["stateful"]["mean"]
+    after = sum(curve[30:34]) / 4  # the reference re-learns the band plan over several scans
+    assert after < sum(plain[30:34]) / 4 - 0.1
+    assert abs(sum(curve[42:50]) - sum(plain[42:50])) / 8 < 0.05  # recovered
     shocked = [r for r in load_records(tmp_path) if r.get("shocks")]
     assert {r["position"] for r in shocked} == {30}
 

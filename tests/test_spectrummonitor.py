@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v2: reward semantics, agents, the band re-plan (drift), feedback that gives no
+"""SpectrumMonitor-v3: reward semantics, agents, the band re-plan (drift), feedback that gives no
 answers away, the red team's memoryless families, fresh worlds, and the issues' must-show numbers. The env contract (check_env, reset modes, determinism, info keys, spec card, r_max and
 r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
 
-ENV = "clbench/SpectrumMonitor-v2"
+ENV = "clbench/SpectrumMonitor-v3"
 
 
 def test_schedule_shape_and_latent_plan():
@@ -107,7 +107,7 @@ def test_answers_that_ignore_the_scan_score_below_the_reference():
         for slot in u.schedule.order(0):
             env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
             rewards.append(env.step(json.dumps({"transmitters": answer}))[1])
-        assert np.mean(rewards) < 0.6 * u.r_reference
+        assert np.mean(rewards) < 0.7 * u.r_reference  # v3: the whole (true) plan 0.33 vs 0.51
 
 
 def test_iou_geometry():
@@ -302,7 +302,7 @@ def test_no_memoryless_family_reaches_the_reference():
     r_ref = env.unwrapped.r_reference
     assert r_ref == pytest.approx(stateless_mean(env, "reference"))
     means = {f"{fam} {kw}": stateless_mean(env, path, **kw) for fam, path, kw in family_points(ENV)}
-    assert len({k.split()[0] for k in means}) == 5
+    assert len({k.split()[0] for k in means}) == 7  # schedule-echo reads the scan number, plan-echo the geometry
     best = max(means, key=means.get)
     assert means[best] < r_ref, (best, means[best], r_ref)
 
@@ -314,17 +314,21 @@ WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1, 7)
 def test_fresh_worlds_keep_the_difficulty(world_seed):
     """issue 29: a fresh world draws another plan and re-plan (no channel in common with the canonical one)
     and keeps the canonical world's difficulty within a band: headroom, learnable, the drift costs a
-    frozen reference, and no single-scan family beats the stateless reference by more than 0.04: its
-    single-scan rule is the canonical world's best, and the best of ~70 grid points on 90 noisy scans of
-    another world lies 0.00-0.035 above it (measured on worlds 1-20; the winning family varies by world)."""
-    canon = {round(c["center"]) for c in gym.make(ENV).unwrapped.latent()["channels"]}
-    fresh = gym.make(ENV, world_seed=world_seed).unwrapped
-    assert not canon & {round(c["center"]) for c in fresh.latent()["channels"]}
+    frozen reference, and no single-scan family beats the stateless reference by more than 0.01: its
+    single-scan rule was fitted on the train split's worlds; the best of ~120 grid points on 90 noisy
+    scans of a fresh world lies between 0.005 below and 0.005 above it (worlds 1-20, v3)."""
+    def plan(env):
+        return sorted(c["center"] for c in env.latent()["channels"] if c["name"][0] == "W" and not c["name"].endswith("r"))
+
+    canon, fresh = plan(gym.make(ENV).unwrapped), plan(gym.make(ENV, world_seed=world_seed).unwrapped)
+    # another plan, not the canonical one moved: its own gaps (a centre may coincide by chance where the bands overlap)
+    assert max(abs(a - b) for a, b in zip(np.diff(canon), np.diff(fresh))) > 1.0
+    assert len({round(c) for c in canon} & {round(c) for c in fresh}) <= 2
     n = world_numbers(ENV, world_seed, rollouts=1)
     assert n["r_max"] == 1.0 and 0.45 <= n["r_reference"] <= 0.7
     assert n["normalized_gain"] >= 0.15
     assert n["drift_cost"] >= 0.1 * (n["r_max"] - n["r_reference"])
-    assert n["red_team_best"] <= n["r_reference"] + 0.04, n
+    assert n["red_team_best"] <= n["r_reference"] + 0.01, n
 
 
 def test_train_and_fresh_worlds_differ_from_the_canonical_one():
@@ -350,3 +354,60 @@ def test_vector_envs_step_through_instance_boundaries(mode):
         assert ends >= 6 and "instance_id" in info
     finally:
         envs.close()
+
+
+def test_drawn_worlds_keep_every_channel_inside_the_band_with_a_margin_at_both_ends():
+    """v3: a drawn band ends as close to its last channel as it starts to its first (v2 left ~20 MHz empty at the
+    top, where a single scan could call every peak a false alarm), and the re-plan keeps channels inside it."""
+    for kw in ({"world_seed": s} for s in range(1, 13)):
+        env = gym.make(ENV, **kw).unwrapped
+        edges = sorted(c.interval for c in env.channels)
+        assert all(env.low <= a and b <= env.high for a, b in edges), kw
+        plan = sorted(c.interval for c in env.channels if c.name[0] in "WN" and not c.name.endswith("r"))
+        lo, hi = plan[0][0] - env.low, env.high - plan[-1][1]
+        assert 1.0 <= lo <= 8.0 and 1.0 <= hi <= 8.0, (kw, lo, hi)
+
+
+def test_narrowband_channels_transmit_in_every_week():
+    """v3: v2's first week had no narrowband channel, so the scan number alone told a memoryless agent that
+    narrow peaks were false alarms; the schedule-echo family checks what is left of that prior."""
+    active = gym.make(ENV).unwrapped.latent()["active"]
+    for first, last in ((1, 30), (31, 60), (61, 90)):
+        kinds = {c["kind"] for i in range(first, last + 1) for c in active[f"scan-{i:03d}"]}
+        assert "narrowband" in kinds and "wideband" in kinds
+
+
+def _fit_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tasks" / "spectrummonitor" / "fit_reference.py"
+    spec = importlib.util.spec_from_file_location("fit_reference", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_reference_model_reads_only_the_scan_and_is_fitted_on_train_worlds(monkeypatch):
+    """The reference's weights come from train worlds only (the fit builds no test-split env), and its
+    features are computed from the observation text alone."""
+    from clbench.agents import spectrummonitor as sm
+
+    fit = _fit_module()
+    made = []
+    real_make = gym.make
+    monkeypatch.setattr(fit.gym, "make", lambda env_id, **kw: made.append(kw) or real_make(env_id, **kw))
+    fit.scans(3)
+    assert made == [{"split": "train", "world_seed": 3}] and None in fit.FIT_WORLDS
+    assert len(sm.COEF) == len(sm.FEATURES)
+    env = gym.make(ENV)
+    obs, info = env.reset(seed=0)
+    peaks, probs = sm.peak_probabilities(obs)
+    assert peaks and all(0.0 <= p <= 1.0 for p in probs)
+
+
+@pytest.mark.skipif(not os.environ.get("CLBENCH_SLOW"), reason="refits on 31 train worlds (~1-2 min); CLBENCH_SLOW=1")
+def test_the_reference_weights_reproduce_from_the_train_split():
+    from clbench.agents import spectrummonitor as sm
+
+    assert _fit_module().fit() == pytest.approx(sm.COEF, abs=1e-3)

@@ -18,13 +18,13 @@ import pytest
 
 import clbench  # noqa: F401  registers the envs
 
-TRAIN_ENVS = ["clbench/SpectrumMonitor-v2", "clbench/Poker-v2", "clbench/MemoryProbe-v2",
+TRAIN_ENVS = ["clbench/SpectrumMonitor-v3", "clbench/Poker-v2", "clbench/MemoryProbe-v2",
               "clbench/CohortStudies-v3", "clbench/SalesForecast-v4", "clbench/DBExplore-v3"]
 REFUSING = {"clbench/CodeRepair-v4": "real bug reports"}
 #: envs whose first observation states the whole problem (CohortStudies' first observation is the
 #: study's description, the same in both splits by design: its problem is the table behind SQL;
 #: SalesForecast's reset opens a sandbox, so its problem is compared by the files it would show)
-OBSERVATION_ENVS = ["clbench/SpectrumMonitor-v2", "clbench/Poker-v2", "clbench/MemoryProbe-v2"]
+OBSERVATION_ENVS = ["clbench/SpectrumMonitor-v3", "clbench/Poker-v2", "clbench/MemoryProbe-v2"]
 
 
 def _digest(value) -> str:
@@ -105,7 +105,7 @@ def test_first_observations_disjoint(env_id):
     assert not shared, f"{env_id}: {len(shared)} first observations appear in both splits"
 
 
-@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v2", "clbench/Poker-v2"])
+@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v3", "clbench/Poker-v2"])
 def test_train_split_is_deterministic_and_playable(env_id):
     a, b = gym.make(env_id, split="train").unwrapped, gym.make(env_id, split="train").unwrapped
     assert problem_fingerprints(a) == problem_fingerprints(b)

@@ -9,7 +9,9 @@ the truth of a scan is the set of channels transmitting in it. False alarms mimi
 (a channel's width and power, anywhere in the band), so a single scan cannot tell them apart.
 A variant marked `replan` changes the plan for itself and every later variant: some eligible
 wideband channels are re-tuned (new centre and width), one is retired and a new licensee takes
-over part of the retired channel's spectrum with a different centre and width.
+over part of the retired channel's spectrum with a different centre and width; the new plan's
+channels start on the air. A drawn world's band has a margin of the same kind at both ends, and
+the re-plan keeps every channel inside it.
 """
 from __future__ import annotations
 
@@ -48,8 +50,9 @@ class Scan:
 
 
 def _centers(wb: dict, high: float, rng: np.random.Generator) -> list[float]:
-    """Wideband centres: the first one, then gaps drawn from spacing_mhz (irregular), squeezed to fit the band."""
-    gaps = rng.uniform(*wb["spacing_mhz"], size=wb["count"] - 1)
+    """Wideband centres: the first one, then the gaps `gaps_mhz` (a drawn world's) or gaps drawn from
+    spacing_mhz (irregular), squeezed to fit the band."""
+    gaps = np.array(wb["gaps_mhz"]) if "gaps_mhz" in wb else rng.uniform(*wb["spacing_mhz"], size=wb["count"] - 1)
     room = high - wb["width_mhz"] / 2 - 1.0 - wb["first_center_mhz"]
     if gaps.sum() > room:
         gaps *= room / gaps.sum()
@@ -91,7 +94,11 @@ def draw_world(spec: dict, rng: np.random.Generator) -> dict:
     wb["width_mhz"] = round(float(rng.uniform(0.68, 0.74)) * spacing, 2)
     wb["first_center_mhz"] = round(low + wb["width_mhz"] / 2 + float(rng.uniform(2.0, 7.0)), 2)
     nb["width_mhz"] = round(float(rng.uniform(0.75, 0.85)) * (spacing - wb["width_mhz"]), 2)
-    top = wb["first_center_mhz"] + (wb["count"] - 1) * (spacing + 6.0) + wb["width_mhz"] / 2 + 2.0
+    # the gaps are drawn here so the band ends as close to the last channel as it starts to the first:
+    # a margin of its own size at either end (an empty stretch at one end only would tell a single
+    # scan that peaks there are false alarms)
+    wb["gaps_mhz"] = [round(float(g), 3) for g in rng.uniform(spacing, spacing + 6.0, size=wb["count"] - 1)]
+    top = wb["first_center_mhz"] + sum(wb["gaps_mhz"]) + wb["width_mhz"] / 2 + float(rng.uniform(2.0, 7.0))
     spec["band"] = {"low_mhz": low, "high_mhz": round(top, 1)}
     shift = float(rng.uniform(-3.0, 3.0))
     for kind in (wb, nb):
@@ -123,12 +130,18 @@ def _replan(eligible: list[Channel], spec: dict, rng: np.random.Generator) -> di
     wide = [c for c in eligible if c.kind == "wideband"]
     picked = [wide[i] for i in rng.permutation(len(wide))[: rp["retune"] + 1]]
     changes: dict[str, Channel | None] = {}
+    low, high = spec["band"]["low_mhz"], spec["band"]["high_mhz"]
+
+    def inward(center: float, move: float, width: float) -> float:
+        """`center + move`, or `center - move` when that would put the channel partly outside the band."""
+        return move if low <= center + move - width / 2 and center + move + width / 2 <= high else -move
+
     for c in picked[:-1]:
-        shift = rng.uniform(*rp["retune_shift_mhz"]) * rng.choice([-1.0, 1.0])
-        changes[c.name] = replace(c, name=c.name + "r", center=round(c.center + shift, 3),
-                                  width=round(rp["retune_width_mhz"], 3))
+        width = round(rp["retune_width_mhz"], 3)
+        shift = inward(c.center, rng.uniform(*rp["retune_shift_mhz"]) * rng.choice([-1.0, 1.0]), width)
+        changes[c.name] = replace(c, name=c.name + "r", center=round(c.center + shift, 3), width=width)
     retired, lic = picked[-1], rp["licensee"]
-    offset = rng.uniform(*lic["offset_mhz"]) * rng.choice([-1.0, 1.0])
+    offset = inward(retired.center, rng.uniform(*lic["offset_mhz"]) * rng.choice([-1.0, 1.0]), lic["width_mhz"])
     changes[retired.name] = Channel("L1", "licensee", round(retired.center + offset, 3), round(lic["width_mhz"], 3),
                                     round(rng.uniform(*lic["power_dbm"]), 1))
     return changes
@@ -150,6 +163,9 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
         if v.get("replan") and not changes:
             changes = _replan(allowed, spec, rng)
             channels += list(changes.values())
+            # the new plan's channels start on the air (then follow the on/off process like any other),
+            # so what the re-plan costs does not hinge on whether they happened to be dormant
+            on.update({name: True for name in changes})
         # a changed channel's successor inherits its on/off state (keyed by the original name)
         live = [changes.get(c.name, c) for c in allowed]
         for _ in range(v["scans"]):

@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v2: blind spectrum monitoring from noisy scans."""
+"""SpectrumMonitor-v3: blind spectrum monitoring from noisy scans."""
 from __future__ import annotations
 
 import json
@@ -89,6 +89,17 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     world but the canonical one (the train split too) draws its plan, re-plan and scans anew.
 
     ## Version History
+    * v3: the stateless reference's single-scan rule is a logistic model of what one scan shows (a
+      peak's width against the scan's own widest, spikes, overlaps, plan geometry, the band's edges,
+      the scan's place) fitted on the train split's worlds and reporting the peaks more likely channels
+      than not (v2's overlap rule was tuned on the canonical world and lost to memoryless rules on
+      fresh worlds); narrowband channels transmit in every week (v2's first week had none, so the scan
+      number told a memoryless agent narrow peaks were false alarms); twice the false alarms (v2's
+      few made echoing nearly every peak the best single-scan answer); drawn worlds end the band as
+      close to the last channel as it starts to the first, and a re-tuned channel or the licensee
+      stays inside the band; the re-plan's channels start on the air (v2's drift cost depended on
+      whether they happened to be dormant); the red team adds families that use the scan number
+      and the plan's geometry.
     * v2: the feedback gives the score, the MHz reported and two counts (v1's overlap MHz per
       reported transmitter recovered channel edges to 0.01 MHz); false alarms mimic channels and
       the wideband gaps are irregular, so no single-scan rule (width, power, grid) tells them
@@ -103,7 +114,7 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SpectrumMonitor-v2"
+    env_id = "clbench/SpectrumMonitor-v3"
     reward_unit = "IoU"
     brief = (
         "You monitor a radio band (its edges are given in every scan) from a sequence of noisy scans. After each "
@@ -150,6 +161,10 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
                         {"k": [3, 5, 7, 9], "min_width": [0.0, 2.0]}),
         "grid": ("clbench.agents.spectrummonitor_redteam:GridFit",
                  {"tolerance_mhz": [1.5, 3.0], "min_width": [2.0]}),
+        "schedule-echo": ("clbench.agents.spectrummonitor_redteam:ScheduleEcho",
+                          {"before": [0, 20, 30, 45], "narrow": [0.45, 0.6], "slack": [-1.0, 0.0, 2.0]}),
+        "plan-echo": ("clbench.agents.spectrummonitor_redteam:PlanEcho",
+                      {"before": [0, 30], "support": [False, True], "inside": [False, True], "slack": [-1.0, 2.0]}),
     }
     agents = {
         "reference": "clbench.agents.spectrummonitor:SpectrumReference",
