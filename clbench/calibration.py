@@ -3,10 +3,17 @@
 The canonical world's default schedule keeps its baselines in tasks/<task>/default.yaml
 (`clbench calibrate --write`). Any other world (`world_seed=N`, the train split) or schedule is
 calibrated on its own, never borrowed from the canonical one, and the result is cached here,
-keyed by env id, schedule and world, in `$CLBENCH_CACHE` or platformdirs' user cache folder.
+keyed by env id, schedule, world and a digest of the code and spec that draw the world and play
+its baselines (the env's package, the task spec, the oracle's and the reference's modules): a
+change to how worlds are drawn, or to the reference, calibrates anew even without a version bump,
+in `$CLBENCH_CACHE` or platformdirs' user cache folder.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib
+import inspect
 import json
 import os
 from pathlib import Path
@@ -21,9 +28,30 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("clbench")) / "calibration"
 
 
+@functools.lru_cache(maxsize=None)
+def _code_digest(env_cls: type) -> str:
+    """A digest of the sources that draw `env_cls`'s worlds and play its baselines."""
+    files = sorted(Path(inspect.getfile(env_cls)).parent.glob("*.py"))
+    for name in ("oracle", "reference"):
+        if name in env_cls.agents:
+            files.append(Path(inspect.getfile(importlib.import_module(env_cls.agents[name].partition(":")[0]))))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def world_fingerprint(env) -> str:
+    """12 hex digits naming the code and spec `env`'s baselines come from."""
+    digest = hashlib.sha256(_code_digest(type(env)).encode())
+    digest.update(json.dumps(env.spec_data, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:12]
+
+
 def cache_path(env) -> Path:
     """The cache file of `env`'s world and schedule (an unwrapped clbench env)."""
-    return cache_root() / env.task / f"{env.env_id.split('/')[-1]}-{env.schedule_name}-{env.world_key}.json"
+    return cache_root() / env.task / (f"{env.env_id.split('/')[-1]}-{env.schedule_name}-{env.world_key}-"
+                                      f"{world_fingerprint(env)}.json")
 
 
 def cached_baseline(env, name: str) -> float | None:

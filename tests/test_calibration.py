@@ -70,3 +70,31 @@ def test_poker_r_max_standard_error_matches_the_oracle():  # ~10 s of CPU: the o
     r = np.asarray(rewards)
     assert r.mean() == pytest.approx(base.r_max)
     assert base.spec_data["r_max_se"] == pytest.approx(r.std(ddof=1) / np.sqrt(r.size))
+
+
+def test_cached_world_baselines_are_keyed_by_the_code_and_spec_that_made_them(tmp_path, monkeypatch):
+    """A world's cached r_max / r_reference are found again only while the spec and the code that
+    draw the world and play its baselines are the same: changing how worlds are drawn (or the
+    reference) without a version bump must calibrate anew, never reuse the old world's numbers."""
+    import copy
+
+    import gymnasium as gym
+
+    from clbench.calibration import cached_baseline, store_baselines, world_fingerprint
+
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))
+    env = gym.make("clbench/MemoryProbe-v2", world_seed=5).unwrapped
+    try:
+        assert cached_baseline(env, "r_reference") is None
+        store_baselines(env, {"r_max": 1.0, "r_reference": 0.25})
+        assert cached_baseline(env, "r_reference") == 0.25
+        before = world_fingerprint(env)
+        env.spec_data = copy.deepcopy(env.spec_data)
+        env.spec_data["drawn_differently"] = True  # another spec draws other worlds
+        assert world_fingerprint(env) != before and cached_baseline(env, "r_reference") is None
+    finally:
+        env.close()
+    other = type("OtherReference", (type(env),), {"agents": {**type(env).agents, "reference": "clbench.agents.random_agent:RandomAgent"}})
+    from clbench.calibration import _code_digest
+
+    assert _code_digest(other) != _code_digest(type(env))
