@@ -115,6 +115,14 @@ def clbench_env_ids() -> list[str]:
     return sorted(k for k in gym.registry if k.startswith("clbench/"))
 
 
+def env_id_for(task: str) -> str:
+    """The registered env id of `task` ("poker" -> "clbench/Poker-v2"), whatever its version."""
+    ids = [e for e in clbench_env_ids() if env_class(e).task == task]
+    if len(ids) != 1:
+        raise KeyError(f"{len(ids)} registered env ids for task {task!r}")
+    return ids[0]
+
+
 def env_class(env_id: str) -> type:
     """The env class registered as `env_id`, without making the env (imports its module only)."""
     from clbench.agent import load_object

@@ -14,11 +14,12 @@ from clbench.agents.poker import LAG, STATION, OpponentModel
 from clbench.cli import build_parser
 from clbench.commands.drift_check import declared_drifts, drift_report, format_report, run_drift_check
 from clbench.runner import play_instance
+from clbench.registry import env_id_for
 from clbench.schedule import Instance, Schedule, Variant
 
-POKER = "clbench/Poker-v2"
-DRIFTING = ["clbench/DBExplore-v3", POKER, "clbench/SalesForecast-v4", "clbench/CohortStudies-v3",
-            "clbench/SpectrumMonitor-v3", "clbench/MemoryProbe-v2"]
+POKER = env_id_for("poker")
+DRIFTING = [env_id_for(t) for t in ("dbexplore", "poker", "salesforecast", "cohortstudies", "spectrummonitor",
+                                    "memoryprobe")]
 
 
 def play_states(env, agent, count: int, seed: int = 0) -> tuple[list[float], list[dict]]:

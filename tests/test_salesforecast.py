@@ -519,23 +519,6 @@ def test_no_memoryless_forecaster_reaches_the_reference_in_fresh_worlds(world_se
     assert n["red_team_best"] < n["r_reference"], n
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_vector_envs_step_through_instance_boundaries(mode):
-    """issue 31: info stacks in gym.make_vec across forecast years (every sub-env's workspace is its own)."""
-    envs = gym.make_vec(ENV, 2, vectorization_mode=mode, vector_kwargs={"shared_memory": False} if mode == "async"
-                        else {}, schedule="short", cycle=True)
-    try:
-        envs.reset(seed=0)
-        ends = 0
-        for action in ["ls inbox", "SUBMIT {garbage", "SUBMIT {garbage", "SUBMIT {garbage", "echo hi"]:
-            obs, r, term, trunc, info = envs.step([action, action])
-            ends += int(np.sum(term | trunc))
-            assert len(obs) == 2 and all(isinstance(o, str) for o in obs)
-        assert ends == 2 and "instance_id" in info
-    finally:
-        envs.close()
-
-
 def test_the_sandbox_binds_site_folders_a_venv_pth_adds():
     """A venv whose .pth adds a shared dependency folder (site.addsitedir) must see it inside the sandbox
     too, or python3 there lacks numpy; clbench's own folder is never bound."""

@@ -339,23 +339,6 @@ def test_train_and_fresh_worlds_differ_from_the_canonical_one():
     assert again == gym.make(ENV, world_seed=1).unwrapped.latent()  # a world seed names one world
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_vector_envs_step_through_instance_boundaries(mode):
-    """issue 31: info stacks in gym.make_vec (same keys and types in every sub-env) across scans."""
-    envs = gym.make_vec(ENV, 3, vectorization_mode=mode, vector_kwargs={"shared_memory": False} if mode == "async"
-                        else {}, schedule="short", cycle=True)
-    try:
-        envs.reset(seed=0)
-        ends = 0
-        for step in range(10):
-            obs, r, term, trunc, info = envs.step(['{"transmitters": []}' if step % 3 else "not json"] * 3)
-            ends += int(np.sum(term | trunc))
-            assert len(obs) == 3 and all(isinstance(o, str) for o in obs)
-        assert ends >= 6 and "instance_id" in info
-    finally:
-        envs.close()
-
-
 def test_drawn_worlds_keep_every_channel_inside_the_band_with_a_margin_at_both_ends():
     """v3: a drawn band ends as close to its last channel as it starts to its first (v2 left ~20 MHz empty at the
     top, where a single scan could call every peak a false alarm), and the re-plan keeps channels inside it."""

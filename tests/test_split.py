@@ -17,14 +17,15 @@ import pandas as pd
 import pytest
 
 import clbench  # noqa: F401  registers the envs
+from clbench.registry import env_id_for
 
-TRAIN_ENVS = ["clbench/SpectrumMonitor-v3", "clbench/Poker-v2", "clbench/MemoryProbe-v2",
-              "clbench/CohortStudies-v3", "clbench/SalesForecast-v4", "clbench/DBExplore-v3"]
-REFUSING = {"clbench/CodeRepair-v4": "real bug reports"}
+TRAIN_ENVS = [env_id_for(t) for t in ("spectrummonitor", "poker", "memoryprobe", "cohortstudies",
+                                      "salesforecast", "dbexplore")]
+REFUSING = {env_id_for("coderepair"): "real bug reports"}
 #: envs whose first observation states the whole problem (CohortStudies' first observation is the
 #: study's description, the same in both splits by design: its problem is the table behind SQL;
 #: SalesForecast's reset opens a sandbox, so its problem is compared by the files it would show)
-OBSERVATION_ENVS = ["clbench/SpectrumMonitor-v3", "clbench/Poker-v2", "clbench/MemoryProbe-v2"]
+OBSERVATION_ENVS = [env_id_for(t) for t in ("spectrummonitor", "poker", "memoryprobe")]
 
 
 def _digest(value) -> str:

@@ -62,6 +62,33 @@ def test_make_vec_steps_every_env_through_instance_boundaries(env_id, mode):
         _close_within(vec)
 
 
+#: env-specific actions (valid ones among them, so scored steps' infos stack too), cycled per step, with
+#: the count of instance ends at least expected over ACTION_STEPS steps of a vector of N sub-envs
+OWN_ACTIONS = {
+    "spectrummonitor": (['not json', '{"transmitters": []}', '{"transmitters": []}'], 2 * N),
+    "salesforecast": (["ls inbox", "SUBMIT {garbage", "SUBMIT {garbage", "SUBMIT {garbage", "echo hi"], N),
+}
+ACTION_STEPS = 10
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("env_id", [e for e in _vector_ids() if env_class(e).task in OWN_ACTIONS])
+def test_make_vec_steps_with_each_envs_own_actions(env_id, mode):
+    actions, ends_at_least = OWN_ACTIONS[env_class(env_id).task]
+    kwargs = {"vector_kwargs": {"shared_memory": False}} if mode == "async" else {}
+    vec = gym.make_vec(env_id, N, vectorization_mode=mode, cycle=True, schedule="short", **kwargs)
+    try:
+        vec.reset(seed=0)
+        ends = 0
+        for step in range(ACTION_STEPS):
+            obs, reward, terminated, truncated, info = vec.step([actions[step % len(actions)]] * N)
+            ends += int((terminated | truncated).sum())
+            assert len(obs) == N and all(isinstance(o, str) for o in obs)
+        assert ends >= ends_at_least and "instance_id" in info
+    finally:
+        _close_within(vec)
+
+
 # --- clbench.vector.BatchedVectorEnv: several sub-envs per worker process (make_vec's vector_entry_point)
 
 import signal  # noqa: E402
