@@ -20,7 +20,7 @@ import clbench  # noqa: F401  registers the envs
 
 TRAIN_ENVS = ["clbench/SpectrumMonitor-v2", "clbench/Poker-v2", "clbench/MemoryProbe-v2",
               "clbench/CohortStudies-v3", "clbench/SalesForecast-v3", "clbench/DBExplore-v2"]
-REFUSING = {"clbench/CodeRepair-v4": "real bug reports"}
+REFUSING = {"clbench/CodeRepair-v5": "real bug reports"}
 #: envs whose first observation states the whole problem (CohortStudies' first observation is the
 #: study's description, the same in both splits by design: its problem is the table behind SQL;
 #: SalesForecast's reset opens a sandbox, so its problem is compared by the files it would show)

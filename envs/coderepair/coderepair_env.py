@@ -1,4 +1,4 @@
-"""CodeRepair-v4: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
+"""CodeRepair-v5: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
 from __future__ import annotations
 
 import hashlib
@@ -202,7 +202,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
       (recalibrated).
     """
 
-    env_id = "clbench/CodeRepair-v4"
+    env_id = "clbench/CodeRepair-v5"
     reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from two projects, tablib and "
@@ -254,10 +254,6 @@ class CodeRepairEnv(InstanceSequenceEnv):
     no_train_split = ("its 26 issues are real bug reports injected into real tablib and tenacity releases, "
                       "not drawn from a generator: there are no other seeds to draw training issues from, and "
                       "any of the 26 used for training would be a benchmark problem")
-
-    no_fresh_worlds = ("its 26 regressions are reviewed, hand-written diffs of real releases, each with the hidden "
-                       "tests verified to catch it; drawing which regressions are injected, and where, from a seed needs "
-                       "a generator of regressions whose hidden tests are verified the same way, which does not exist yet")
 
     #: memoryless attacks on the grading the red team plays (agents/coderepair_redteam.py); both score 0
     policy_families = {
@@ -366,7 +362,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
         if self.canonical_world:
             eras = house.written_eras(written)
         else:
-            eras = house.draw_eras(self.world_rng("house-conventions"), len(written))
+            eras = house.draw_eras(self.world_rng("house-conventions"), len(written), house.written_eras(written))
         self._eras = [eras[min(e, len(eras) - 1)] for e in range(era + 1)]
         pool = sorted({i for sched in self.spec_data["schedules"].values() for b in sched for i in b["issues"]})
         if self.canonical_world:  # fixed numbers, distinct
@@ -461,9 +457,7 @@ class CodeRepairEnv(InstanceSequenceEnv):
         changes = self._sandbox.changes()
         evaluation = self.evaluate(issue, changes)
         met = self.review(issue, self._variant, changes)
-        share = sum(met.values()) / len(met)
-        pace = 1.0 - (steps - 1) / (2 * self.max_steps)
-        reward = (0.5 + 0.5 * share) * pace if evaluation.resolved else 0.0
+        reward = house.reward(sum(met.values()), steps, self.max_steps) if evaluation.resolved else 0.0
         regret = float(steps - 1 if evaluation.resolved else self.max_steps)
         failing = [f"  {i}: {v}" for i, v in {**evaluation.fail_to_pass, **evaluation.pass_to_pass}.items()
                    if v != "PASSED"]
