@@ -81,6 +81,12 @@ def env():
     yield from _module_env("bwrap")
 
 
+def house_names() -> tuple:
+    from clbench.envs.coderepair import house
+
+    return house.NAMES
+
+
 def scored(met: int, steps: int) -> float:
     """v4's reward of a resolved issue: (0.5 + 0.5 x met/5) x (1 - (steps - 1)/80)."""
     return (0.5 + 0.5 * met / 5) * (1 - (steps - 1) / 80)
@@ -949,20 +955,25 @@ def test_reference_learns_the_house_from_lessons_and_frozen_does_not():
 @pytest.mark.parametrize("world_seed", [1, 2, 3])
 def test_fresh_worlds_keep_the_difficulty(world_seed):
     """On the short schedule of a fresh world: the oracle meets every convention in one step (1.0), the
-    stateless reference meets a chance share of them, and stateful it learns them from the lessons, so
-    it beats its stateless self on the issues after the first."""
+    stateless reference meets some of them (the most common choices), and stateful, on the second issue
+    (same era, one lesson later), it keeps every convention it met and has revised the others. (Four issues
+    are too few to show the gain after the drift, where the stateless guess of the most common choices
+    meets more than an era-old belief: the full schedule's gain is measured by playing it.)"""
     backend_or_skip("bwrap")
     e = gym.make(ENV, schedule="short", backend="bwrap", world_seed=world_seed).unwrapped
     try:
         ids = [i.instance_id for v in e.schedule.variants for i in v.instances]
         oracle = [play(e, make_agent("oracle", e), i)["reward"] for i in ids]
-        stateless = [play(e, make_agent("reference", e), i)["reward"] for i in ids]
+        stateless = [play(e, make_agent("reference", e), i) for i in ids]
         learner = make_agent("reference", e)
-        stateful = [play(e, learner, i, stateless=False)["reward"] for i in ids]
+        stateful = [play(e, learner, i, stateless=False) for i in ids]
     finally:
         e.close()
     assert oracle == [1.0] * len(ids)
-    assert all(0 < r < 1 for r in stateless) and sum(stateful[1:]) > sum(stateless[1:]), (stateless, stateful)
+    assert all(0 < r["reward"] < 1 for r in stateless), stateless
+    first, second = (set(r["details"]["conventions_met"]) for r in stateless[:2])
+    assert set(stateful[1]["details"]["conventions_met"]) >= second, (stateless, stateful)
+    assert learner.house != dict.fromkeys(learner.house, 0) and first != set(house_names())
 
 
 # ---------------------------------------------------------------------------------- fresh worlds
