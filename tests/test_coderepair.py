@@ -1082,3 +1082,35 @@ def test_fresh_world_played_agrees_with_the_computation():
             assert seen == {(True, True)}, (iid, seen)  # the short schedule: issues the reference resolves
     finally:
         e.close()
+
+
+def test_stateful_reference_learns_the_house_in_every_fresh_world():
+    """The reference's house learning alone (its real begin/end_instance, fed the lessons the env gives for
+    each issue of the world's schedule, in the world's order): over the issues it resolves it meets more
+    drawn conventions than its stateless guess in every world checked, so fresh worlds keep room to learn.
+    (Right after the drift it can meet fewer: its belief is the era before's, the stateless guess the most
+    common choices; the played gain and drift cost are in the spec card.)"""
+    from clbench.agents.coderepair import CodeRepairReference
+    from clbench.envs.coderepair import house
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, era_guesses, issue_eras
+
+    backend_or_skip("bwrap")
+    for seed in (None, *WORLDS):
+        e = CodeRepairEnv(backend="bwrap", world_seed=seed)
+        truth, eras = era_guesses(e), issue_eras(e)
+        agent, learned, stateless = CodeRepairReference({}), 0, 0
+        for slot in e.schedule.order(0):
+            iid = slot.instance_id
+            repo = e.spec_data["repos"][load_issue(iid).repo]
+            obs = (f"Tracker: #{e._numbers[iid]}\nRepository: {repo['display']} ({repo['pypi']} {repo['version']}), "
+                   f"checked out at /testbed\n\n# A bug\n\nFix the issue in the repository's source code "
+                   f"({repo['source_root']}/; ...). Submit with (`echo {SPEC['submit_marker']}`).")
+            info = {"position": slot.position, "instance_id": iid}
+            agent.begin_instance(obs, info)
+            met = {n: agent.house[n] == t for n, t in zip(house.DRAWN, truth[eras[iid]])}
+            if iid in REFERENCE_OUTCOMES:
+                learned += sum(met.values())
+                stateless += sum(t == 0 for t in truth[eras[iid]])
+            agent.end_instance(0.0, info, "\n".join(house.lessons({**met, "test-behaviour": True})))
+        assert learned > stateless, (seed, learned, stateless)
