@@ -1027,6 +1027,7 @@ def test_fresh_worlds_computed_red_team_stays_below_the_reference():
     worlds played in full): r_reference is within a band of the canonical one and every fixed guess of the
     family stays below it. The same computation reproduces the canonical world's r_reference in default.yaml."""
     from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+    from clbench.commands.worlds import BAND
     from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, family_means
 
     backend_or_skip("bwrap")
@@ -1037,6 +1038,8 @@ def test_fresh_worlds_computed_red_team_stays_below_the_reference():
         means = family_means(CodeRepairEnv(backend="bwrap", world_seed=seed), REFERENCE_OUTCOMES)
         ref = means.pop("reference")
         assert SPEC["r_reference"] - 1e-9 <= ref <= SPEC["r_reference"] + 0.04, (seed, ref)
+        lo, hi = BAND["headroom_ratio"]  # the oracle's 1.0 in every world (played: benchmarks/bench_coderepair.py)
+        assert lo <= (1.0 - ref) / (SPEC["r_max"] - SPEC["r_reference"]) <= hi, (seed, ref)
         assert max(means.values()) < ref - 0.01, (seed, ref, means)
 
 
