@@ -1,4 +1,11 @@
-"""CodeRepair-v4 and sandbox speed: medians of the operations a rollout repeats.
+"""CodeRepair-v5 and sandbox speed: medians of the operations a rollout repeats; fresh worlds.
+
+`python benchmarks/bench_coderepair.py worlds [N]`: per world 1..N (default 20), computed from the
+stateless reference's per-issue outcomes (clbench.envs.coderepair.worlds): r_reference and each
+fixed guess of the red team's family (house-guesser priors 1-3, the canonical world's published
+choices), next to the canonical world's. `... compare RUN.jsonl [oracle]`: a world played in full
+(one JSON line per issue: id, reward, steps, solved, met; the first line {"world": N}) against the
+computation, issue by issue.
 
 Prints, per available backend (bwrap, docker): a trivial command's round trip, a sandbox's
 creation on the tablib checkout, an env reset, and a submission's evaluation (hidden tests in
@@ -99,7 +106,7 @@ def median_time(fn, repeat: int) -> float:
 
 
 def bench_backend(backend: str, repeat: int = 5) -> dict[str, float]:
-    env = gym.make("clbench/CodeRepair-v4", backend=backend).unwrapped
+    env = gym.make("clbench/CodeRepair-v5", backend=backend).unwrapped
     try:
         obs, info = env.reset(seed=0)
         sandbox = env._sandbox
@@ -142,7 +149,64 @@ def main(quick: bool = False) -> list[Ratio]:
     return out
 
 
-if __name__ == "__main__":
-    from _ratio import run_script
+def worlds(count: int = 20) -> dict:
+    """The computed per-world table (see the module docstring); returns {world: means}."""
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, era_guesses, family_means
 
-    run_script(main, __doc__)
+    rows = {}
+    for seed in [None, *range(1, count + 1)]:
+        env = CodeRepairEnv(backend="bwrap", world_seed=seed)
+        rows["canonical" if seed is None else seed] = means = family_means(env, REFERENCE_OUTCOMES)
+        print(f"{'canonical' if seed is None else seed:>9} {era_guesses(env)} "
+              + " ".join(f"{k}={v:.4f}" for k, v in means.items()))
+    fresh = [r for k, r in rows.items() if k != "canonical"]
+    for name in fresh[0]:
+        vals = [r[name] for r in fresh]
+        print(f"worlds 1-{count} {name:26s} mean {statistics.mean(vals):.4f} range [{min(vals):.4f}, {max(vals):.4f}]")
+    best = [max(v for k, v in r.items() if k != "reference") for r in fresh]
+    print(f"worlds 1-{count} best family guess        mean {statistics.mean(best):.4f} range [{min(best):.4f}, "
+          f"{max(best):.4f}]; below the reference in {sum(b < r['reference'] for b, r in zip(best, fresh))} of {count}")
+    return rows
+
+
+def compare(path: str, agent: str = "reference") -> bool:
+    """A stateless pass of the reference (or the oracle) played in full against the computation, issue by
+    issue: resolved or not, the conventions met (the drawn ones its guess matches, and test-behaviour) and
+    the steps (the reference's search can take a step more or less on a loaded machine: reported apart)."""
+    import json
+
+    from clbench.envs.coderepair import house
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, Outcome, era_guesses, issue_eras
+
+    lines = [json.loads(line) for line in open(path)]
+    env = CodeRepairEnv(backend="bwrap", world_seed=lines[0]["world"])
+    truth, eras, ok, played, computed = era_guesses(env), issue_eras(env), True, [], []
+    for row in lines[1:]:
+        if agent == "oracle":  # the true fix, every convention of the world, one step
+            out, met = Outcome(True, 1, True), len(house.NAMES)
+        else:
+            out = REFERENCE_OUTCOMES.get(row["id"])
+            met = sum(t == 0 for t in truth[eras[row["id"]]]) + 1
+        want = house.reward(met, out.steps, env.max_steps) if out else 0.0
+        same = bool(row["solved"]) == bool(out) and (not out or len(row["met"]) == met)
+        ok &= same
+        played.append(row["reward"])
+        computed.append(want)
+        steps = "" if not out or row["steps"] == out.steps else f" (steps {row['steps']}, recorded {out.steps})"
+        print(f"{row['id']:12s} played {row['reward']:.4f} computed {want:.4f} "
+              f"{'same outcome' if same else 'DIFFERENT OUTCOME'}{steps}")
+    print(f"mean over {len(played)}: played {statistics.mean(played):.4f} computed {statistics.mean(computed):.4f}")
+    return ok
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["worlds"]:
+        worlds(int(sys.argv[2]) if len(sys.argv) > 2 else 20)
+    elif sys.argv[1:2] == ["compare"]:
+        sys.exit(0 if compare(sys.argv[2], *sys.argv[3:4]) else 1)
+    else:
+        from _ratio import run_script
+
+        run_script(main, __doc__)

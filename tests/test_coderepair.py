@@ -1,4 +1,4 @@
-"""CodeRepair-v4 on the real tablib 3.5.0 / tenacity 7.0.0 / tenacity 8.2.3 sdists, in real sandboxes.
+"""CodeRepair-v5 on the real tablib 3.5.0 / tenacity 7.0.0 / tenacity 8.2.3 sdists, in real sandboxes.
 
 Task data (diffs, hidden tests, issue texts), the sdists' hashes, reward semantics, what is
 evaluated, ground truth out of reach, the scripted agents and the injected-bug check
@@ -37,7 +37,7 @@ from clbench.runner import play_instance
 from clbench.sandbox.bwrap import bwrap_works
 from clbench.sandbox.select import docker_ready
 
-ENV = "clbench/CodeRepair-v4"
+ENV = "clbench/CodeRepair-v5"
 SPEC = load_task_spec("coderepair")
 ISSUES = [i for block in SPEC["schedules"]["default"] for i in block["issues"]]
 #: the user's real cache, captured before conftest.py redirects XDG_CACHE_HOME for each test
@@ -79,6 +79,12 @@ def _module_env(backend: str):
 @pytest.fixture(scope="module")
 def env():
     yield from _module_env("bwrap")
+
+
+def house_names() -> tuple:
+    from clbench.envs.coderepair import house
+
+    return house.NAMES
 
 
 def scored(met: int, steps: int) -> float:
@@ -949,17 +955,165 @@ def test_reference_learns_the_house_from_lessons_and_frozen_does_not():
 @pytest.mark.parametrize("world_seed", [1, 2, 3])
 def test_fresh_worlds_keep_the_difficulty(world_seed):
     """On the short schedule of a fresh world: the oracle meets every convention in one step (1.0), the
-    stateless reference meets a chance share of them, and stateful it learns them from the lessons, so
-    it beats its stateless self on the issues after the first."""
+    stateless reference meets some of them (the most common choices), and stateful, on the second issue
+    (same era, one lesson later), it keeps every convention it met and has revised the others. (Four issues
+    are too few to show the gain after the drift, where the stateless guess of the most common choices
+    meets more than an era-old belief: the full schedule's gain is measured by playing it.)"""
     backend_or_skip("bwrap")
     e = gym.make(ENV, schedule="short", backend="bwrap", world_seed=world_seed).unwrapped
     try:
         ids = [i.instance_id for v in e.schedule.variants for i in v.instances]
         oracle = [play(e, make_agent("oracle", e), i)["reward"] for i in ids]
-        stateless = [play(e, make_agent("reference", e), i)["reward"] for i in ids]
+        stateless = [play(e, make_agent("reference", e), i) for i in ids]
         learner = make_agent("reference", e)
-        stateful = [play(e, learner, i, stateless=False)["reward"] for i in ids]
+        stateful = [play(e, learner, i, stateless=False) for i in ids]
     finally:
         e.close()
     assert oracle == [1.0] * len(ids)
-    assert all(0 < r < 1 for r in stateless) and sum(stateful[1:]) > sum(stateless[1:]), (stateless, stateful)
+    assert all(0 < r["reward"] < 1 for r in stateless), stateless
+    first, second = (set(r["details"]["conventions_met"]) for r in stateless[:2])
+    assert set(stateful[1]["details"]["conventions_met"]) >= second, (stateless, stateful)
+    assert learner.house != dict.fromkeys(learner.house, 0) and first != set(house_names())
+
+
+# ---------------------------------------------------------------------------------- fresh worlds
+#: world seeds the computed checks cover: a few by default, 1-20 with CLBENCH_SLOW=1
+WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") == "1" else (1, 2, 3)
+
+
+def _draw_marginals(eras: list[list[tuple]]) -> list[dict]:
+    """Exact per-era marginals of house.draw_eras over two eras: (convention index, choice) -> probability."""
+    from clbench.envs.coderepair import house
+
+    marg = [{}, {}]
+    for first in eras[0]:
+        nxt = [t for t in eras[1] if house._meets(first, t) == house.KEPT_AT_DRIFT]
+        for era, choices, weight in ((0, [first], 1.0), (1, nxt, 1.0 / len(nxt))):
+            for t in choices:
+                for i, v in enumerate(t):
+                    marg[era][i, v] = marg[era].get((i, v), 0.0) + weight / len(eras[0])
+    return marg
+
+
+def test_no_fixed_guess_of_the_house_beats_the_most_common_one_in_any_world():
+    """Every world a draw can give (all enumerated, not sampled): each guess of the red team's family (each
+    step along the lists, the canonical world's published choices of either era) meets at most as many of
+    an era's conventions as the most common choices (the reference's guess), and fewer after the drift,
+    while those meet at most three (something is left to learn). Over the draw's distribution (exact) the
+    most common choice is the likeliest one of every convention in every era: as the reward is linear in
+    the conventions met, no fixed guess of any kind beats the reference's on average over worlds."""
+    from clbench.envs.coderepair import house
+
+    canonical = house.written_eras(SPEC["house_conventions"])
+    eras = house.era_choices(len(canonical), canonical)
+    guesses = house.family_guesses(canonical)
+    assert (1, 1, 1, 1) in guesses and tuple(canonical[1].choice[n] for n in house.DRAWN) in guesses
+    for era, choices in enumerate(eras):
+        assert len(choices) >= 20
+        for t in choices:
+            common = house._meets((0, 0, 0, 0), t)
+            assert 1 <= common <= 3 and all(house._meets(g, t) <= common - (era == 1) for g in guesses), t
+    for era, marg in enumerate(_draw_marginals(eras)):
+        for i in range(len(house.DRAWN)):
+            assert all(marg[i, 0] > marg.get((i, v), 0.0) for v in (1, 2, 3)), (era, i, marg)
+        assert abs(sum(marg.values()) - len(house.DRAWN)) < 1e-9
+    # the v4 draw (uniform, all but one changing) fails the same check: the family beat the reference
+    # in 18 of worlds 1-20 (computed as below)
+
+
+def test_fresh_worlds_computed_red_team_stays_below_the_reference():
+    """Per world, from the stateless reference's per-issue outcomes (the same in every world: its actions do not
+    depend on the conventions it cannot see; tests below and benchmarks/bench_coderepair.py compare with
+    worlds played in full): r_reference is within a band of the canonical one and every fixed guess of the
+    family stays below it. The same computation reproduces the canonical world's r_reference in default.yaml."""
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+    from clbench.commands.worlds import BAND
+    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, family_means
+
+    backend_or_skip("bwrap")
+    canon = family_means(CodeRepairEnv(backend="bwrap"), REFERENCE_OUTCOMES)
+    assert canon["reference"] == pytest.approx(SPEC["r_reference"], abs=1e-9)
+    assert max(v for k, v in canon.items() if k.startswith("house-guesser")) < canon["reference"]
+    for seed in WORLDS:
+        means = family_means(CodeRepairEnv(backend="bwrap", world_seed=seed), REFERENCE_OUTCOMES)
+        ref = means.pop("reference")
+        assert SPEC["r_reference"] - 1e-9 <= ref <= SPEC["r_reference"] + 0.04, (seed, ref)
+        lo, hi = BAND["headroom_ratio"]  # the oracle's 1.0 in every world (played: benchmarks/bench_coderepair.py)
+        assert lo <= (1.0 - ref) / (SPEC["r_max"] - SPEC["r_reference"]) <= hi, (seed, ref)
+        assert max(means.values()) < ref - 0.01, (seed, ref, means)
+
+
+def test_fresh_world_baselines_are_its_own_never_the_canonical_ones(tmp_path, monkeypatch):
+    """world_seed=N has no r_max / r_reference until calibrated for that world (cached per world), never
+    default.yaml's; the canonical world's come from default.yaml."""
+    from clbench.calibration import store_baselines
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+
+    backend_or_skip("bwrap")
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))
+    fresh = CodeRepairEnv(backend="bwrap", world_seed=7)
+    assert fresh.r_max is None and fresh.r_reference is None and not fresh.calibrated
+    store_baselines(fresh, {"r_max": 1.0, "r_reference": 0.25})
+    assert (fresh.r_max, fresh.r_reference) == (1.0, 0.25)
+    assert CodeRepairEnv(backend="bwrap", world_seed=8).r_reference is None
+    assert CodeRepairEnv(backend="bwrap").r_reference == pytest.approx(SPEC["r_reference"])
+
+
+@pytest.mark.slow  # ~16 plays of the reference's search (minutes on 2 cores)
+def test_fresh_world_played_agrees_with_the_computation():
+    """In a fresh world, the stateless reference and every house-guesser prior, played on the short schedule:
+    each resolves the same issues as the reference, its regression test behaves the same, and it meets
+    exactly the drawn conventions its fixed guess matches, so its reward is what the computation gives."""
+    from clbench.envs.coderepair import house
+    from clbench.envs.coderepair.worlds import era_guesses, issue_eras
+
+    backend_or_skip("bwrap")
+    e = gym.make(ENV, schedule="short", backend="bwrap", world_seed=5).unwrapped
+    try:
+        truth, eras = era_guesses(e), issue_eras(e)
+        for iid, era in eras.items():
+            seen = set()
+            for prior in (0, 1, 2, 3):
+                agent = make_agent("clbench.agents.coderepair_redteam:HouseGuesser", e, prior=prior)
+                out = play(e, agent, iid)
+                met = set(out["details"]["conventions_met"])
+                drawn = {n for n, t in zip(house.DRAWN, truth[era]) if t == prior}
+                assert met - {"test-behaviour"} == drawn, (iid, prior, met, truth[era])
+                seen.add((out["solved"], "test-behaviour" in met))
+                want = house.reward(len(met), out["steps"], e.max_steps) if out["solved"] else 0.0
+                assert out["reward"] == pytest.approx(want)
+            assert seen == {(True, True)}, (iid, seen)  # the short schedule: issues the reference resolves
+    finally:
+        e.close()
+
+
+def test_stateful_reference_learns_the_house_in_every_fresh_world():
+    """The reference's house learning alone (its real begin/end_instance, fed the lessons the env gives for
+    each issue of the world's schedule, in the world's order): over the issues it resolves it meets more
+    drawn conventions than its stateless guess in every world checked, so fresh worlds keep room to learn.
+    (Right after the drift it can meet fewer: its belief is the era before's, the stateless guess the most
+    common choices; the played gain and drift cost are in the spec card.)"""
+    from clbench.agents.coderepair import CodeRepairReference
+    from clbench.envs.coderepair import house
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, era_guesses, issue_eras
+
+    backend_or_skip("bwrap")
+    for seed in (None, *WORLDS):
+        e = CodeRepairEnv(backend="bwrap", world_seed=seed)
+        truth, eras = era_guesses(e), issue_eras(e)
+        agent, learned, stateless = CodeRepairReference({}), 0, 0
+        for slot in e.schedule.order(0):
+            iid = slot.instance_id
+            repo = e.spec_data["repos"][load_issue(iid).repo]
+            obs = (f"Tracker: #{e._numbers[iid]}\nRepository: {repo['display']} ({repo['pypi']} {repo['version']}), "
+                   f"checked out at /testbed\n\n# A bug\n\nFix the issue in the repository's source code "
+                   f"({repo['source_root']}/; ...). Submit with (`echo {SPEC['submit_marker']}`).")
+            info = {"position": slot.position, "instance_id": iid}
+            agent.begin_instance(obs, info)
+            met = {n: agent.house[n] == t for n, t in zip(house.DRAWN, truth[eras[iid]])}
+            if iid in REFERENCE_OUTCOMES:
+                learned += sum(met.values())
+                stateless += sum(t == 0 for t in truth[eras[iid]])
+            agent.end_instance(0.0, info, "\n".join(house.lessons({**met, "test-behaviour": True})))
+        assert learned > stateless, (seed, learned, stateless)

@@ -9,12 +9,22 @@ common practice of Python projects; a fifth is fixed:
 - `test-behaviour`: the regression test fails on the release with the bug and passes on the
   fixed release (both run in sandboxes; only the exit status is read, on the host).
 Each is met or not; the feedback names the ones not met, never what they should have been.
-This module holds the candidates an engineer would know (the support of the draws) and the
-checks; the canonical world's choices are written in tasks/coderepair/default.yaml.
+This module holds the candidates an engineer would know (the support of the draws, most common
+first) and the checks; the canonical world's choices are written in tasks/coderepair/default.yaml.
+
+A fresh world's draw is accepted only when no fixed guess of a declared family (each step along
+the lists, as the red team's `house-guesser` plays them, and the canonical world's published
+choices of any era) meets more of an era's conventions than the most common choices, and fewer
+after the drift; the most common choices meet at most three of the four. So in every world a
+memoryless engineer's best guess of that family is the most common choices (the reference's),
+and over the draws the most common choice is the likeliest one of each convention in each era:
+as the reward is linear in the conventions met, no fixed guess of any kind beats it on average.
+(A lucky guess can still match one world; only memory of the feedback finds it every time.)
 """
 from __future__ import annotations
 
 import ast
+import itertools
 import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -56,22 +66,54 @@ class Conventions:
         return f"{tests_root.strip('/')}/{self.value('test-location', number)}"
 
 
-def draw_eras(rng, eras: int) -> list[Conventions]:
-    """Conventions per era: the first drawn uniformly; at each later era all but one change."""
-    first = {name: int(rng.integers(len(CANDIDATES[name]))) for name in DRAWN}
-    out = [Conventions(first)]
-    for _ in range(eras - 1):
-        prev = out[-1].choice
-        kept = DRAWN[int(rng.integers(len(DRAWN)))]
-        nxt = {}
-        for name in DRAWN:
-            if name == kept:
-                nxt[name] = prev[name]
-            else:
-                others = [i for i in range(len(CANDIDATES[name])) if i != prev[name]]
-                nxt[name] = others[int(rng.integers(len(others)))]
-        out.append(Conventions(nxt))
-    return out
+#: how far a world's conventions may change at an era boundary: all but one of the drawn ones
+KEPT_AT_DRIFT = 1
+
+
+def _meets(guess: tuple, truth: tuple) -> int:
+    return sum(g == t for g, t in zip(guess, truth))
+
+
+def family_guesses(avoid: list[Conventions]) -> list[tuple]:
+    """The fixed guesses a world must not favour: each step p >= 1 along every list (the red team's
+    `house-guesser` priors) and each era of `avoid` (the canonical world's choices, which are public)."""
+    steps = [tuple([p] * len(DRAWN)) for p in range(1, max(map(len, CANDIDATES.values())))]
+    return steps + [tuple(c.choice[name] for name in DRAWN) for c in avoid]
+
+
+def accepted(truth: tuple, last: bool, guesses: list[tuple]) -> bool:
+    """Whether one era's choices (indices, in DRAWN order) may be drawn: the most common choices (index 0
+    everywhere, the guess of an engineer who knows nothing of the team) meet at most three of them, and
+    no guess of the family meets more of them than those do (in the last era: fewer)."""
+    common = _meets((0,) * len(truth), truth)
+    return common < len(truth) and all(_meets(g, truth) < common + (not last) for g in guesses)
+
+
+def era_choices(eras: int, avoid: list[Conventions]) -> list[list[tuple]]:
+    """Per era, every accepted choice that can start or continue a complete sequence of eras
+    (each later era keeps KEPT_AT_DRIFT conventions and changes the others)."""
+    guesses = family_guesses(avoid)
+    every = list(itertools.product(*(range(len(CANDIDATES[name])) for name in DRAWN)))
+    valid = [[t for t in every if accepted(t, e == eras - 1, guesses)] for e in range(eras)]
+    for e in range(eras - 2, -1, -1):  # keep only choices with an accepted successor
+        nxt = valid[e + 1]
+        valid[e] = [t for t in valid[e] if any(_meets(t, u) == KEPT_AT_DRIFT for u in nxt)]
+    return valid
+
+
+def draw_eras(rng, eras: int, avoid: list[Conventions] = ()) -> list[Conventions]:
+    """Conventions per era: the first era uniform over the accepted choices, each later one uniform over
+    the accepted choices that keep one convention of the era before and change the other three.
+    Acceptance (`accepted`) keeps every world's conventions from favouring any fixed guess of the
+    family (`family_guesses`: each step along the lists and the canonical world's choices) over the
+    most common choices, so the best fixed guess a memoryless agent can make, in any world and on
+    average over worlds, is the most common choices (tests/test_coderepair.py checks both)."""
+    valid = era_choices(eras, list(avoid))
+    out: list[tuple] = []
+    for e in range(eras):
+        pool = valid[e] if not out else [t for t in valid[e] if _meets(out[-1], t) == KEPT_AT_DRIFT]
+        out.append(pool[int(rng.integers(len(pool)))])
+    return [Conventions(dict(zip(DRAWN, t))) for t in out]
 
 
 def written_eras(spec: list[dict]) -> list[Conventions]:
@@ -143,6 +185,11 @@ def behaviour_met(on_buggy, on_fixed) -> bool:
     and passes on the fixed tree (exit 0)."""
     failed = on_buggy.killed or on_buggy.exit_code not in (0, 5, None)
     return bool(failed and not on_fixed.killed and on_fixed.exit_code == 0)
+
+
+def reward(met: int, steps: int, max_steps: int) -> float:
+    """A resolved issue's reward: the fix, the conventions met (of five) and the steps it took."""
+    return (0.5 + 0.5 * (met / len(NAMES))) * (1.0 - (steps - 1) / (2 * max_steps))
 
 
 def lessons(met: dict) -> list[str]:
