@@ -81,6 +81,11 @@ def _benches():
     for path in sorted(HERE.glob("bench_*.py")):
         spec = importlib.util.spec_from_file_location(path.stem, path)
         mod = importlib.util.module_from_spec(spec)
+        # importable by name (benchmarks/ on the path, the module in sys.modules): a bench that runs a
+        # function of its own in a spawned process pickles it by module and name
+        if str(HERE) not in sys.path:
+            sys.path.insert(0, str(HERE))
+        sys.modules[path.stem] = mod
         spec.loader.exec_module(mod)
         yield path.stem, mod
 
