@@ -56,7 +56,7 @@ def test_a_fresh_world_is_calibrated_on_the_fly_and_recorded(tmp_path, cache):
     [t] = card["tasks"].values()
     params = t["params"]
     assert params["world_seed"] == 7 and params["world"] == "world-7" and params["baselines"] == "calibration cache"
-    cached = list(cache.rglob("*world-7.json"))
+    cached = list(cache.rglob("*-world-7-*.json"))  # keyed also by the code's fingerprint
     assert len(cached) == 1  # r_max and r_reference of that world and schedule, never the canonical ones
     env = gym.make(TEST_ID, schedule="short", world_seed=7).unwrapped
     assert params["r_max"] == env.r_max and params["r_reference"] == env.r_reference
