@@ -44,7 +44,7 @@ def release_modules(repos: dict) -> tuple[dict[str, str], int, list[list[str]], 
             largest = max(largest, len(data))
             for d in digests(data):
                 out.setdefault(d, f"{repo['pypi']}-{repo['version']}:{path.relative_to(tree)}")
-            for node in long_functions(data):
+            for node, _ in long_functions(data):
                 needles.add(tuple(identifiers(node)))
                 names.add(node.name)
     return out, largest, [list(ids) for ids in sorted(needles)], sorted(names)

@@ -54,35 +54,33 @@ def digests(data: bytes, functions: bool = True, needles: list | None = None,
             words = set(WORD.findall(text))
             if not any(words.issuperset(ids) for ids in needles):
                 return out
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return out
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (names is None or node.name in names):
-                code = ast.unparse(node)
-                if len(code) >= MIN_FUNCTION:
-                    out.append("f" + hashlib.sha256(code.encode()).hexdigest())
+        out += ["f" + hashlib.sha256(code.encode()).hexdigest() for _, code in long_functions(text, names)]
     return out
 
 
 def identifiers(node: ast.AST) -> list[str]:
-    """Every name, attribute and argument in `node`, longest (rarest) first."""
+    """Every name, attribute and argument in `node`, sorted."""
     found = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
     found |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
     found |= {n.arg for n in ast.walk(node) if isinstance(n, ast.arg)}
     found.add(node.name)
-    return sorted(found, key=lambda s: (-len(s), s))
+    return sorted(found)
 
 
-def long_functions(data: bytes) -> list:
-    """The function nodes of a module that `digests` digests."""
+def long_functions(source, names: frozenset | None = None) -> list[tuple[ast.AST, str]]:
+    """(node, unparsed text) of the module's functions long enough to digest (of `names` only, if
+    given); none when it does not parse."""
     try:
-        tree = ast.parse(data)
+        tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and len(ast.unparse(node)) >= MIN_FUNCTION]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (names is None or node.name in names):
+            code = ast.unparse(node)
+            if len(code) >= MIN_FUNCTION:
+                found.append((node, code))
+    return found
 
 
 def members(path: str):
