@@ -264,14 +264,9 @@ class CohortStudiesEnv(InstanceSequenceEnv):
         with repr and read with ast.literal_eval (nothing executable), via a temp file renamed into place."""
         import ast
 
-        here = Path(__file__).parent
-        code = "".join((here / f).read_text() for f in ("worlds.py", "analyst.py", "population.py", "codings.py"))
-        from clbench.agents import cohortstudies as reference  # the analyst models the reference
+        from clbench.calibration import world_fingerprint  # the spec, this package and the reference's module
 
-        code += Path(reference.__file__).read_text()
-        spec = json.dumps(self.spec_data, sort_keys=True, default=str)
-        digest = hashlib.sha256((spec + code).encode()).hexdigest()[:16]
-        path = self.cache_dir / "worlds" / f"{self.world_key}-{digest}.txt"
+        path = self.cache_dir / "worlds" / f"{self.world_key}-{world_fingerprint(self)}.txt"
         try:
             return ast.literal_eval(path.read_text())
         except (OSError, ValueError, SyntaxError):
