@@ -172,7 +172,6 @@ class DBExploreEnv(InstanceSequenceEnv):
             raise ValueError(f"query_timeout must be a finite number of seconds > 0, got {query_timeout!r}")
         self._paths: dict[int, str] | None = None
         self._cons: dict[int, tuple] = {}  # release -> (path, agent connection, answer connection)
-        self._answers: dict[str, object] = {}
         self._maps: dict | None = None
         self._question: Question | None = None
         self._release = 1
@@ -268,15 +267,13 @@ class DBExploreEnv(InstanceSequenceEnv):
         return self._cons[release]
 
     def _truth(self, q: Question):
-        if q.qid not in self._answers:
-            path = self._connections(q.release)[0]
-            key = (path, self.world_key, q.release, q.qid, q.text)
-            if key not in _TRUTHS:  # sub-envs of a vector share a process: each answer is computed once
-                if self._maps is None:
-                    self._maps = self.latent()["releases"]
-                _TRUTHS[key] = q.answer(self._connections(q.release)[2], self._maps[str(q.release)])
-            self._answers[q.qid] = _TRUTHS[key]
-        return self._answers[q.qid]
+        path, _, truth_con = self._connections(q.release)
+        key = (path, self.world_key, q.release, q.qid, q.text)
+        if key not in _TRUTHS:  # sub-envs of a vector share a process: each answer is computed once
+            if self._maps is None:
+                self._maps = self.latent()["releases"]
+            _TRUTHS[key] = q.answer(truth_con, self._maps[str(q.release)])
+        return _TRUTHS[key]
 
     def close(self):
         for path, agent_con, answer_con in self._cons.values():
