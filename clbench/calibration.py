@@ -50,7 +50,7 @@ def world_fingerprint(env) -> str:
 
 def cache_path(env) -> Path:
     """The cache file of `env`'s world and schedule (an unwrapped clbench env)."""
-    return cache_root() / env.task / (f"{env.env_id.split('/')[-1]}-{env.schedule_name}-{env.world_key}-"
+    return cache_root() / env.task / (f"{env.env_id.split('/')[-1]}-{env.schedule_name}-{env.deal_key.replace('/', '-')}-"
                                       f"{world_fingerprint(env)}.json")
 
 
@@ -68,7 +68,7 @@ def store_baselines(env, values: dict) -> Path:
     path = cache_path(env)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"env_id": env.env_id, "schedule": env.schedule_name, "world": env.world_key,
+    tmp.write_text(json.dumps({"env_id": env.env_id, "schedule": env.schedule_name, "world": env.deal_key,
                                **values}, indent=1, sort_keys=True))
     os.replace(tmp, path)
     return path
@@ -76,7 +76,7 @@ def store_baselines(env, values: dict) -> Path:
 
 def world_label(env) -> str:
     """How a report names `env`'s world and schedule: "canonical", "world-7", "world-7 (schedule long)"."""
-    return env.world_key + ("" if env.schedule_name == "default" else f" (schedule {env.schedule_name})")
+    return env.deal_key + ("" if env.schedule_name == "default" else f" (schedule {env.schedule_name})")
 
 
 def calibrate_world(env_id: str, env_kwargs: dict | None = None, store: bool = True) -> dict:

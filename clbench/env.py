@@ -220,6 +220,9 @@ class InstanceSequenceEnv(gym.Env):
     runtime: str = ""
     #: why this env has no `split="train"` (None: it has one); `__init__` raises ValueError with it
     no_train_split: str | None = None
+    #: True when every latent value comes from the spec or `world_rng` and only the instances' noise from
+    #: `draw_seed`, so `redeal=K` gives other instances of the same world
+    redealable: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -227,7 +230,7 @@ class InstanceSequenceEnv(gym.Env):
             cls.task = task_name(cls.env_id)
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test", world_seed: int | None = None):
+                 split: str = "test", world_seed: int | None = None, redeal: int = 0):
         """`split="test"` (the default) is the benchmark. `split="train"` builds the same schedule
         (variants, kinds of latent structure, kinds of drift) in another world, for training; its
         instance ids start with "train-" and it shares no instance, answer or latent value with the
@@ -237,7 +240,11 @@ class InstanceSequenceEnv(gym.Env):
         `world_seed=N` draws a fresh world of the same kind and difficulty: every latent value (schema
         conventions, band plan, opponents' parameters, effects, codings, facts, ...) is drawn from
         `world_rng` / `draw_seed`, so a model that memorised this repository gains nothing there.
-        Train worlds, the canonical world and fresh worlds never coincide (`world_key`)."""
+        Train worlds, the canonical world and fresh worlds never coincide (`world_key`).
+
+        `redeal=K` (K >= 1; envs with `redealable = True` only) keeps the world's latent structure and
+        deals its instances anew (`draw_seed`): independent draws of the same world, on which the red
+        team chooses its policies' parameters before it plays them on the benchmark's own instances."""
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         if split not in SPLITS:
@@ -248,6 +255,11 @@ class InstanceSequenceEnv(gym.Env):
         if world_seed is not None and (isinstance(world_seed, bool) or int(world_seed) < 0):
             raise ValueError(f"world_seed must be None (the canonical world) or an integer >= 0, got {world_seed!r}")
         self.world_seed = None if world_seed is None else int(world_seed)
+        if isinstance(redeal, bool) or int(redeal) < 0:
+            raise ValueError(f"redeal must be an integer >= 0, got {redeal!r}")
+        if redeal and not self.redealable:
+            raise ValueError(f"{self.env_id} cannot re-deal: its latent structure is drawn with its instances")
+        self.redeal = int(redeal)
         self.render_mode = render_mode
         self.schedule_name = schedule
         self.cycle = cycle
@@ -286,14 +298,22 @@ class InstanceSequenceEnv(gym.Env):
         digest = hashlib.sha256(f"clbench/{self.task}/{self.world_key}/{what}".encode()).digest()
         return int.from_bytes(digest[:8], "big")
 
+    @property
+    def deal_key(self) -> str:
+        """`world_key`, plus "/redeal-K" for a re-deal: names the instances played (calibration cache,
+        reports), where `world_key` names the latent structure."""
+        return self.world_key + (f"/redeal-{self.redeal}" if self.redeal else "")
+
     def draw_seed(self, seed: int) -> int:
         """The generator seed to use for `seed` (a seed from tasks/<task>/default.yaml): `seed` itself
-        in the canonical world; in any other world a deterministic seed derived from the task, the
-        world and `seed` (never equal to `seed`), so its instances are other draws of the same generator."""
+        in the canonical world; in any other world, or in a re-deal (`redeal=K`), a deterministic seed
+        derived from the task, the world, the re-deal and `seed` (never equal to `seed`), so its
+        instances are other draws of the same generator."""
         seed = int(seed)
-        if self.canonical_world:
+        if self.canonical_world and not self.redeal:
             return seed
-        derived = self._world_digest(f"seed/{seed}") & 0x7FFFFFFF
+        what = f"seed/{seed}" + (f"/redeal/{self.redeal}" if self.redeal else "")
+        derived = self._world_digest(what) & 0x7FFFFFFF
         return derived if derived != seed else derived ^ 1
 
     #: the name earlier code used for `draw_seed`
@@ -417,7 +437,7 @@ class InstanceSequenceEnv(gym.Env):
     @property
     def baselines_from_spec(self) -> bool:
         """Whether default.yaml's r_max and r_reference apply: the canonical world's default schedule."""
-        return self.canonical_world and self.schedule_name == "default"
+        return self.canonical_world and self.schedule_name == "default" and not self.redeal
 
     def _baseline(self, name: str) -> float | None:
         if self.baselines_from_spec:
