@@ -1,0 +1,96 @@
+"""Poker's speed work changes no outcome: the observations, rewards and info of whole passes are
+pinned by digest (issue 34: the table, deals and rendering were made faster with the same results).
+
+The digests cover every step of a pass: observation text, reward, termination flags and the info
+dict (the public table included). A change of the game, the opponents, the text or the reference
+agent changes them on purpose; then print the new ones with
+`python tests/test_poker_pinned.py` and say in the commit why they moved.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+
+import gymnasium as gym
+import pytest
+
+import clbench  # noqa: F401
+from clbench.agent import make_agent
+
+ENV_ID = "clbench/Poker-v2"
+
+
+class Prober:
+    """A fixed scripted player that goes everywhere: every kind of move, min/odd/all-in raises,
+    bets as words, tool calls and unreadable or illegal replies (chosen by a checksum of the
+    observation, so the same text always gets the same reply)."""
+
+    def begin_instance(self, observation, info):
+        pass
+
+    def end_instance(self, reward, info):
+        pass
+
+    def act(self, observation: str, info: dict) -> str:
+        t = info["table"]
+        k = zlib.crc32(observation.encode()) % 12
+        low, high, to_call = t["min_raise"], t["max_raise"], t["to_call"]
+        if k == 0:
+            return "FOLD"
+        if k == 1:
+            return "CHECK"  # illegal when facing a bet
+        if k == 2:
+            return "CALL"  # illegal when nothing to call
+        if k in (3, 4) and high:
+            return f"RAISE {low}"
+        if k == 5 and high:
+            return f"bet {(low + high) // 2}"
+        if k == 6:
+            return "ALL-IN"
+        if k == 7:
+            return "hmm, let me think"
+        if k == 8 and high:
+            return json.dumps({"tool": "act", "arguments": {"action": "RAISE", "total": min(high, low + 7)}})
+        if k == 9:
+            return f"RAISE {high + 5}"
+        return "CALL" if to_call else "CHECK"
+
+
+def digest(agent_name: str, schedule: str, seed: int, world_seed: int | None = None) -> str:
+    env = gym.make(ENV_ID, schedule=schedule, world_seed=world_seed)
+    agent = Prober() if agent_name == "prober" else make_agent(agent_name, env, seed=seed)
+    h = hashlib.sha256()
+    obs, info = env.reset(seed=seed)
+    for pos in range(len(env.unwrapped.order)):
+        if pos:
+            obs, info = env.reset()
+        h.update(obs.encode())
+        h.update(json.dumps(info, sort_keys=True).encode())
+        agent.begin_instance(obs, info)
+        done = False
+        while not done:
+            obs, reward, term, trunc, info = env.step(agent.act(obs, info))
+            h.update(json.dumps([obs, reward, term, trunc, info], sort_keys=True).encode())
+            done = term or trunc
+        agent.end_instance(reward, info)
+    env.close()
+    return h.hexdigest()[:16]
+
+
+CASES = {
+    ("reference", "default", 0, None): "6402c2d5e6288d0c",
+    ("prober", "default", 1, None): "fca34019335cd677",
+    ("prober", "drift_short", 2, 3): "b07824ae88fba72c",
+    ("random", "short", 4, None): "04d9f14aff0ef90e",
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=lambda c: "-".join(map(str, c)))
+def test_passes_are_pinned(case):
+    assert digest(*case) == CASES[case]
+
+
+if __name__ == "__main__":
+    for case in CASES:
+        print(f"    {case!r}: {digest(*case)!r},")
