@@ -13,6 +13,7 @@ from texasholdem.card.deck import Deck
 from texasholdem.game import game as _library
 from texasholdem.game.action_type import ActionType
 from texasholdem.game.game import TexasHoldEm
+from texasholdem.game.hand_phase import HandPhase
 
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.cards import Deal, StackedDeck
@@ -21,6 +22,7 @@ from clbench.envs.poker.strength import hand_rank, rank_name
 
 AGENT, OPPONENT = 0, 1
 STREETS = ("preflop", "flop", "turn", "river")
+_PREHAND = HandPhase.PREHAND
 _TYPE = {FOLD: ActionType.FOLD, CHECK: ActionType.CHECK, CALL: ActionType.CALL, RAISE: ActionType.RAISE}
 
 
@@ -39,6 +41,30 @@ class _Game(TexasHoldEm):
     patched, so other users of the library in this process still shuffle)."""
 
     _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled}, "_prehand")
+
+
+#: finished games, per (stack, small blind, big blind), ready for another hand. A game is a knot of
+#: reference cycles (its phase handlers and its hand generator point back at it) that only the cyclic
+#: garbage collector frees: a new one per hand cost its set-up and the collections of the garbage
+#: (a fifth of starting a hand). A finished game starts its next hand like any game does, after
+#: both stacks are set back to the buy-in (every hand starts even).
+_SPARE: dict[tuple[int, int, int], list[_Game]] = {}
+_SPARE_MAX = 4  # per key: one per env alive at once is all that is ever taken
+
+
+def _game(stack: int, small_blind: int, big_blind: int) -> _Game:
+    """A game between hands: a spare one with both stacks refilled, else a new one."""
+    spare = _SPARE.get((stack, small_blind, big_blind))
+    if spare:
+        try:
+            game = spare.pop()
+        except IndexError:  # another thread took the last one
+            pass
+        else:
+            for player in game.players:
+                player.chips = stack
+            return game
+    return _Game(buyin=stack, big_blind=big_blind, small_blind=small_blind, max_players=2)
 
 
 class Legal(NamedTuple):
@@ -79,7 +105,8 @@ class HandTable:
         self.deal = deal
         self.opponent = opponent
         self.stack = stack
-        game = _Game(buyin=stack, big_blind=big_blind, small_blind=small_blind, max_players=2)
+        self._key = (stack, small_blind, big_blind)
+        game = _game(stack, small_blind, big_blind)
         button = AGENT if agent_button else OPPONENT
         game.btn_loc = 1 - button  # the library moves the button one seat on when a hand starts
         game.start_hand()
@@ -94,6 +121,15 @@ class HandTable:
         self.all_in: set[int] = set()  # indices into `log` of moves that put a player all-in
         # the hand ends only inside the library's take_action: asked once per move, read many times
         self.over = not game.is_hand_running()
+
+    def __del__(self):
+        """A finished hand's game goes back to the spares once no one can read this table any more
+        (a game whose hand is still running cannot start another)."""
+        game = self.__dict__.get("game")
+        if game is not None and game.hand_phase is _PREHAND:
+            spare = _SPARE.setdefault(self._key, [])
+            if len(spare) < _SPARE_MAX:
+                spare.append(game)
 
     # ---- state
     @property
@@ -133,14 +169,29 @@ class HandTable:
 
     # ---- moves
     def apply(self, d: Decision) -> None:
-        """Play a legal decision for the player to act (the library re-validates it)."""
+        """Play a legal decision for the player to act (the library validates it, see `_referee`)."""
         b, kind = self.betting, d.kind
         p = b.to_act
-        self.game.take_action(_TYPE[kind], total=d.total if kind == RAISE else None)
+        self._referee(_TYPE[kind], d.total if kind == RAISE else None)
         b.apply(d)
-        self.over = not self.game.is_hand_running()
         if b.stacks[p] == 0 and (kind == CALL or kind == RAISE):
             self.all_in.add(len(b.log) - 1)
+
+    def _referee(self, action: ActionType, total: int | None) -> None:
+        """Hand the move to the library's betting round, which validates it and plays it.
+
+        `TexasHoldEm.take_action` validates a move and then resumes the hand, whose betting round
+        validates the same move again before playing it (the library's rules run twice per move):
+        resuming the hand directly keeps the second, the one that guards the game state. An
+        illegal move still raises there (the env never sends one: `Legal.check`, `Spot.legalize`).
+        """
+        game = self.game
+        game._action = (action, total)
+        try:
+            next(game._hand_gen)
+        except StopIteration:
+            pass
+        self.over = game.hand_phase is _PREHAND  # = not game.is_hand_running()
 
     def play_opponent(self) -> None:
         """Let the opponent act until it is the agent's turn or the hand is over."""
