@@ -35,12 +35,24 @@ class _Unshuffled(Deck):
         self.cards = Deck._get_full_deck()
 
 
+class _Evaluator:
+    """The library's evaluator as its showdown calls it, answered through `strength.hand_rank` (the same
+    evaluator, its results kept): the players' own hand features already ranked most hands that reach
+    a showdown, and a rollout deals the hands of every other rollout again."""
+
+    @staticmethod
+    def evaluate(cards: list, board: list) -> int:
+        return hand_rank(tuple(cards), tuple(board))
+
+
 class _Game(TexasHoldEm):
-    """The library's game, its hand set-up run unchanged but dealing from `_Unshuffled`: the same
-    function code, with `Deck` looked up in a copy of the library module's globals (nothing global is
-    patched, so other users of the library in this process still shuffle)."""
+    """The library's game, its hand set-up and showdown run unchanged but dealing from `_Unshuffled`
+    and ranking hands through `_Evaluator`: the same function code, with `Deck` and `evaluator` looked
+    up in a copy of the library module's globals (nothing global is patched, so other users of the
+    library in this process still shuffle)."""
 
     _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled}, "_prehand")
+    _settle = FunctionType(TexasHoldEm._settle.__code__, {**vars(_library), "evaluator": _Evaluator}, "_settle")
 
 
 #: finished games, per (stack, small blind, big blind), ready for another hand. A game is a knot of
