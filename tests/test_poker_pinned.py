@@ -14,9 +14,15 @@ import zlib
 
 import gymnasium as gym
 import pytest
+from texasholdem.game.game import TexasHoldEm
 
 import clbench  # noqa: F401
 from clbench.agent import make_agent
+from clbench.envs.poker import table as table_module
+from clbench.envs.poker.cards import deal_hands
+from clbench.envs.poker.opponents import make_opponent
+from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision
+from clbench.envs.poker.table import HandTable
 
 ENV_ID = "clbench/Poker-v2"
 
@@ -89,6 +95,43 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES), ids=lambda c: "-".join(map(str, c)))
 def test_passes_are_pinned(case):
     assert digest(*case) == CASES[case]
+
+
+def test_the_library_still_judges_every_move(monkeypatch):
+    """The table hands each move to the library once (not twice, as take_action would), and the
+    library's own check still refuses an illegal move, after which the hand cannot go on."""
+    calls = []
+    validate = TexasHoldEm.validate_move
+    monkeypatch.setattr(TexasHoldEm, "validate_move", lambda self, *a, **k: calls.append(k) or validate(self, *a, **k))
+    station = make_opponent({"style": "calling_station"})
+    t = HandTable(deal_hands(5, 1)[0], True, station, 1000, 5, 10)
+    t.apply(Decision(CALL))
+    t.play_opponent()
+    assert len(calls) == len(t.log) == 3  # call, check; the flop: the big blind checks
+    with pytest.raises(ValueError):  # a bet below the big blind, straight past the env's own check
+        t.apply(Decision(RAISE, 5))
+    with pytest.raises(RuntimeError, match="refused"):
+        t.apply(Decision(CHECK))
+
+
+def test_a_finished_game_starts_the_next_hand_like_a_new_one():
+    """A finished hand's game is reused for the next hand (stacks refilled), never a running one."""
+    station = make_opponent({"style": "calling_station"})
+    first, second = deal_hands(6, 2)
+    t = HandTable(first, True, station, 1000, 5, 10)
+    game = t.game
+    running = HandTable(second, False, station, 1000, 5, 10)
+    assert running.game is not game
+    while not t.over:  # all-in and called: one player ends with no chips
+        t.apply(Decision(RAISE, t.legal().max_raise) if t.legal().max_raise else Decision(CALL))
+        t.play_opponent()
+    assert 0 in (game.players[0].chips, game.players[1].chips)
+    del t
+    again = HandTable(second, False, station, 1000, 5, 10)
+    assert again.game is game and again.game is not running.game
+    assert [p.chips for p in game.players] == [990, 995] == again.betting.stacks  # the agent in the big blind
+    del running  # a game whose hand is still running is never handed out again
+    assert not any(g.is_hand_running() for g in table_module._SPARE.get((1000, 5, 10), []))
 
 
 if __name__ == "__main__":

@@ -195,14 +195,16 @@ class HandTable:
         `TexasHoldEm.take_action` validates a move and then resumes the hand, whose betting round
         validates the same move again before playing it (the library's rules run twice per move):
         resuming the hand directly keeps the second, the one that guards the game state. An
-        illegal move still raises there (the env never sends one: `Legal.check`, `Spot.legalize`).
+        illegal move still raises there (the env never sends one: `Legal.check`, `Spot.legalize`),
+        and ends the library's hand: any later move raises too.
         """
         game = self.game
         game._action = (action, total)
         try:
             next(game._hand_gen)
         except StopIteration:
-            pass
+            if game.hand_phase is not _PREHAND:
+                raise RuntimeError("the library refused an earlier move of this hand: it cannot go on") from None
         self.over = game.hand_phase is _PREHAND  # = not game.is_hand_running()
 
     def play_opponent(self) -> None:
