@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _ratio import Ratio, env_id, table, run_script  # noqa: E402
+from _ratio import Ratio, env_id, load, run_script, table  # noqa: E402
 
 TARGET = 0.7
 
@@ -113,6 +113,30 @@ def replay_pass(hands: list, replies: list[str]) -> float:
     return seconds
 
 
+def bare_one_game_pass(hands: list) -> float:
+    """`bare_pass` on one game for all hands, both stacks set back to the buy-in before each (not a
+    loop the library's interface offers: it writes the players' chips; a sensitivity row only)."""
+    from texasholdem.game.action_type import ActionType
+    from texasholdem.game.game import TexasHoldEm
+
+    from clbench.envs.poker.cards import StackedDeck
+
+    kinds = {k.name: k for k in ActionType}
+    t = time.process_time()
+    game = TexasHoldEm(buyin=1000, big_blind=10, small_blind=5, max_players=2)
+    for spec, moves in hands:
+        for player in game.players:
+            player.chips = 1000
+        game.btn_loc = 1 if spec.agent_button else 0
+        game.start_hand()
+        game.hands[0], game.hands[1] = list(spec.deal.agent), list(spec.deal.opponent)
+        game._deck = StackedDeck(spec.deal.board)
+        for _, _, kind, total in moves:
+            game.take_action(kinds[kind], total=total if kind == "RAISE" else None)
+        assert not game.is_hand_running()
+    return time.process_time() - t
+
+
 def table_pass(hands: list) -> float:
     """Seconds for the env's referee calls alone: `HandTable` (the library game, our cards, the
     betting model) replaying the same moves, with no opponent policy, text or info."""
@@ -127,6 +151,39 @@ def table_pass(hands: list) -> float:
             table.apply(Decision(kind, total))
         assert table.over
     return time.process_time() - t
+
+
+def table_opponent_pass(hands: list, view: bool = False) -> float:
+    """`table_pass` with the opponent deciding its own moves (its policy, as in the env) and, with
+    `view`, the agent's view rendered (snapshot and text) at the start and after every agent move."""
+    import gymnasium as gym
+
+    import clbench  # noqa: F401
+    from clbench.envs.poker.policy import Decision
+    from clbench.envs.poker.table import AGENT, HandTable
+    from clbench.envs.poker.view import HandView
+
+    env = gym.make(env_id("Poker"))
+    opponents = env.unwrapped.opponents
+    t = time.process_time()
+    for k, (spec, moves) in enumerate(hands):
+        table = HandTable(spec.deal, spec.agent_button, opponents[spec.policy], 1000, 5, 10)
+        table.play_opponent()
+        if view:
+            hv = HandView(table, {"hand": k + 1, "hands": len(hands), "opponent": spec.opponent,
+                                  "button": spec.agent_button, "blinds": [5, 10], "stack": 1000, "hole": ["2s", "3s"]})
+            hv.header(spec.met_before, False) + hv.text(title=False)
+        for _, player, kind, total in moves:
+            if player == AGENT:
+                table.apply(Decision(kind, total))
+                table.play_opponent()
+                if view:
+                    hv.refresh()
+                    hv.text()
+        assert table.over
+    seconds = time.process_time() - t
+    env.close()
+    return seconds
 
 
 def replies_of(hands: list) -> list[str]:
@@ -144,8 +201,12 @@ def breakdown(repeats: int) -> str:
     replies = replies_of(hands)
     parts = {"env + reference agent": lambda: env_pass("reference")[0],
              "env alone (the reference's replies replayed)": lambda: replay_pass(hands, replies),
+             "+ the agent's view (HandTable, opponent policy, snapshot and text; no env)":
+                 lambda: table_opponent_pass(hands, view=True),
+             "+ the opponent's policy (HandTable deciding the opponent's moves)": lambda: table_opponent_pass(hands),
              "the env's referee calls alone (HandTable: library game + betting model)": lambda: table_pass(hands),
-             "bare texasholdem loop, moves only": lambda: bare_pass(hands)}
+             "bare texasholdem loop, moves only": lambda: bare_pass(hands),
+             "(sensitivity) bare loop on one game, stacks refilled by hand": lambda: bare_one_game_pass(hands)}
     times: dict[str, list[float]] = {k: [] for k in parts}
     for _ in range(repeats):
         for name, fn in parts.items():
@@ -193,6 +254,7 @@ def main(quick: bool = False) -> list[Ratio]:
             print(f"| bare texasholdem loop, {label} | {n} | {med[key]:.4f} | {n / med[key]:.0f} | "
                   f"{med[key] / med['env']:.2f} | >= {TARGET} |")
     print("\n" + breakdown(repeats) + "\n")
+    print(load() + "\n")
     out = ratios(quick)
     print(table(out))
     return out
