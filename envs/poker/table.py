@@ -3,6 +3,8 @@
 The library is the referee: it posts blinds, checks every move, moves the button, builds the
 side pots and settles the showdown with its evaluator. We only choose the cards (overwriting
 the ones its own deck dealt, as its history import does) and keep a compact betting log.
+Each move reaches the library's rules once (`HandTable._referee`), and a finished game plays
+the next hand (`_game`): the library's work per hand is a hand's, nothing more.
 """
 from __future__ import annotations
 
@@ -57,11 +59,11 @@ class _Game(TexasHoldEm):
 
 #: finished games, per (stack, small blind, big blind), ready for another hand. A game is a knot of
 #: reference cycles (its phase handlers and its hand generator point back at it) that only the cyclic
-#: garbage collector frees: a new one per hand cost its set-up and the collections of the garbage
-#: (a fifth of starting a hand). A finished game starts its next hand like any game does, after
-#: both stacks are set back to the buy-in (every hand starts even).
+#: garbage collector frees: a new one per hand cost its set-up and the collections of that garbage.
+#: A finished game starts its next hand as any game does, after both stacks are set back to the
+#: buy-in (every hand starts even).
 _SPARE: dict[tuple[int, int, int], list[_Game]] = {}
-_SPARE_MAX = 4  # per key: one per env alive at once is all that is ever taken
+_SPARE_MAX = 4  # per key (an env holds its last hand's table while it deals the next: two games per env)
 
 
 def _game(stack: int, small_blind: int, big_blind: int) -> _Game:
@@ -131,14 +133,14 @@ class HandTable:
         self.betting = Betting(button, stack, small_blind, big_blind)
         self.holes = (tuple(deal.agent), tuple(deal.opponent))
         self.all_in: set[int] = set()  # indices into `log` of moves that put a player all-in
-        # the hand ends only inside the library's take_action: asked once per move, read many times
+        # the hand ends only inside the library's betting round: asked once per move, read many times
         self.over = not game.is_hand_running()
 
     def __del__(self):
         """A finished hand's game goes back to the spares once no one can read this table any more
         (a game whose hand is still running cannot start another)."""
         game = self.__dict__.get("game")
-        if game is not None and game.hand_phase is _PREHAND:
+        if game is not None and game.hand_phase is _PREHAND and _SPARE is not None:  # None: at interpreter exit
             spare = _SPARE.setdefault(self._key, [])
             if len(spare) < _SPARE_MAX:
                 spare.append(game)
