@@ -16,6 +16,16 @@ plays a quarter as many instances untimed, then the timed run: an env caches per
 its graded answers), so eight cold sub-envs against one warm env would measure the caches. Ratios:
 instances/s of the vector over the single env; >= 1 means a vector of 8 is not slower than one env.
 
+Why gymnasium's vectors stay below 1 (sync) and far below (async) on clbench envs: SyncVectorEnv
+does the same env work in one process plus, per sub-env per step, `_add_info` (a fresh array and
+mask per info key, recursing into nested infos such as raw_metric and final_info), which costs
+about as much as a cheap instance (DBExplore warm: ~30 us of env work, ~20 us of stacking);
+AsyncVectorEnv adds one pipe round trip, one pickled info and one process wake-up per sub-env per
+step, and its 8 processes share 2 CPUs. clbench's batched vector skips both costs: it stacks infos
+only when they are read, and calls the sub-envs inside gym.make's wrappers once these only forward;
+in one process it can at best match one env plus ~1 us of bookkeeping per instance, less the
+wrappers' cost that it skips; above 1 needs a free CPU for a second process.
+
 Envs in COLD are also measured cold: each side in a fresh process, timed from the first reset with
 no warm-up, so the work an env caches (DBExplore's true answers, computed once per process and
 shared by the sub-envs living there) is in the time, as at the start of a training run.

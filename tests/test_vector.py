@@ -418,6 +418,20 @@ def test_sub_envs_are_called_directly_only_inside_wrappers_that_forward():
             vec.close()
 
 
+@pytest.mark.parametrize("index", [0, 4])
+def test_error_in_a_sub_env_of_a_parent_only_vector(index):
+    vec = BatchedVectorEnv("clbench_test/Faulty-v0", 5, workers=1)
+    assert vec.worker_pids == []
+    vec.reset(seed=0)
+    actions = ["x"] * 5
+    actions[index] = "boom"
+    with pytest.raises(ValueError, match=rf"sub-env {index}: ValueError: the sub-env broke") as err:
+        vec.step(tuple(actions))
+    assert err.value.env_index == index and vec.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.step(("x",) * 5)
+
+
 def test_default_workers_is_the_parent_alone_on_two_cpus(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert default_workers(8) == 1
