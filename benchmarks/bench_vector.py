@@ -22,9 +22,15 @@ mask per info key, recursing into nested infos such as raw_metric and final_info
 about as much as a cheap instance (DBExplore warm: ~30 us of env work, ~20 us of stacking);
 AsyncVectorEnv adds one pipe round trip, one pickled info and one process wake-up per sub-env per
 step, and its 8 processes share 2 CPUs. clbench's batched vector skips both costs: it stacks infos
-only when they are read, and calls the sub-envs inside gym.make's wrappers once these only forward;
-in one process it can at best match one env plus ~1 us of bookkeeping per instance, less the
-wrappers' cost that it skips; above 1 needs a free CPU for a second process.
+only when they are read, and calls the sub-envs inside gym.make's wrappers once these only forward.
+In one process it can at best match one env: it does the same env work, and holding eight
+instances' results at once (the step's observations, infos and SAME_STEP finals, until the caller
+drops them) costs a few us per instance in memory traffic that one env reusing its freed memory
+does not pay (measured in one process, DBExplore warm: sub-envs stepped in a bare loop 32 us per
+instance, through the shard 35 us, through the vector 39 us, one env 33 us). Above 1 needs a free
+CPU for a second process. On a loaded machine wall-clock ratios also measure the scheduler: every
+process gets a share, so a vector of several processes takes CPU from other sessions (async's
+ratios above 1 under load) and loses it again at each wake-up.
 
 Envs in COLD are also measured cold: each side in a fresh process, timed from the first reset with
 no warm-up, so the work an env caches (DBExplore's true answers, computed once per process and
