@@ -1,18 +1,28 @@
-"""A vector env that puts several sub-envs in each worker process.
+"""A vector env that steps several sub-envs per process, in the parent or in worker processes.
 
     gym.make_vec("clbench/SpectrumMonitor-v3", 8, vectorization_mode="vector_entry_point", cycle=True)
 
-Why: a clbench step is cheap text work (well under a millisecond for most envs), so gymnasium's
-AsyncVectorEnv, with one process and one pipe round trip per sub-env per step, spends more time in
-IPC and process switching than in the envs (measured slower than one env on 2 cores), and
-SyncVectorEnv uses one core. `BatchedVectorEnv` starts `workers` processes (default
-min(num_envs, os.cpu_count())), each holding about num_envs / workers sub-envs, and exchanges one
-message per worker per step (the actions of its sub-envs out, their results back).
+Why: a clbench step is cheap text work (well under a millisecond for most envs; a warm DBExplore
+instance ~30 us), so gymnasium's AsyncVectorEnv, with one process and one pipe round trip per
+sub-env per step, spends more time in IPC and process switching than in the envs, and
+SyncVectorEnv's per-step stacking of infos costs more than a cheap instance. `BatchedVectorEnv`
+steps its sub-envs in `workers` processes (the parent is one of them), each holding about
+num_envs / workers sub-envs, and exchanges one message per worker per step. The default
+(`default_workers`) is the parent alone on a machine with at most 2 CPUs: there a second process
+costs a wake-up and a round trip per step, more than it gains whenever the other CPU is busy.
+
+Per step it does no more than the sub-envs' own work: the sub-envs are called directly once
+gym.make's wrappers only forward (OrderEnforcing after a reset, PassiveEnvChecker after its
+one-time checks), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks
+them in step()).
 
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
 modes NEXT_STEP (default), SAME_STEP and DISABLED, infos stacked as `_add_info` stacks them, `reset(seed=,
 options={"reset_mask": ...})`, `call`/`get_attr`/`set_attr`. The same seeds give the same results as
-`SyncVectorEnv`. An exception in a sub-env is re-raised in the parent (same type when possible)
+`SyncVectorEnv`. A lazy info is built from the info dicts the sub-envs returned, so, as gymnasium
+asks of every env (its env checker warns otherwise), a sub-env must not modify an info after
+returning it; infos that cannot be stacked (one key an int in one sub-env, None in another) raise
+where the info is first read. An exception in a sub-env is re-raised in the parent (same type when possible)
 naming the sub-env's index; the vector is then closed. `close()` never hangs: workers get a grace
 period, then SIGTERM, then SIGKILL. Workers die with the parent (they watch its pid, and a closed
 pipe ends them) and ignore SIGINT, so Ctrl-C is the parent's to handle.
@@ -67,6 +77,8 @@ class _Shard:
         self.autoreset = [False] * count
         for _ in range(count):
             self.envs.append(self._run(len(self.envs), gym.make, env_id, **env_kwargs))
+        self.calls = list(self.envs)  # what step() calls: each env, or the env inside its forwarding wrappers
+        self._direct = [False] * count
 
     def _run(self, index: int, fn, *args, **kwargs):
         try:
@@ -79,20 +91,52 @@ class _Shard:
         return env.observation_space, env.action_space, dict(env.metadata), env.render_mode
 
     def step(self, actions):
-        out, run = [], self._run
-        for i, (env, action) in enumerate(zip(self.envs, actions)):
-            final = None
-            if self.mode == AutoresetMode.NEXT_STEP and self.autoreset[i]:
-                obs, info = run(i, env.reset)
-                reward, term, trunc = 0.0, False, False
-            else:
-                obs, reward, term, trunc, info = run(i, env.step, action)
-                if self.mode == AutoresetMode.SAME_STEP and (term or trunc):
-                    final = (obs, info)
-                    obs, info = run(i, env.reset)
-            self.autoreset[i] = bool(term or trunc)
-            out.append((obs, float(reward), bool(term), bool(trunc), info, final))
-        return out
+        """Columns (observations, rewards, terminations, truncations, infos, finals) of these sub-envs,
+        a final being (final_obs, final_info) of an instance that ended in a SAME_STEP step, else None."""
+        mode, autoreset, calls = self.mode, self.autoreset, self.calls
+        next_step, same_step = mode is AutoresetMode.NEXT_STEP, mode is AutoresetMode.SAME_STEP
+        n = len(calls)
+        obs_, rewards, terms, truncs, infos, finals = [None] * n, [0.0] * n, [False] * n, [False] * n, [None] * n, \
+            [None] * n
+        i = 0
+        try:
+            for i, action in enumerate(actions):
+                env = calls[i]
+                if next_step and autoreset[i]:
+                    obs_[i], infos[i] = env.reset()
+                    autoreset[i] = False
+                    continue
+                obs, reward, term, trunc, info = env.step(action)
+                if term or trunc:
+                    autoreset[i] = True
+                    if same_step:
+                        finals[i] = (obs, info)
+                        obs, info = env.reset()
+                    terms[i], truncs[i] = bool(term), bool(trunc)
+                obs_[i], rewards[i], infos[i] = obs, float(reward), info
+        except Exception as exc:
+            raise _SubEnvError(self.first + i, exc) from exc
+        if not all(self._direct):
+            self._settle()
+        return obs_, rewards, terms, truncs, infos, finals
+
+    def _settle(self) -> None:
+        """Call an env directly once every wrapper around it only forwards: gym.make's OrderEnforcing
+        after a reset, PassiveEnvChecker after its one-time checks (first reset, first two steps)."""
+        from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker
+
+        for i, env in enumerate(self.envs):
+            layer, forwarding = env, True
+            while isinstance(layer, gym.Wrapper):
+                if type(layer) is OrderEnforcing:
+                    forwarding &= layer.has_reset
+                elif type(layer) is PassiveEnvChecker:
+                    forwarding &= layer.checked_reset and layer.checked_step and layer.checked_data_reuse
+                else:
+                    forwarding = False
+                layer = layer.env
+            if forwarding:
+                self.calls[i], self._direct[i] = layer, True
 
     def reset(self, seeds, options, mask):
         out = []
@@ -174,6 +218,73 @@ def _portable(exc: BaseException) -> tuple[type, str, str]:
     return kind, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
 
 
+_STR = {str}
+
+
+class LazyInfo(dict):
+    """A step's stacked infos, built on first use: a training loop that reads no info pays nothing
+    for stacking. Any use (indexing, `in`, iteration, len, ==, copy, pickle, dict(...), {**...}) first
+    builds the whole dict, which is then the plain dict `_add_info` would have given; a copy or a
+    pickle is a plain dict. C code that reads a dict's storage without its methods (json's C
+    encoder) sees it empty before its first use: pass `dict(info)` there."""
+
+    __slots__ = ("_build", "_arg")
+
+    def __init__(self, build=None, arg=None):  # noqa: D107 - dict.__new__ made it empty
+        self._build, self._arg = build, arg
+
+    def _ready(self) -> "LazyInfo":
+        if self._build is not None:
+            stacked = self._build(self._arg)
+            self._build = self._arg = None
+            dict.update(self, stacked)
+        return self
+
+    def __eq__(self, other):
+        if isinstance(other, LazyInfo):
+            other._ready()
+        return dict.__eq__(self._ready(), other)
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __reduce_ex__(self, protocol):
+        return dict, (dict(dict.items(self._ready())),)
+
+    def __copy__(self):
+        return dict(dict.items(self._ready()))
+
+
+def _built_first(name: str):
+    base = getattr(dict, name)
+
+    def method(self, *args, **kwargs):
+        return base(self._ready(), *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__repr__", "__or__", "__ror__", "__ior__",
+              "__reversed__", "__setitem__", "__delitem__", "__sizeof__", "keys", "values", "items", "get", "copy",
+              "pop", "popitem", "setdefault", "update", "clear"):
+    setattr(LazyInfo, _name, _built_first(_name))
+
+
+def default_workers(num_envs: int) -> int:
+    """Processes for `num_envs` sub-envs when `workers` is not given: one (the parent) on a machine
+    with at most 2 CPUs, else one per CPU. Each vector step costs every worker a pipe round trip and
+    a wake-up; on 2 shared CPUs that exceeds what a second process gains whenever the other CPU is
+    busy, and cheap steps (a warm DBExplore instance, ~30 us) lose to it even when it is idle
+    (benchmarks/bench_vector.py measures both)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 1 if cpus <= 2 else min(num_envs, cpus)
+
+
 class BatchedVectorEnv(VectorEnv):
     """`num_envs` sub-envs of `env_id` spread over `workers` processes; env kwargs go to `gym.make`.
 
@@ -182,13 +293,13 @@ class BatchedVectorEnv(VectorEnv):
 
     def __init__(self, env_id: str, num_envs: int, workers: int | None = None,
                  autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP, copy: bool = True,
-                 in_parent: bool = True, context: str | None = None, **env_kwargs: Any):
+                 in_parent: bool = True, context: str | None = None, lazy_info: bool = True, **env_kwargs: Any):
         super().__init__()
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.env_id, self.num_envs, self.copy = env_id, num_envs, copy
+        self.env_id, self.num_envs, self.copy, self.lazy_info = env_id, num_envs, copy, lazy_info
         self.autoreset_mode = AutoresetMode(autoreset_mode)
-        self.workers = max(1, min(num_envs, workers or os.cpu_count() or 1))
+        self.workers = max(1, min(num_envs, workers or default_workers(num_envs)))
         counts = [num_envs // self.workers + (w < num_envs % self.workers) for w in range(self.workers)]
         self._slices = [slice(sum(counts[:w]), sum(counts[:w + 1])) for w in range(self.workers)]
         self._closed, self._procs, self._pipes, self._local = False, [], [], None
@@ -224,6 +335,11 @@ class BatchedVectorEnv(VectorEnv):
         self._rewards = np.zeros((num_envs,), dtype=np.float64)
         self._terminations = np.zeros((num_envs,), dtype=np.bool_)
         self._truncations = np.zeros((num_envs,), dtype=np.bool_)
+        # spaces whose batches gymnasium keeps as plain tuples (Text and its subclasses): concatenate()
+        # gives tuple(items) and iterate() gives iter(actions), which step() then does without them
+        self._text_obs = concatenate.dispatch(type(obs_space)) is concatenate.dispatch(gym.spaces.Text)
+        self._text_actions = type(self.action_space) is gym.spaces.Tuple and type(act_space) not in iterate.registry
+        self._every = list(range(num_envs))  # the indices of a key every sub-env reported
 
     # --- messaging: one message to each worker, the parent's own shard meanwhile, then one answer from each
     def _send(self, cmd: str, per_shard: list[tuple]) -> list[Any]:
@@ -293,54 +409,98 @@ class BatchedVectorEnv(VectorEnv):
         return self._batch(), self._stack(pairs)
 
     def step(self, actions):
-        actions = list(iterate(self.action_space, actions))
-        answers = self._send("step", [(a,) for a in self._split(actions)])
-        pairs = []
-        for i, (obs, reward, term, trunc, info, final) in enumerate(r for answer in answers for r in answer):
+        if self._text_actions and isinstance(actions, (tuple, list)):
+            actions = list(actions)  # what iterate() gives for a Tuple of such spaces
+        else:
+            actions = list(iterate(self.action_space, actions))
+        if self._pipes or self._closed:
+            answers = self._send("step", [(a,) for a in self._split(actions)])
+        else:  # every sub-env in the parent: no messages to send or gather
+            answers = [self._local.handle("step", (actions,))]
+            if answers[0][0] == "error":
+                answers = self._gather(answers)
+            answers = [answers[0][1]]
+        if len(answers) == 1:
+            obs, rewards, terms, truncs, infos, finals = answers[0]
+        else:
+            obs, rewards, terms, truncs, infos, finals = ([x for answer in answers for x in answer[k]]
+                                                          for k in range(6))
+        self._env_obs = obs
+        # fresh arrays every step (SyncVectorEnv returns copies), kept for reset(options={"reset_mask"})
+        self._rewards = rewards = np.array(rewards, dtype=np.float64)
+        self._terminations = terms = np.array(terms, dtype=np.bool_)
+        self._truncations = truncs = np.array(truncs, dtype=np.bool_)
+        columns = (infos, finals)
+        info = LazyInfo(self._stack_step, columns) if self.lazy_info else self._stack_step(columns)
+        return self._batch(), rewards, terms, truncs, info
+
+    def _stack_step(self, columns) -> dict[str, Any]:
+        infos, finals = columns
+        if finals.count(None) == len(finals):
+            return self._stack(list(enumerate(infos)))
+        pairs = []  # SyncVectorEnv adds a sub-env's final_obs/final_info first, then its new info
+        for i, (info, final) in enumerate(zip(infos, finals)):
             if final is not None:
                 pairs.append((i, {"final_obs": final[0], "final_info": final[1]}))
-            self._env_obs[i], self._rewards[i], self._terminations[i], self._truncations[i] = obs, reward, term, trunc
             pairs.append((i, info))
-        infos = self._stack(pairs)
-        return (self._batch(), np.copy(self._rewards), np.copy(self._terminations), np.copy(self._truncations),
-                infos)
+        return self._stack(pairs)
 
     def _stack(self, pairs: list[tuple[int, dict]]) -> dict[str, Any]:
         """What `_add_info` gives for these (index, info) pairs in this order, built key by key instead
         of info by info (`_add_info` makes a fresh mask array per key per sub-env: a third of a cheap
-        instance's cost). Any key whose values are dicts for some sub-envs only goes the exact way."""
-        keys: dict[str, list[tuple[int, Any]]] = {}
+        instance's cost); a column of one Python scalar type held by every sub-env is one numpy call.
+        Any key whose values are dicts for some sub-envs only goes the exact way."""
+        n = self.num_envs
+        keys: dict[str, tuple[list[int], list[Any]]] = {}
         for i, info in pairs:
             for key, value in info.items():
-                keys.setdefault(key, []).append((i, value))
+                col = keys.get(key)
+                if col is None:
+                    keys[key] = ([i], [value])
+                else:
+                    col[0].append(i)
+                    col[1].append(value)
         out: dict[str, Any] = {}
-        for key, items in keys.items():
-            nested = [isinstance(v, dict) for _, v in items]
+        for key, (idx, values) in keys.items():
+            full = idx == self._every
+            nested = [isinstance(v, dict) for v in values]
             if key != "final_obs" and any(nested):
                 if not all(nested):
                     out = {}
                     for i, info in pairs:
                         out = self._add_info(out, info, i)
                     return out
-                out[key] = self._stack(items)
+                out[key] = self._stack(list(zip(idx, values)))
             else:
-                first = items[0][1]
-                if key == "final_obs" or not (type(first) in (int, float, bool) or isinstance(first, (np.number,
-                                                                                                      np.ndarray))):
-                    array = np.full(self.num_envs, fill_value=None, dtype=object)
-                elif isinstance(first, np.ndarray):
-                    array = np.zeros((self.num_envs, *first.shape), dtype=first.dtype)
+                first = values[0]
+                kind = type(first)
+                numeric = kind in (int, float, bool) or isinstance(first, np.number)
+                if full and key != "final_obs" and (numeric or kind is str) and all(type(v) is kind for v in values):
+                    # one type everywhere: the same array as assigning one by one (str: objects)
+                    array = np.array(values, dtype=kind if numeric else object)
                 else:
-                    array = np.zeros(self.num_envs, dtype=type(first))
-                for i, value in items:
-                    array[i] = value
+                    if key == "final_obs" or not (numeric or isinstance(first, np.ndarray)):
+                        array = np.full(n, fill_value=None, dtype=object)
+                    elif isinstance(first, np.ndarray):
+                        array = np.zeros((n, *first.shape), dtype=first.dtype)
+                    else:
+                        array = np.zeros(n, dtype=kind)
+                    for i, value in zip(idx, values):
+                        array[i] = value
                 out[key] = array
-            mask = np.zeros(self.num_envs, dtype=np.bool_)
-            mask[[i for i, _ in items]] = True
-            out[f"_{key}"] = mask
+            if full:
+                out[f"_{key}"] = np.ones(n, dtype=np.bool_)
+            else:
+                mask = np.zeros(n, dtype=np.bool_)
+                mask[idx] = True
+                out[f"_{key}"] = mask
         return out
 
     def _batch(self):
+        if self._text_obs and set(map(type, self._env_obs)) == _STR:
+            # what concatenate() gives for Text (a tuple), and a deep copy of a tuple of str is itself
+            self._observations = tuple(self._env_obs)
+            return self._observations
         self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
         return deepcopy(self._observations) if self.copy else self._observations
 

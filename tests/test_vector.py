@@ -10,6 +10,7 @@ within a few steps), so every sub-env crosses instance boundaries.
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import gymnasium as gym
@@ -99,7 +100,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from gymnasium.vector import AutoresetMode  # noqa: E402
 
-from clbench.vector import BatchedVectorEnv  # noqa: E402
+from clbench.vector import BatchedVectorEnv, LazyInfo, default_workers  # noqa: E402
 
 BATCH_N, WORKERS = 5, 3  # the parent steps sub-envs 0-1, two worker processes 2-3 and 4: batching is exercised
 
@@ -141,16 +142,20 @@ def _wait_gone(pids: list[int], seconds: float = 30) -> list[int]:
     return alive
 
 
+@pytest.mark.parametrize("workers", [WORKERS, 1], ids=["3-processes", "parent-only"])
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
 @pytest.mark.parametrize("env_id", _vector_ids())
-def test_batched_vector_matches_sync_through_instance_boundaries(env_id, mode):
+def test_batched_vector_matches_sync_through_instance_boundaries(env_id, mode, workers):
     """The batched vector gives SyncVectorEnv's observations, rewards, ends and infos step by step,
-    seed for seed, in both autoreset modes, while every sub-env crosses instance boundaries."""
-    vec = gym.make_vec(env_id, BATCH_N, vectorization_mode="vector_entry_point", cycle=True, workers=WORKERS,
+    seed for seed, in both autoreset modes, while every sub-env crosses instance boundaries: with
+    worker processes and with every sub-env in the parent (the default on 2 CPUs), through the fast
+    paths (sub-envs called inside gym.make's wrappers once these only forward, infos stacked when read)."""
+    vec = gym.make_vec(env_id, BATCH_N, vectorization_mode="vector_entry_point", cycle=True, workers=workers,
                        autoreset_mode=mode)
     ref = gym.make_vec(env_id, BATCH_N, vectorization_mode="sync", cycle=True, vector_kwargs={"autoreset_mode": mode})
     try:
-        assert isinstance(vec.unwrapped, BatchedVectorEnv) and vec.unwrapped.workers == WORKERS
+        assert isinstance(vec.unwrapped, BatchedVectorEnv) and vec.unwrapped.workers == workers
+        assert len(vec.unwrapped.worker_pids) == workers - 1
         assert vec.metadata["autoreset_mode"] == mode
         assert vec.observation_space == ref.observation_space and vec.action_space == ref.action_space
         obs, info = vec.reset(seed=0)
@@ -164,12 +169,14 @@ def test_batched_vector_matches_sync_through_instance_boundaries(env_id, mode):
             for name, x, y in zip(("obs", "reward", "terminated", "truncated", "info"), got, want):
                 assert _same(x, y), f"step {t}: {name} differs from SyncVectorEnv"
             info = got[4]
+            assert type(info) is LazyInfo
             for i in range(BATCH_N):
                 if info.get("_instance_id", [False] * BATCH_N)[i]:
                     seen[i].add(info["instance_id"][i])
             if mode == AutoresetMode.SAME_STEP and (got[2] | got[3]).any():
                 assert "final_obs" in info
         assert all(len(ids) >= 2 for ids in seen), seen
+        assert all(vec.unwrapped._local._direct)  # the fast path was taken after the wrappers' checks
     finally:
         ref.close()
         _close_within(vec)
@@ -263,6 +270,12 @@ def test_stacked_infos_equal_gymnasiums_add_info():
             [(0, {"n": {"x": 1, "y": {"z": "q"}}}), (1, {"n": {"x": 2}}), (2, {"m": np.float32(1.5)})],
             [(0, {"t": (1, 2)}), (1, {"t": [3]}), (3, {"t": 7})],
             [(0, {"d": {"x": 1}}), (1, {"e": 1}), (2, {"d": 5})],  # a dict in one sub-env only: the exact way
+            # every sub-env reports the key (one numpy call when all values share a type)
+            [(i, {"s": f"x{i}", "n": i, "f": i / 2, "b": i % 2 == 0, "m": [1, 2 + i][i % 2], "t": (i,)})
+             for i in range(4)],
+            [(i, {"x": [1, 2.5, True, np.float32(2)][i], "y": [2.5, 1, 3, 4][i]}) for i in range(4)],  # casts
+            [(i, {"final_obs": i, "final_info": {"k": i}}) for i in range(4)],  # final_obs stays objects
+            [(i, {"final_obs": "o", "n": np.int8(i)}) for i in range(4)] + [(0, {"n": np.int8(9)})],  # a repeat
         ]
         for pairs in cases:
             want: dict = {}
@@ -276,3 +289,156 @@ def test_stacked_infos_equal_gymnasiums_add_info():
             assert _same(vec._stack(pairs), want), pairs
     finally:
         _close_within(vec)
+
+
+# --- the step path's fast paths: infos stacked when read, sub-envs called inside forwarding wrappers
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+def test_lazy_infos_equal_infos_stacked_in_step(mode):
+    """Step by step, the lazy info read late (after the next step) equals the one stacked in step()."""
+    kw = dict(cycle=True, workers=1, autoreset_mode=mode, schedule="short")
+    lazy = BatchedVectorEnv("clbench/SpectrumMonitor-v3", 4, **kw)
+    eager = BatchedVectorEnv("clbench/SpectrumMonitor-v3", 4, lazy_info=False, **kw)
+    try:
+        lazy.reset(seed=3)
+        eager.reset(seed=3)
+        actions = ['{"transmitters": []}', "not json", '{"transmitters": []}', "x"]
+        held = []
+        for t in range(12):
+            action = tuple(actions[(t + k) % 4] for k in range(4))
+            got, want = lazy.step(action), eager.step(action)
+            assert type(got[4]) is LazyInfo and type(want[4]) is dict
+            assert _same(got[:4], want[:4])
+            held.append((got[4], want[4]))
+        for t, (late, now) in enumerate(held):  # read only now, many steps later
+            assert _same(late, now), t
+    finally:
+        _close_within(lazy)
+        _close_within(eager)
+
+
+def test_lazy_info_behaves_as_the_dict_it_stands_for():
+    """Every Python-level use builds it first. (C code that reads a dict's storage without its methods,
+    such as json's C encoder, sees it empty before its first use: the docstring says so.)"""
+    import copy
+    import json
+    import pickle
+
+    built = []
+
+    def build(arg):
+        built.append(arg)
+        return {"a": 1, "_a": True, "n": {"x": "y"}}
+
+    plain = build(None)
+    built.clear()
+    uses = [len, bool, list, dict, repr, str, sorted, lambda d: {**d}, lambda d: "a" in d, lambda d: d["n"],
+            lambda d: d.get("a"), lambda d: list(d.items()), lambda d: list(d.values()), lambda d: d == plain,
+            lambda d: d != plain, lambda d: d | {"b": 2}, lambda d: {"b": 2} | d, lambda d: json.dumps(dict(d)),
+            lambda d: pickle.loads(pickle.dumps(d)), copy.copy, copy.deepcopy, lambda d: d.copy(),
+            lambda d: list(reversed(d)), lambda d: (lambda **kw: kw)(**d), lambda d: d == LazyInfo(build, "other")]
+    for use in uses:
+        lazy = LazyInfo(build, "arg")
+        want = use(dict(plain))
+        got = use(lazy)
+        assert got == want or (use is uses[-1] and got is True), use
+        assert "arg" in built and len(dict.keys(lazy)) == 3  # built on first use, then a plain dict inside
+        built.clear()
+    lazy = LazyInfo(build, "arg")
+    assert type(pickle.loads(pickle.dumps(lazy))) is dict and type(copy.deepcopy(lazy)) is dict
+    lazy["b"] = 2
+    assert lazy.pop("a") == 1 and dict(lazy) == {"_a": True, "n": {"x": "y"}, "b": 2} and len(built) == 1
+
+
+class _Drifting(_Faulty):
+    """An info key that is an int on odd steps and None on even ones (the reset seed is the step
+    count to start from): sub-envs out of phase give infos gymnasium cannot stack."""
+
+    def reset(self, *, seed=None, options=None):
+        self.t = seed or 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.t += 1
+        return "ok", 0.0, False, False, {"k": 1 if self.t % 2 else None}
+
+
+gym.register("clbench_test/Drifting-v0", entry_point=_Drifting, disable_env_checker=True)
+
+
+def test_unstackable_infos_raise_where_they_are_read():
+    """SyncVectorEnv raises in step(); the lazy info raises the same error where it is read (the step
+    itself completes); lazy_info=False raises in step()."""
+    sync = gym.make_vec("clbench_test/Drifting-v0", 2, vectorization_mode="sync")
+    lazy = BatchedVectorEnv("clbench_test/Drifting-v0", 2, workers=1)
+    eager = BatchedVectorEnv("clbench_test/Drifting-v0", 2, workers=1, lazy_info=False)
+    try:
+        for vec in (sync, lazy, eager):
+            vec.reset(seed=0)  # sub-env 0 from step 0, sub-env 1 from step 1
+        with pytest.raises(TypeError) as want:
+            sync.step(("x", "x"))
+        info = lazy.step(("x", "x"))[4]
+        with pytest.raises(type(want.value), match=re.escape(str(want.value))):
+            info["k"]
+        with pytest.raises(type(want.value), match=re.escape(str(want.value))):
+            eager.step(("x", "x"))
+    finally:
+        for vec in (sync, lazy, eager):
+            vec.close()
+
+
+class _Timed(_Faulty):
+    pass
+
+
+gym.register("clbench_test/Timed-v0", entry_point=_Timed, max_episode_steps=3, disable_env_checker=True)
+
+
+def test_sub_envs_are_called_directly_only_inside_wrappers_that_forward():
+    """gym.make's OrderEnforcing and PassiveEnvChecker only forward once checked: the fast path calls the
+    env inside them. Any other wrapper (here TimeLimit, which ends instances) is kept: every step goes
+    through it, and its truncations come out as SyncVectorEnv's do."""
+    plain = BatchedVectorEnv("clbench/MemoryProbe-v2", 2, workers=1)
+    timed = BatchedVectorEnv("clbench_test/Timed-v0", 2, workers=1)
+    ref = gym.make_vec("clbench_test/Timed-v0", 2, vectorization_mode="sync")
+    try:
+        plain.reset(seed=0)
+        assert not any(plain._local._direct)
+        for _ in range(3):
+            plain.step(("x", "x"))
+        assert all(plain._local._direct) and plain._local.calls == [e.unwrapped for e in plain._local.envs]
+        timed.reset(seed=0)
+        ref.reset(seed=0)
+        for t in range(7):
+            got, want = timed.step(("x", "x")), ref.step(("x", "x"))
+            assert _same(got, want), t
+        assert not any(timed._local._direct) and timed._local.calls == timed._local.envs
+    finally:
+        for vec in (plain, timed, ref):
+            vec.close()
+
+
+@pytest.mark.parametrize("index", [0, 4])
+def test_error_in_a_sub_env_of_a_parent_only_vector(index):
+    vec = BatchedVectorEnv("clbench_test/Faulty-v0", 5, workers=1)
+    assert vec.worker_pids == []
+    vec.reset(seed=0)
+    actions = ["x"] * 5
+    actions[index] = "boom"
+    with pytest.raises(ValueError, match=rf"sub-env {index}: ValueError: the sub-env broke") as err:
+        vec.step(tuple(actions))
+    assert err.value.env_index == index and vec.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.step(("x",) * 5)
+
+
+def test_default_workers_is_the_parent_alone_on_two_cpus(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert default_workers(8) == 1
+    vec = BatchedVectorEnv("clbench/MemoryProbe-v2", 3)
+    try:
+        assert vec.workers == 1 and vec.worker_pids == []
+    finally:
+        vec.close()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert default_workers(8) == 8 and default_workers(40) == 16
