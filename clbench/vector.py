@@ -221,22 +221,37 @@ def _portable(exc: BaseException) -> tuple[type, str, str]:
 _STR = {str}
 
 
+class _Pending:
+    """The key of an unbuilt LazyInfo's placeholder entry (no string: no serializer takes it as a field)."""
+
+    def __repr__(self) -> str:
+        return "<info not built yet>"
+
+
+_PENDING = _Pending()
+
+
 class LazyInfo(dict):
     """A step's stacked infos, built on first use: a training loop that reads no info pays nothing
     for stacking. Any use (indexing, `in`, iteration, len, ==, copy, pickle, dict(...), {**...}) first
     builds the whole dict, which is then the plain dict `_add_info` would have given; a copy or a
-    pickle is a plain dict. C code that reads a dict's storage without its methods (json's C
-    encoder) sees it empty before its first use: pass `dict(info)` there."""
+    pickle is a plain dict. Until its first use its storage holds one placeholder entry under a
+    key that is no string: C code that reads a dict's size before its methods (json's C encoder)
+    then goes through `items()` and gets the stacked infos, and code that reads the storage alone
+    fails loudly on the key instead of seeing an empty info."""
 
     __slots__ = ("_build", "_arg")
 
     def __init__(self, build=None, arg=None):  # noqa: D107 - dict.__new__ made it empty
         self._build, self._arg = build, arg
+        if build is not None:
+            dict.__setitem__(self, _PENDING, None)
 
     def _ready(self) -> "LazyInfo":
         if self._build is not None:
             stacked = self._build(self._arg)
             self._build = self._arg = None
+            dict.clear(self)
             dict.update(self, stacked)
         return self
 

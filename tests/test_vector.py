@@ -318,8 +318,8 @@ def test_lazy_infos_equal_infos_stacked_in_step(mode):
 
 
 def test_lazy_info_behaves_as_the_dict_it_stands_for():
-    """Every Python-level use builds it first. (C code that reads a dict's storage without its methods,
-    such as json's C encoder, sees it empty before its first use: the docstring says so.)"""
+    """Every use builds it first, json's C encoder included (it reads a dict's size before its items:
+    an unbuilt info must never serialize as an empty one)."""
     import copy
     import json
     import pickle
@@ -335,6 +335,7 @@ def test_lazy_info_behaves_as_the_dict_it_stands_for():
     uses = [len, bool, list, dict, repr, str, sorted, lambda d: {**d}, lambda d: "a" in d, lambda d: d["n"],
             lambda d: d.get("a"), lambda d: list(d.items()), lambda d: list(d.values()), lambda d: d == plain,
             lambda d: d != plain, lambda d: d | {"b": 2}, lambda d: {"b": 2} | d, lambda d: json.dumps(dict(d)),
+            json.dumps, lambda d: json.dumps({"info": d}, sort_keys=True),
             lambda d: pickle.loads(pickle.dumps(d)), copy.copy, copy.deepcopy, lambda d: d.copy(),
             lambda d: list(reversed(d)), lambda d: (lambda **kw: kw)(**d), lambda d: d == LazyInfo(build, "other")]
     for use in uses:
