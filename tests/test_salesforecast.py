@@ -243,7 +243,8 @@ def test_the_stateless_reference_has_headroom(env):
 
 
 def test_reference_learns_from_its_panel(env):
-    """Stateful, the panel file in the workspace grows and the forecast beats the stateless one."""
+    """Stateful, the panel file in the workspace grows (exports and the feedback's realised units) and the forecast
+    beats the stateless one."""
     agent = make_agent("reference", env, seed=0)
     obs, info = env.reset(seed=0)
     log = []
@@ -252,9 +253,41 @@ def test_reference_learns_from_its_panel(env):
             obs, info = env.reset()
         log += _play(env, agent, obs, info)[1]
     env.reset()
-    assert "store-years 4" in log[-2] and "57 panel.csv" in env.step("wc -l panel.csv")[0]  # 4 x 14 rows
+    # 4 exports x 14 rows and the 3 feedbacks' 15 realised units of 2027-2029 (every store), 10 rows in both
+    assert "panel rows 91, store-years 10" in log[-2] and "92 panel.csv" in env.step("wc -l panel.csv")[0]
     scores = [float(o.split("Instance score: ", 1)[1].split()[0]) for o in log if o.startswith("Forecast for")]
     assert len(scores) == 4 and np.mean(scores[1:]) > env.unwrapped.r_reference + 0.1
+
+
+def test_reference_keeps_the_feedbacks_realised_units_until_frozen(env):
+    """The stateful reference writes the realised units its last feedback showed (every store) to books.csv at the
+    start of the next year, stateless it has none; frozen at K it still writes K-1's (known before K), never later."""
+    u = env.unwrapped
+    slots = u.schedule.order(0)
+
+    def feedback(pos: int) -> str:
+        data = slots[pos].instance.payload
+        actual = {c: u.world.sales[c] for c in data.cells}
+        return u._feedback(data.year, 0.5, 0.5, {c: 1.0 for c in data.cells}, actual)
+
+    def books_written(agent, pos: int) -> list[str]:
+        agent.begin_instance("", {"position": pos})
+        return [c for c in agent.plan if c.startswith("cat > books.csv")]
+
+    agent = make_agent("reference", env, seed=0, freeze_at=2)
+    assert books_written(agent, 0) == []  # nothing before the first feedback (the stateless case too)
+    agent.end_instance(0.5, {"position": 0}, feedback(0))
+    (books,) = books_written(agent, 1)
+    rows = books.splitlines()[2:-1]
+    data = slots[0].instance.payload
+    assert sorted(rows) == sorted(f"{s},{y},{p},{u.world.sales[(p, s, y)]}" for p, s, y in data.cells if y == data.year)
+    assert len(rows) == 15 and {r.split(",")[0] for r in rows} == {"SF", "NY", "CHI"}
+    assert agent.state_dict()["books"] == []  # consumed
+    agent.end_instance(0.5, {"position": 1}, feedback(1))
+    assert agent.state_dict()["books"] and len(books_written(agent, 2)) == 1  # K-1's feedback, at K
+    assert "--frozen" in agent.plan[-2]
+    agent.end_instance(0.5, {"position": 2}, feedback(2))
+    assert books_written(agent, 3) == []  # K's feedback came after the freeze
 
 
 def test_random_agent_is_a_floor():
@@ -339,6 +372,13 @@ def _latent_values(lat: dict) -> dict[str, list]:
             "quarter share": lat["quarter_shares"], "regime cut": [cut], "regime turn": [turn]}
 
 
+def store_spread(levels: dict) -> float:
+    """How far the stores are from the visible one, averaged over which store is visible: mean over v of
+    sum_s |level_s - level_v| / sum_s level_s (what a forecaster taking every store for the visible one misses)."""
+    v = np.array(list(levels.values()))
+    return float(np.mean([np.abs(v - x).sum() / v.sum() for x in v]))
+
+
 def test_worlds_draw_every_latent_value_anew():
     """issue 29: the train split and fresh worlds 1-20 draw store levels, base volumes, growth, elasticity,
     seasonality and the regime change from ranges of their own: no canonical value of any kind recurs (v3
@@ -370,6 +410,12 @@ def test_worlds_draw_every_latent_value_anew():
         assert x["regime_change"]["year"] == canon["regime_change"]["year"]
         (coll, turn), = x["regime_change"]["growth"].items()
         assert coll == max(x["growth"], key=x["growth"].get) and turn < 1 and v["regime cut"][0] < 1
+        # the cut never falls on the largest store, so it never erases the store differences (world 16 of v4: the
+        # largest store cut to near the others' level, the stores' spread 0.37 -> 0.18, the reference's gain 0.02)
+        (store, cut), = x["regime_change"]["store_levels"].items()
+        after = {**x["store_levels"], store: x["store_levels"][store] * cut}
+        assert x["store_levels"][store] < max(x["store_levels"].values())
+        assert store_spread(after) > store_spread(x["store_levels"])
     assert gym.make(ENV, world_seed=1).unwrapped.latent() == lat["w1"]
 
 
@@ -416,6 +462,7 @@ def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None)
     import contextlib
     import shlex
     import shutil
+    import subprocess
     import sys
     import tempfile
     from pathlib import Path
@@ -437,13 +484,19 @@ def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None)
                 (ws / rel).parent.mkdir(parents=True, exist_ok=True)
                 (ws / rel).write_text(text)
             agent.begin_instance("", {"position": pos})
-            command = shlex.split(agent.plan[1])
-            assert command[:2] == ["python3", "forecast.py"], command
+            *files, run_it, submit = agent.plan
+            for command in files:  # heredocs writing books.csv and forecast.py: cheap, run by bash
+                subprocess.run(["bash", "-c", command], cwd=ws, check=True)
+            command = shlex.split(run_it)
+            assert command[:2] == ["python3", "forecast.py"] and submit.startswith("SUBMIT"), command
             with contextlib.chdir(ws), mock.patch.object(sys, "argv", command[1:]), \
                     contextlib.redirect_stdout(io.StringIO()):
                 exec(code, {"__name__": "__main__"})
             preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
-            rewards.append(skill(wape(preds, {c: u.world.sales[c] for c in data.cells})))
+            actual = {c: u.world.sales[c] for c in data.cells}
+            w = wape(preds, actual)
+            rewards.append(skill(w))
+            agent.end_instance(rewards[-1], {"position": pos}, u._feedback(data.year, skill(w), w, preds, actual))
     return rewards
 
 
