@@ -536,9 +536,17 @@ def test_in_process_reference_is_the_sandboxed_one(env):
     assert played == reference_rewards(env, stateful=True)[:2]
 
 
+SLOW = bool(os.environ.get("CLBENCH_SLOW"))
 #: worlds whose difficulty the default run checks (all 20 with CLBENCH_SLOW=1, every family's full grid): 4 and 18
-#: are where v3's reference was reached (full grid +0.00003 and +0.015)
-FRESH_WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (4, 18)
+#: are where v3's reference was reached (full grid +0.00003 and +0.015), 16 where v4's draw cut the largest store
+FRESH_WORLDS = range(1, 21) if SLOW else (4, 16, 18)
+#: the canonical world's numbers (fast_world_numbers(None); checked under CLBENCH_SLOW=1), and the band around
+#: them that every fresh world's must stay in (issue 29)
+CANONICAL = {"r_max": 0.9097, "r_reference": 0.5078, "normalized_gain": 0.6055, "drift_cost": 0.1065,
+             "red_minus_reference": -0.0181}
+BAND = {"r_max": 0.05, "r_reference": 0.2, "normalized_gain": 0.2}  # |fresh - canonical| at most
+DRIFT_BAND = (1 / 3, 3)  # the drift cost within these multiples of the canonical one
+RED_BAND = (-0.2, 0.0)  # the best red-team point minus r_reference: below the reference, not absurdly far
 
 
 @functools.lru_cache(maxsize=None)
@@ -546,30 +554,33 @@ def _world(world_seed) -> dict:
     return fast_world_numbers(world_seed)
 
 
-@pytest.mark.parametrize("world_seed", [pytest.param(16, marks=pytest.mark.xfail(
-    strict=True, reason="normalized gain 0.016: the drift costs the learner more than its memory gains (open)"))
-    if w == 16 else w for w in FRESH_WORLDS])
+@pytest.mark.parametrize("world_seed", [*FRESH_WORLDS, *([None] if SLOW else [])])
 def test_fresh_worlds_keep_the_difficulty(world_seed):
-    """issue 28/29: headroom, learning and a costly drift in a fresh world. Worlds 1-20 measured (canonical in
-    brackets): r_max 0.88-0.94 (0.91), r_reference 0.33-0.71 (0.51), normalized gain 0.02-0.72 (0.54), drift cost
-    0.06-0.26 (0.09). World 16 is below the gain band: its stateless reference is strong (0.70) and the stateful
-    one loses the three years after the regime change (NY, the largest store, cut; 0.53, 0.40, 0.62), a strict
-    xfail. The reference runs in-process (reference_rewards); the sandboxed rollouts are
+    """issue 28/29: headroom, learning and a costly drift in a fresh world, each within a band of the canonical
+    world's (None: the canonical world's own numbers). Worlds 1-20 measured, mean [range] (canonical): r_max 0.917
+    [0.880, 0.944] (0.910), r_reference 0.447 [0.330, 0.556] (0.508), normalized gain 0.67 [0.57, 0.76] (0.61), drift
+    cost 0.13 [0.05, 0.24] (0.11). v4's draw could cut the largest store, which erased the store differences: world
+    16's gain was 0.016 (its stateless reference 0.705, the stateful one losing the three years after the cut, a
+    strict xfail here); now 0.66. The reference runs in-process (reference_rewards); the sandboxed rollouts are
     test_must_show_reference_rollout and the contract test's calibration check."""
-    n = _world(world_seed)
-    assert n["r_max"] > 0.85 and n["r_reference"] < 0.75 * n["r_max"], n
-    assert n["normalized_gain"] >= 0.1, n
-    assert n["drift_cost"] > 0, n
+    n, c = _world(world_seed), CANONICAL
+    if world_seed is None:
+        assert {k: round(float(n[k]), 4) for k in ("r_max", "r_reference", "normalized_gain", "drift_cost")} == \
+            {k: c[k] for k in ("r_max", "r_reference", "normalized_gain", "drift_cost")}, n
+    assert n["r_reference"] < 0.75 * n["r_max"], n
+    for key, width in BAND.items():
+        assert abs(n[key] - c[key]) <= width, (key, n)
+    assert DRIFT_BAND[0] * c["drift_cost"] <= n["drift_cost"] <= DRIFT_BAND[1] * c["drift_cost"], n
 
 
 @pytest.mark.parametrize("world_seed", FRESH_WORLDS)
 def test_no_memoryless_forecaster_reaches_the_reference_in_fresh_worlds(world_seed):
     """issue 28/29: no family point, stateless, reaches the stateless reference (worlds 1-20, every family's full
-    grid: best point minus r_reference -0.113 to -0.014, canonical -0.018; v3's reference, whose price term
-    extrapolated a type missing from the export across types, was reached in worlds 3, 4 and 18 once base
+    grid: best point minus r_reference -0.119 to -0.014, mean -0.041, canonical -0.018; v3's reference, whose price
+    term extrapolated a type missing from the export across types, was reached in worlds 3, 4 and 18 once base
     volumes were drawn fresh)."""
     n = _world(world_seed)
-    assert n["red_team_best"] < n["r_reference"], n
+    assert RED_BAND[0] <= n["red_team_best"] - n["r_reference"] < RED_BAND[1], n
 
 
 def test_the_sandbox_binds_site_folders_a_venv_pth_adds():
