@@ -456,7 +456,8 @@ def test_no_memoryless_forecaster_reaches_the_reference(env):
 def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None) -> list[float]:
     """The reference's rewards in schedule order, its own script (FORECAST_SCRIPT, with the arguments the agent
     gives it) run in this process on each instance's inbox files, in a folder standing in for the workspace (one
-    for the whole rollout when `stateful`, inbox/ replaced every year; a new one per instance otherwise). The
+    for the whole rollout when `stateful`, inbox/ replaced every year, the feedback passed to the agent; a new one
+    and a new agent per instance otherwise). The other commands of its plan (heredocs) run with bash. The
     sandboxed run gives the same forecasts (test_in_process_reference_is_the_sandboxed_one) at a fraction of the
     cost: no python3 start and import of pandas and scikit-learn per forecast."""
     import contextlib
@@ -483,6 +484,8 @@ def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None)
             for rel, text in data.files.items():
                 (ws / rel).parent.mkdir(parents=True, exist_ok=True)
                 (ws / rel).write_text(text)
+            if not stateful:  # a fresh agent per instance, as the runner's stateless pass plays it
+                agent = make_agent("reference", env, seed=0, freeze_at=freeze_at)
             agent.begin_instance("", {"position": pos})
             *files, run_it, submit = agent.plan
             for command in files:  # heredocs writing books.csv and forecast.py: cheap, run by bash
