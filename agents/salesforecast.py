@@ -6,13 +6,19 @@ schema (each store's system spells its columns differently), appends it to `pane
 workspace, fits a Poisson GLM (scikit-learn's PoissonRegressor) with store, type,
 store-by-type, collection, collection-by-year (growth), log-price (relative to the type's mean
 catalog price) and product terms across every row of the panel, recent years weighted more
-(half-life 1.5 years, so a changed store level or trend takes over within a few years), and
-writes `predictions.json`, which it then submits. Stateful, the
-panel grows by one store-year per instance, so growth, store levels and interactions become
-estimable; stateless (an empty workspace) it fits the single visible year, where every growth
-term is zero and the other stores look like the visible one. `freeze_at=K` (for
+(half-life 1.5 years, so a changed store level or trend takes over within a few years), growth
+only once some store has three years and damped past the panel's last year (a damped trend),
+and writes `predictions.json`, which it then submits. Stateful, the
+panel grows by one store-year per instance, plus the realised units the last feedback showed
+(the forecast year's requested products in every store: the agent writes them to `books.csv`
+at the start of the next year; the script prices them from the catalog it saved then,
+`prices.csv`), so growth, store levels and interactions become estimable, and a store whose
+level changes shows it one year later whichever store's export is visible (a panel of exports
+alone saw it only when that store's export came round again, up to three years on);
+stateless (an empty workspace, no earlier feedback) it fits the single visible year, where every
+growth term is zero and the other stores look like the visible one. `freeze_at=K` (for
 `clbench drift-check`): from position K on the script runs with `--frozen`, fitting the panel
-as it was at K plus the visible export without saving the panel.
+as it was at K (the feedback of K-1 included) plus the visible export without saving anything.
 
 `SalesForecastOracle` submits the true expected demand of every requested cell inline.
 """
@@ -59,19 +65,34 @@ def read_export(path):
     return []
 
 
+def read_books():
+    """(store, year, product_id, units, price) rows of the realised units the last feedback showed
+    (books.csv, written from it), priced from the catalog of that year (prices.csv, saved then)."""
+    if not (os.path.exists("books.csv") and os.path.exists("prices.csv")):
+        return []
+    books = pd.read_csv("books.csv").merge(pd.read_csv("prices.csv"), on=["product_id", "year"])
+    return list(books[cols].itertuples(index=False, name=None))
+
+
 cols = ["store", "year", "product_id", "units", "price"]
-rows = [r for path in sorted(glob.glob("inbox/*")) for r in read_export(path)]
+rows = [r for path in sorted(glob.glob("inbox/*")) for r in read_export(path)] + read_books()
 panel = pd.DataFrame(rows, columns=cols)
 if os.path.exists("panel.csv"):
     panel = pd.concat([pd.read_csv("panel.csv"), panel])
 panel = panel.drop_duplicates(["store", "year", "product_id"], keep="last")
 if "--frozen" not in sys.argv:
     panel.to_csv("panel.csv", index=False)
+    # this year's list prices, for the realised units its feedback will show (read_books next year)
+    first = min(c["year"] for c in json.load(open("inbox/request.json"))["cells"])
+    pd.DataFrame({"product_id": cat["product_id"], "year": first, "price": cat[f"price_{first}"]}).to_csv(
+        "prices.csv", index=False)
 
 info = cat.set_index("product_id")
 t0 = panel["year"].mean()
-# growth is only identified apart from store levels once some store has two years of data
-grow = float(panel.groupby("store")["year"].nunique().max() >= 2)
+# growth is only identified apart from store levels once some store has several years of data; with two (the
+# feedback's realised units give the first store its second year after one forecast) a trend fitted on a handful
+# of products, compounded over a five-year horizon, ran to several times the demand (zero skill)
+grow = float(panel.groupby("store")["year"].nunique().max() >= 3)
 # price acts within a type (a product priced above its type's usual price sells less); across types the
 # price level says nothing about volume, so the price term is the log price relative to the type's mean
 # catalog price (v3 centred it on the whole panel: a type missing from the export was then extrapolated
@@ -86,8 +107,12 @@ names = (stores + types + colls + [f"g:{c}" for c in colls] + ["log_price"]
          + [f"{s}x{t}" for s in stores for t in types] + prods)
 index = {n: i for i, n in enumerate(names)}
 HALF_LIFE = 1.5
-# a point forecast for an absolute-error score is a median: with no trend estimable yet (one year per
-# store), demand h years ahead is damped by DAMP ** h, since the unknown trends make it right-skewed
+# a damped trend (Gardner-McKenzie): h years past the panel the fitted growth counts PHI + ... + PHI ** h years, not
+# h; a trend fitted on a few years is noisy, and trends change
+PHI = 0.8
+YMAX = panel["year"].max()
+# a point forecast for an absolute-error score is a median: with no trend estimable yet (fewer than three
+# years of any store), demand h years ahead is damped by DAMP ** h, since the unknown trends make it right-skewed
 DAMP = float(next((a.split("=")[1] for a in sys.argv if a.startswith("--damp=")), 0.95))
 SCALE = float(next((a.split("=")[1] for a in sys.argv if a.startswith("--scale=")), 1.0))
 
@@ -96,7 +121,8 @@ def features(store, year, pid, price):
     x = np.zeros(len(names))
     typ, coll = info.loc[pid, "type"], info.loc[pid, "collection"]
     x[index[store]] = x[index[typ]] = x[index[coll]] = 1.0
-    x[index["g:" + coll]] = grow * (year - t0)
+    ahead = max(0, year - YMAX)
+    x[index["g:" + coll]] = grow * (min(year, YMAX) + PHI * (1 - PHI ** ahead) / (1 - PHI) - t0)
     x[index["log_price"]] = np.log(price) - type_lp[typ]
     x[index[f"{store}x{typ}"]] = 0.5
     x[index[pid]] = 0.5
@@ -137,10 +163,17 @@ class SalesForecastReference(Agent):
     def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
         self.freeze_at = freeze_at
+        self.books: list[tuple] = []  # (store, year, product_id, units) the last feedback showed
 
     def begin_instance(self, observation: str, info: dict) -> None:
-        frozen = self.frozen(info)
+        self._frozen = frozen = self.frozen(info)
+        books = []
+        if self.books:  # last year's realised units (its feedback) go to the workspace for the script
+            books = ["cat > books.csv <<'CLBENCH_EOF'\nstore,year,product_id,units\n"
+                     + "".join(f"{s},{y},{p},{u}\n" for s, y, p, u in self.books) + "CLBENCH_EOF"]
+            self.books = []
         self.plan = [
+            *books,
             "cat > forecast.py <<'CLBENCH_EOF'\n" + FORECAST_SCRIPT.strip() + "\nCLBENCH_EOF",
             f"python3 forecast.py --damp={self.damp} --scale={self.scale}" + (" --frozen" if frozen else ""),
             "SUBMIT predictions.json",
@@ -151,13 +184,23 @@ class SalesForecastReference(Agent):
             return "SUBMIT predictions.json"
         return self.plan.pop(0)
 
+    def end_instance(self, reward: float, info: dict, observation: str = "") -> None:
+        """Keep the realised units the feedback shows (the forecast year's, every store) for the next
+        year's panel; none once frozen (what a frozen reference knew stops at `freeze_at`)."""
+        m = _BOOKS_YEAR.search(observation)
+        if m and not getattr(self, "_frozen", False):
+            self.books = [(s, int(m.group(1)), p, int(u)) for p, s, u in _BOOKS_ROW.findall(observation)]
+
     def state_dict(self) -> dict:
-        return {}  # everything it learns lives in the workspace (panel.csv)
+        # the panel lives in the workspace (panel.csv); between two years, last year's realised units
+        return {"books": [list(b) for b in self.books]}
 
     def load_state_dict(self, state: dict) -> None:
-        return None
+        self.books = [tuple(b) for b in state.get("books", [])]
 
 
+_BOOKS_YEAR = re.compile(r"^Realised units of (\d{4})", re.MULTILINE)
+_BOOKS_ROW = re.compile(r"^\s+(P\d+) (\w+) \| [\d.]+ \| (\d+)$", re.MULTILINE)
 _REQUEST = re.compile(r"^Requested products: ([\w ]+); stores: ([\w ]+); years: (\d{4})-(\d{4})", re.MULTILINE)
 
 

@@ -243,7 +243,8 @@ def test_the_stateless_reference_has_headroom(env):
 
 
 def test_reference_learns_from_its_panel(env):
-    """Stateful, the panel file in the workspace grows and the forecast beats the stateless one."""
+    """Stateful, the panel file in the workspace grows (exports and the feedback's realised units) and the forecast
+    beats the stateless one."""
     agent = make_agent("reference", env, seed=0)
     obs, info = env.reset(seed=0)
     log = []
@@ -252,9 +253,41 @@ def test_reference_learns_from_its_panel(env):
             obs, info = env.reset()
         log += _play(env, agent, obs, info)[1]
     env.reset()
-    assert "store-years 4" in log[-2] and "57 panel.csv" in env.step("wc -l panel.csv")[0]  # 4 x 14 rows
+    # 4 exports x 14 rows and the 3 feedbacks' 15 realised units of 2027-2029 (every store), 10 rows in both
+    assert "panel rows 91, store-years 10" in log[-2] and "92 panel.csv" in env.step("wc -l panel.csv")[0]
     scores = [float(o.split("Instance score: ", 1)[1].split()[0]) for o in log if o.startswith("Forecast for")]
     assert len(scores) == 4 and np.mean(scores[1:]) > env.unwrapped.r_reference + 0.1
+
+
+def test_reference_keeps_the_feedbacks_realised_units_until_frozen(env):
+    """The stateful reference writes the realised units its last feedback showed (every store) to books.csv at the
+    start of the next year, stateless it has none; frozen at K it still writes K-1's (known before K), never later."""
+    u = env.unwrapped
+    slots = u.schedule.order(0)
+
+    def feedback(pos: int) -> str:
+        data = slots[pos].instance.payload
+        actual = {c: u.world.sales[c] for c in data.cells}
+        return u._feedback(data.year, 0.5, 0.5, {c: 1.0 for c in data.cells}, actual)
+
+    def books_written(agent, pos: int) -> list[str]:
+        agent.begin_instance("", {"position": pos})
+        return [c for c in agent.plan if c.startswith("cat > books.csv")]
+
+    agent = make_agent("reference", env, seed=0, freeze_at=2)
+    assert books_written(agent, 0) == []  # nothing before the first feedback (the stateless case too)
+    agent.end_instance(0.5, {"position": 0}, feedback(0))
+    (books,) = books_written(agent, 1)
+    rows = books.splitlines()[2:-1]
+    data = slots[0].instance.payload
+    assert sorted(rows) == sorted(f"{s},{y},{p},{u.world.sales[(p, s, y)]}" for p, s, y in data.cells if y == data.year)
+    assert len(rows) == 15 and {r.split(",")[0] for r in rows} == {"SF", "NY", "CHI"}
+    assert agent.state_dict()["books"] == []  # consumed
+    agent.end_instance(0.5, {"position": 1}, feedback(1))
+    assert agent.state_dict()["books"] and len(books_written(agent, 2)) == 1  # K-1's feedback, at K
+    assert "--frozen" in agent.plan[-2]
+    agent.end_instance(0.5, {"position": 2}, feedback(2))
+    assert books_written(agent, 3) == []  # K's feedback came after the freeze
 
 
 def test_random_agent_is_a_floor():
@@ -339,6 +372,13 @@ def _latent_values(lat: dict) -> dict[str, list]:
             "quarter share": lat["quarter_shares"], "regime cut": [cut], "regime turn": [turn]}
 
 
+def store_spread(levels: dict) -> float:
+    """How far the stores are from the visible one, averaged over which store is visible: mean over v of
+    sum_s |level_s - level_v| / sum_s level_s (what a forecaster taking every store for the visible one misses)."""
+    v = np.array(list(levels.values()))
+    return float(np.mean([np.abs(v - x).sum() / v.sum() for x in v]))
+
+
 def test_worlds_draw_every_latent_value_anew():
     """issue 29: the train split and fresh worlds 1-20 draw store levels, base volumes, growth, elasticity,
     seasonality and the regime change from ranges of their own: no canonical value of any kind recurs (v3
@@ -370,6 +410,12 @@ def test_worlds_draw_every_latent_value_anew():
         assert x["regime_change"]["year"] == canon["regime_change"]["year"]
         (coll, turn), = x["regime_change"]["growth"].items()
         assert coll == max(x["growth"], key=x["growth"].get) and turn < 1 and v["regime cut"][0] < 1
+        # the cut never falls on the largest store, so it never erases the store differences (world 16 of v4: the
+        # largest store cut to near the others' level, the stores' spread 0.37 -> 0.18, the reference's gain 0.02)
+        (store, cut), = x["regime_change"]["store_levels"].items()
+        after = {**x["store_levels"], store: x["store_levels"][store] * cut}
+        assert x["store_levels"][store] < max(x["store_levels"].values())
+        assert store_spread(after) > store_spread(x["store_levels"])
     assert gym.make(ENV, world_seed=1).unwrapped.latent() == lat["w1"]
 
 
@@ -410,12 +456,14 @@ def test_no_memoryless_forecaster_reaches_the_reference(env):
 def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None) -> list[float]:
     """The reference's rewards in schedule order, its own script (FORECAST_SCRIPT, with the arguments the agent
     gives it) run in this process on each instance's inbox files, in a folder standing in for the workspace (one
-    for the whole rollout when `stateful`, inbox/ replaced every year; a new one per instance otherwise). The
+    for the whole rollout when `stateful`, inbox/ replaced every year, the feedback passed to the agent; a new one
+    and a new agent per instance otherwise). The other commands of its plan (heredocs) run with bash. The
     sandboxed run gives the same forecasts (test_in_process_reference_is_the_sandboxed_one) at a fraction of the
     cost: no python3 start and import of pandas and scikit-learn per forecast."""
     import contextlib
     import shlex
     import shutil
+    import subprocess
     import sys
     import tempfile
     from pathlib import Path
@@ -436,14 +484,22 @@ def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None)
             for rel, text in data.files.items():
                 (ws / rel).parent.mkdir(parents=True, exist_ok=True)
                 (ws / rel).write_text(text)
+            if not stateful:  # a fresh agent per instance, as the runner's stateless pass plays it
+                agent = make_agent("reference", env, seed=0, freeze_at=freeze_at)
             agent.begin_instance("", {"position": pos})
-            command = shlex.split(agent.plan[1])
-            assert command[:2] == ["python3", "forecast.py"], command
+            *files, run_it, submit = agent.plan
+            for command in files:  # heredocs writing books.csv and forecast.py: cheap, run by bash
+                subprocess.run(["bash", "-c", command], cwd=ws, check=True)
+            command = shlex.split(run_it)
+            assert command[:2] == ["python3", "forecast.py"] and submit.startswith("SUBMIT"), command
             with contextlib.chdir(ws), mock.patch.object(sys, "argv", command[1:]), \
                     contextlib.redirect_stdout(io.StringIO()):
                 exec(code, {"__name__": "__main__"})
             preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
-            rewards.append(skill(wape(preds, {c: u.world.sales[c] for c in data.cells})))
+            actual = {c: u.world.sales[c] for c in data.cells}
+            w = wape(preds, actual)
+            rewards.append(skill(w))
+            agent.end_instance(rewards[-1], {"position": pos}, u._feedback(data.year, skill(w), w, preds, actual))
     return rewards
 
 
@@ -483,9 +539,17 @@ def test_in_process_reference_is_the_sandboxed_one(env):
     assert played == reference_rewards(env, stateful=True)[:2]
 
 
+SLOW = bool(os.environ.get("CLBENCH_SLOW"))
 #: worlds whose difficulty the default run checks (all 20 with CLBENCH_SLOW=1, every family's full grid): 4 and 18
-#: are where v3's reference was reached (full grid +0.00003 and +0.015)
-FRESH_WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (4, 18)
+#: are where v3's reference was reached (full grid +0.00003 and +0.015), 16 where v4's draw cut the largest store
+FRESH_WORLDS = range(1, 21) if SLOW else (4, 16, 18)
+#: the canonical world's numbers (fast_world_numbers(None); checked under CLBENCH_SLOW=1), and the band around
+#: them that every fresh world's must stay in (issue 29)
+CANONICAL = {"r_max": 0.9097, "r_reference": 0.5078, "normalized_gain": 0.6055, "drift_cost": 0.1065,
+             "red_minus_reference": -0.0181}
+BAND = {"r_max": 0.05, "r_reference": 0.2, "normalized_gain": 0.2}  # |fresh - canonical| at most
+DRIFT_BAND = (1 / 3, 3)  # the drift cost within these multiples of the canonical one
+RED_BAND = (-0.2, 0.0)  # the best red-team point minus r_reference: below the reference, not absurdly far
 
 
 @functools.lru_cache(maxsize=None)
@@ -493,30 +557,33 @@ def _world(world_seed) -> dict:
     return fast_world_numbers(world_seed)
 
 
-@pytest.mark.parametrize("world_seed", [pytest.param(16, marks=pytest.mark.xfail(
-    strict=True, reason="normalized gain 0.016: the drift costs the learner more than its memory gains (open)"))
-    if w == 16 else w for w in FRESH_WORLDS])
+@pytest.mark.parametrize("world_seed", [*FRESH_WORLDS, *([None] if SLOW else [])])
 def test_fresh_worlds_keep_the_difficulty(world_seed):
-    """issue 28/29: headroom, learning and a costly drift in a fresh world. Worlds 1-20 measured (canonical in
-    brackets): r_max 0.88-0.94 (0.91), r_reference 0.33-0.71 (0.51), normalized gain 0.02-0.72 (0.54), drift cost
-    0.06-0.26 (0.09). World 16 is below the gain band: its stateless reference is strong (0.70) and the stateful
-    one loses the three years after the regime change (NY, the largest store, cut; 0.53, 0.40, 0.62), a strict
-    xfail. The reference runs in-process (reference_rewards); the sandboxed rollouts are
+    """issue 28/29: headroom, learning and a costly drift in a fresh world, each within a band of the canonical
+    world's (None: the canonical world's own numbers). Worlds 1-20 measured, mean [range] (canonical): r_max 0.917
+    [0.880, 0.944] (0.910), r_reference 0.447 [0.330, 0.556] (0.508), normalized gain 0.67 [0.57, 0.76] (0.61), drift
+    cost 0.13 [0.05, 0.24] (0.11). v4's draw could cut the largest store, which erased the store differences: world
+    16's gain was 0.016 (its stateless reference 0.705, the stateful one losing the three years after the cut, a
+    strict xfail here); now 0.66. The reference runs in-process (reference_rewards); the sandboxed rollouts are
     test_must_show_reference_rollout and the contract test's calibration check."""
-    n = _world(world_seed)
-    assert n["r_max"] > 0.85 and n["r_reference"] < 0.75 * n["r_max"], n
-    assert n["normalized_gain"] >= 0.1, n
-    assert n["drift_cost"] > 0, n
+    n, c = _world(world_seed), CANONICAL
+    if world_seed is None:
+        assert {k: round(float(n[k]), 4) for k in ("r_max", "r_reference", "normalized_gain", "drift_cost")} == \
+            {k: c[k] for k in ("r_max", "r_reference", "normalized_gain", "drift_cost")}, n
+    assert n["r_reference"] < 0.75 * n["r_max"], n
+    for key, width in BAND.items():
+        assert abs(n[key] - c[key]) <= width, (key, n)
+    assert DRIFT_BAND[0] * c["drift_cost"] <= n["drift_cost"] <= DRIFT_BAND[1] * c["drift_cost"], n
 
 
 @pytest.mark.parametrize("world_seed", FRESH_WORLDS)
 def test_no_memoryless_forecaster_reaches_the_reference_in_fresh_worlds(world_seed):
     """issue 28/29: no family point, stateless, reaches the stateless reference (worlds 1-20, every family's full
-    grid: best point minus r_reference -0.113 to -0.014, canonical -0.018; v3's reference, whose price term
-    extrapolated a type missing from the export across types, was reached in worlds 3, 4 and 18 once base
+    grid: best point minus r_reference -0.119 to -0.014, mean -0.041, canonical -0.018; v3's reference, whose price
+    term extrapolated a type missing from the export across types, was reached in worlds 3, 4 and 18 once base
     volumes were drawn fresh)."""
     n = _world(world_seed)
-    assert n["red_team_best"] < n["r_reference"], n
+    assert RED_BAND[0] <= n["red_team_best"] - n["r_reference"] < RED_BAND[1], n
 
 
 def test_the_sandbox_binds_site_folders_a_venv_pth_adds():

@@ -101,6 +101,12 @@ class SalesForecastEnv(InstanceSequenceEnv):
     world but the canonical one (the train split too) draws them.
 
     ## Version History
+    * v4 (no change to the canonical world's dynamics or scoring, nor to r_max and r_reference; other worlds
+      and the stateful reference changed): a drawn world's regime change cuts a store other than the largest,
+      as the canonical one does (cutting the largest pulled it toward the others and erased the store
+      differences a memory learns: world 16's reference gained 0.02 of its headroom). The reference, stateful,
+      adds the realised units its last feedback showed to its panel (a cut store shows a year later, whichever
+      export is visible), fits growth from three years of a store on, and damps its trend past the panel.
     * v4: fresh worlds (`world_seed`) and the train split draw every latent value from ranges of their
       own (store levels, each type's base volume, growth rates, price elasticity, the seasonal quarter
       split, the regime's cut and new decline); v3 shuffled and jittered the canonical store levels and
