@@ -1,4 +1,4 @@
-"""Scripted agents for SalesForecast-v4.
+"""Scripted agents for SalesForecast-v5.
 
 `SalesForecastReference` works through the sandbox like any agent: it writes a Python script
 into the workspace (`forecast.py`) and runs it. The script maps the visible export to one

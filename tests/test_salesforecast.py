@@ -1,4 +1,4 @@
-"""SalesForecast-v4: sandboxed workspace, submissions, scoring, agents, feedback that gives no later
+"""SalesForecast-v5: sandboxed workspace, submissions, scoring, agents, feedback that gives no later
 answers away, the red team's memoryless forecasters, fresh worlds, must-show numbers. The env
 contract (check_env, reset modes, determinism, info keys, spec card, r_max and r_reference) is
 checked for every env in tests/test_contract.py.
@@ -28,7 +28,7 @@ from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
 from clbench.sandbox import SandboxUnavailable, choose_backend
 
-ENV = "clbench/SalesForecast-v4"
+ENV = "clbench/SalesForecast-v5"
 
 
 def _no_sandbox() -> str:

@@ -1,4 +1,4 @@
-"""SalesForecast-v4: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
+"""SalesForecast-v5: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
 from __future__ import annotations
 
 import json
@@ -101,8 +101,8 @@ class SalesForecastEnv(InstanceSequenceEnv):
     world but the canonical one (the train split too) draws them.
 
     ## Version History
-    * v4 (no change to the canonical world's dynamics or scoring, nor to r_max and r_reference; other worlds
-      and the stateful reference changed): a drawn world's regime change cuts a store other than the largest,
+    * v5 (no change to the canonical world's dynamics or scoring, nor to r_max and r_reference; fresh
+      worlds and the stateful reference changed, so fresh-world results differ from v4's): a drawn world's regime change cuts a store other than the largest,
       as the canonical one does (cutting the largest pulled it toward the others and erased the store
       differences a memory learns: world 16's reference gained 0.02 of its headroom). The reference, stateful,
       adds the realised units its last feedback showed to its panel (a cut store shows a year later, whichever
@@ -132,7 +132,7 @@ class SalesForecastEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SalesForecast-v4"
+    env_id = "clbench/SalesForecast-v5"
     reward_unit = "WAPE skill 0-1"
     brief = (
         "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
