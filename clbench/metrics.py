@@ -624,8 +624,10 @@ def _percentile_of_counted_rows(a: np.ndarray, counts: np.ndarray, q: list[float
 
 
 def _usage(tr: TaskRecords) -> dict:
+    """Tokens and cost summed over the task's records; the cost exactly rounded (math.fsum), so it
+    does not depend on the order the records were written in (a pool's jobs interleave by timing)."""
     total = {"calls": 0, "prompt": 0, "completion": 0, "cached": 0, "reasoning": 0}
-    cost, have_cost, have_tokens = 0.0, False, False
+    costs, have_tokens = [], False
     stateless = [x for recs in tr.stateless.values() for x in recs.values()]
     for rec in [*stateless, *(x for v in tr.stateful.values() for x in v)]:
         tokens = rec.get("tokens")
@@ -634,9 +636,8 @@ def _usage(tr: TaskRecords) -> dict:
             for k in total:
                 total[k] += int((rec.get("calls") if k == "calls" else tokens.get(k, 0)) or 0)
         if rec.get("cost") is not None:
-            cost += float(rec["cost"])
-            have_cost = True
-    return {"tokens": total if have_tokens else None, "cost": cost if have_cost else None}
+            costs.append(float(rec["cost"]))
+    return {"tokens": total if have_tokens else None, "cost": math.fsum(costs) if costs else None}
 
 
 def aggregate(task_results: list[dict], draws: list[dict] | None = None, tasks: list[str] | None = None,
