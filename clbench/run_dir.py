@@ -156,8 +156,8 @@ def load_checkpoint(path: str | Path) -> dict | None:
 # ---------------------------------------------------------------- writing for jobs
 class LocalSink:
     """Appends into the run directory directly (workers share the driver's filesystem). The sink
-    interface executors relay (e.g. to a Ray actor): `append(rel, lines)`, `checkpoint(rel, line)`,
-    paths relative to the run directory."""
+    interface executors relay (e.g. from Ray workers): `append(rel, lines)`, `checkpoint(rel, line)`,
+    paths relative to the run directory; `write(rel, data)` appends lines encoded elsewhere."""
 
     def __init__(self, out: str | Path):
         self.out = Path(out)
@@ -167,6 +167,10 @@ class LocalSink:
 
     def append(self, rel: str, lines: list[dict]) -> None:
         self.files.append(os.path.join(self._root, rel), lines)  # str, not Path: a Path per append showed in profiles
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Append lines a remote job encoded already (clbench.results.encode_lines)."""
+        self.files.write(os.path.join(self._root, rel), data)
 
     def checkpoint(self, rel: str, line: bytes) -> None:
         append_checkpoint(os.path.join(self._root, rel), line)
