@@ -101,10 +101,16 @@ def runner_ratio(name: str, repeats: int) -> Ratio:
     env = env_id(name)
     timed_command(env), bare(env)  # warm-up: imports, caches, built data
     samples = []
-    for _ in range(repeats):
-        b = _seconds(lambda: bare(env))
-        samples.append(timed_command(env) / b)
-        print(f"  {name}: bare {b:.3f} s, ratio {samples[-1]:.3f} (load {os.getloadavg()[0]:.1f})", flush=True)
+    for k in range(repeats):  # the side that goes first alternates: neither always runs on a warmer cache
+        if k % 2:
+            c = timed_command(env)
+            b = _seconds(lambda: bare(env))
+        else:
+            b = _seconds(lambda: bare(env))
+            c = timed_command(env)
+        samples.append(c / b)
+        print(f"  {name}: bare {b:.3f} s, runner's own {c - b:+.3f} s, ratio {samples[-1]:.3f} "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
     return Ratio(f"runner: clbench rollout / hand-written loop ({name}, {ROLLOUTS} rollouts)", samples, 1.1, "lower")
 
 

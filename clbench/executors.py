@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Callable
 
+from clbench.results import encode_lines
 from clbench.run_dir import LocalSink
 from clbench.runner import Job, run_job
 
@@ -206,23 +207,27 @@ def check_ray_address(address: str, timeout: float = 3.0) -> None:
 
 
 def _write(sink: LocalSink, ops: list[tuple]) -> None:
-    for rel, lines, line in ops:
-        if lines is None:
+    for rel, data, line in ops:
+        if data is None:
             sink.checkpoint(rel, line)
         else:
-            sink.append(rel, lines)
+            sink.write(rel, data)
 
 
 class _ListSink:
-    """A Ray job's sink: its writes, in order, until the job's generator sends them."""
+    """A Ray job's sink: its writes, in order, until the job's generator sends them. Lines are
+    encoded here, in the worker, as the local pool's workers do: bytes cost Ray nothing to move,
+    and the driver, which writes every job's lines, only writes them (encoding and unpickling every
+    job's records there made it the bottleneck of a busy cluster)."""
 
     def __init__(self):
         self.ops: list[tuple] = []
         self.lock = threading.Lock()
 
     def append(self, rel: str, lines: list[dict]) -> None:
+        data = encode_lines(lines)
         with self.lock:
-            self.ops.append((rel, lines, None))
+            self.ops.append((rel, data, None))
 
     def checkpoint(self, rel: str, line: bytes) -> None:
         with self.lock:

@@ -166,6 +166,26 @@ def summarize(point: float | None, draws: np.ndarray | None, n: int, reason: str
     return {"mean": float(point), "se": float(d.std(ddof=1)), "ci": [float(lo), float(hi)], "n": n}
 
 
+def summarize_many(items: dict, n: int) -> dict:
+    """summarize(point, draws, n, reason) of each name -> (point, draws, reason), the same numbers:
+    the replicates of every defined estimate without a non-finite draw go through one percentile
+    and one standard deviation along rows (each row reduced as on its own), the others one by one."""
+    out, batch = {}, []
+    for name, (point, draws, reason) in items.items():
+        if point is not None and math.isfinite(point) and draws is not None and np.size(draws) >= 2 \
+                and np.isfinite(draws).all():
+            batch.append(name)
+        else:
+            out[name] = summarize(point, draws, n, reason)
+    if batch:
+        d = np.asarray([items[name][1] for name in batch], dtype=float)
+        lo, hi = np.percentile(d, [2.5, 97.5], axis=1)
+        se = d.std(axis=1, ddof=1)
+        for j, name in enumerate(batch):
+            out[name] = {"mean": float(items[name][0]), "se": float(se[j]), "ci": [float(lo[j]), float(hi[j])], "n": n}
+    return {name: out[name] for name in items}
+
+
 def estimate(values, n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """Mean of independent values with its percentile-bootstrap 95% CI and standard error stdev/sqrt(n)."""
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
@@ -277,7 +297,7 @@ def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     return _counts(rng, n_boot, size).astype(float)
 
 
-def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
+def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: dict | None = None) -> dict:
     """Every headline statistic from weights on rollouts (ck), instances (ci) and passes (cp).
 
     Weights of ones give the point estimates; bootstrap multiplicities give replicates (one row
@@ -291,27 +311,26 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     (rollouts x passes columns per set) the stateless sums go through the weighted cell counts per
     instance instead. Either way a replicate costs a few passes over its instance weights, not
     several per statistic; the numbers are those of summing cell by cell up to floating-point
-    rounding (relative 1e-12 and below on every statistic)."""
+    rounding (relative 1e-12 and below on every statistic). `design` (_design(m)): the products'
+    right-hand sides, built once per task instead of once per block of replicates."""
     ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
+    d = design or _design(m)
     B, (K, n), P = len(ci), m.sf.shape, m.sl.shape[0]
-    cells = np.stack([m.present, m.present * m.window, m.present * m.boundary])  # (X=3, K, n)
     cp_sum = cp.sum(axis=1)
-    if K * P <= 4 * (K + P) + 16:  # one product: stateful sums, cell counts, stateless sums per (k, p)
-        cols = [(m.sf * cells).reshape(3 * K, n), cells.reshape(3 * K, n),
-                (cells[:, :, None, :] * m.sl[None, None]).reshape(3 * K * P, n)]
-        y = ci @ np.vstack(cols).T
+    if d["joint"]:  # one product: stateful sums, cell counts, stateless sums per (k, p)
+        y = ci @ d["F"]
         sf_x = np.einsum("bk,bxk->bx", ck, y[:, :3 * K].reshape(B, 3, K))
         mass_x = np.einsum("bk,bxk->bx", ck, y[:, 3 * K:6 * K].reshape(B, 3, K))
         sl_x = np.einsum("bk,bp,bxkp->bx", ck, cp, y[:, 6 * K:].reshape(B, 3, K, P)) / cp_sum[:, None]
     else:
-        sf_x = np.einsum("bk,bxk->bx", ck, (ci @ (m.sf * cells).reshape(3 * K, n).T).reshape(B, 3, K))
-        played = (ck @ cells.transpose(1, 0, 2).reshape(K, 3 * n)).reshape(B, 3, n) * ci[:, None, :]
+        sf_x = np.einsum("bk,bxk->bx", ck, (ci @ d["SF"]).reshape(B, 3, K))
+        played = (ck @ d["cells"]).reshape(B, 3, n) * ci[:, None, :]
         mass_x = played.sum(axis=2)
-        sl_x = np.einsum("bxp,bp->bx", (played.reshape(B * 3, n) @ m.sl.T).reshape(B, 3, P), cp) / cp_sum[:, None]
+        sl_x = np.einsum("bxp,bp->bx", (played.reshape(B * 3, n) @ d["slT"]).reshape(B, 3, P), cp) / cp_sum[:, None]
     mass, rollout_n = mass_x[:, 0], ck.sum(axis=1)
     sf_sum, gain_sum = sf_x[:, 0], sf_x[:, 0] - sl_x[:, 0]
     gain_in, gain_b = sf_x[:, 1] - sl_x[:, 1], sf_x[:, 2] - sl_x[:, 2]
-    mean_sl = np.einsum("bp,bp->b", ci @ m.sl.T, cp) / cp_sum / ci.sum(axis=1)
+    mean_sl = np.einsum("bp,bp->b", ci @ d["slT"], cp) / cp_sum / ci.sum(axis=1)
     mean_sf = sf_sum / mass
     r_max = np.broadcast_to(np.asarray(r_max, dtype=float), mean_sf.shape)
     bad = no_headroom(mean_sl, r_max)
@@ -334,6 +353,21 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     }
 
 
+def _design(m: Matrices) -> dict:
+    """The right-hand sides of headline_stats' products, which depend on the task alone."""
+    (K, n), P = m.sf.shape, m.sl.shape[0]
+    cells = np.stack([m.present, m.present * m.window, m.present * m.boundary])  # (X=3, K, n)
+    out = {"joint": K * P <= 4 * (K + P) + 16, "slT": m.sl.T}
+    if out["joint"]:
+        cols = [(m.sf * cells).reshape(3 * K, n), cells.reshape(3 * K, n),
+                (cells[:, :, None, :] * m.sl[None, None]).reshape(3 * K * P, n)]
+        out["F"] = np.vstack(cols).T
+    else:
+        out["SF"] = (m.sf * cells).reshape(3 * K, n).T
+        out["cells"] = cells.transpose(1, 0, 2).reshape(K, 3 * n)
+    return out
+
+
 #: cells (replicates x columns of a product) of the headline replicates computed at a time
 HEADLINE_CELLS = 1 << 17
 
@@ -344,13 +378,19 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     blocks hold at most BLOCK replicates and about HEADLINE_CELLS cells, so memory stays flat in
     the numbers of rollouts and passes."""
     (K, n), P = m.sf.shape, m.sl.shape[0]
+    design = _design(m)
+    # the block size is part of the numbers: BLAS may round a row differently at another place in a block
     block = int(np.clip(HEADLINE_CELLS // (3 * (n + K * (2 + P))), 64, BLOCK))
-    parts = []
+    out: dict = {}
     for s in range(0, max(len(ck), 1), block):
         rows = slice(s, s + block)
-        parts.append(headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference,
-                                    *(c[rows].astype(float) for c in (ck, ci, cp))))
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        part = headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference,
+                              *(c[rows].astype(float) for c in (ck, ci, cp)), design=design)
+        for k, v in part.items():
+            if k not in out:
+                out[k] = np.empty(len(ck))
+            out[k][s:s + len(v)] = v
+    return out
 
 
 def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = N_BOOT,
@@ -396,11 +436,12 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
         out["r_max_estimate"] = {"mean": tr.r_max, "se": tr.r_max_se,
                                  "ci": [tr.r_max - 1.96 * tr.r_max_se, tr.r_max + 1.96 * tr.r_max_se], "n": n}
     out["boundary_share"] = point["boundary_share"]  # f_B of the paper's split
-    for name in ("mean_reward", "cumulative_reward", "cumulative_gain", "normalized_gain", "normalized_reward",
-                 *SPLIT, *WINDOW_SPLIT):
-        undefined = reason if name in ("normalized_gain", *SPLIT, *WINDOW_SPLIT) \
-            else reward_reason if name == "normalized_reward" else invalid
-        out[name] = summarize(None if undefined else point[name], draws[name], n, undefined)
+    names = ("mean_reward", "cumulative_reward", "cumulative_gain", "normalized_gain", "normalized_reward",
+             *SPLIT, *WINDOW_SPLIT)
+    undefined = {name: reason if name in ("normalized_gain", *SPLIT, *WINDOW_SPLIT)
+                 else reward_reason if name == "normalized_reward" else invalid for name in names}
+    out.update(summarize_many({name: (None if undefined[name] else point[name], draws[name], undefined[name])
+                               for name in names}, n))
     if reason is None and math.isfinite(point["normalized_gain"]):
         # each split is exact in every replicate too; keep it exact in the reported means
         out["plasticity"]["mean"] = out["normalized_gain"]["mean"] - out["stability"]["mean"]
@@ -499,8 +540,8 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int)
     ck, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, P)
     # a replicate's curves depend only on its (rollout, pass) weights, and few rollouts give few
     # distinct weights (5 rollouts, 1 pass: 126 for 1000 replicates): each is computed once
-    weights, replicate = np.unique(np.hstack([ck, cp]), axis=0, return_inverse=True)
-    ck, cp, replicate = weights[:, :K], weights[:, K:], replicate.reshape(-1)
+    weights, replicate = _distinct_rows(np.hstack([ck, cp]))
+    ck, cp = weights[:, :K], weights[:, K:]
 
     def rows_mean(w: np.ndarray, a: np.ndarray) -> np.ndarray:
         """Weighted mean over rollouts per set of rollout weights w (B, K): a is (K, n) or (B, K, n)."""
@@ -531,6 +572,19 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int)
             **{name: stat(a, means[name]) for name, a in zip(names, (sf, slp, gain, cum_gain))}}
 
 
+def _distinct_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of a matrix of bootstrap multiplicities and each row's index among them
+    (np.unique(w, axis=0, return_inverse=True), whose row-sorting was a third of the curves' cost):
+    rows of small whole numbers are read as the digits of one integer key each."""
+    base = int(w.max(initial=0)) + 1
+    if base ** w.shape[1] >= 2 ** 62:
+        distinct, inverse = np.unique(w, axis=0, return_inverse=True)
+        return distinct, inverse.reshape(-1)
+    keys = w.astype(np.int64) @ base ** np.arange(w.shape[1], dtype=np.int64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return w[first], inverse.reshape(-1)
+
+
 def _nanpercentile_columns(a: np.ndarray, q: list[float], rows: np.ndarray | None = None) -> np.ndarray:
     """np.nanpercentile(a[rows], q, axis=0), the same numbers (`rows`: each replicate's row of
     `a`, whose rows are the distinct replicates; None: every row once). Columns without NaN are
@@ -547,19 +601,22 @@ def _nanpercentile_columns(a: np.ndarray, q: list[float], rows: np.ndarray | Non
 
 def _percentile_of_counted_rows(a: np.ndarray, counts: np.ndarray, q: list[float]) -> np.ndarray:
     """np.percentile (linear method) over axis 0 of `a` with row j repeated counts[j] times, bit
-    for bit: the same order statistics, interpolated as numpy's own lerp does."""
+    for bit: the same order statistics, interpolated as numpy's own lerp does. Columns are sorted
+    as contiguous rows of the transpose (a strided stable sort along axis 0 was most of the curves'
+    time); tied values may come in any order, as the value read at a rank is then the same."""
     total = int(counts.sum())
-    order = np.argsort(a, axis=0, kind="stable")
-    ranked = np.take_along_axis(a, order, axis=0)
-    upto = np.cumsum(counts[order], axis=0)  # per column: how many values are <= each sorted row
+    at = np.ascontiguousarray(a.T)  # (columns, distinct rows)
+    order = np.argsort(at, axis=1)
+    ranked = np.take_along_axis(at, order, axis=1)
+    upto = np.cumsum(counts[order], axis=1)  # per column: how many values are <= each sorted row
     virtual = (total - 1) * (np.asarray(q, dtype=float) / 100)
     out = np.empty((len(q), a.shape[1]))
     columns = np.arange(a.shape[1])
     for j, v in enumerate(virtual):
         before = int(np.floor(v))
         after = min(before + 1, total - 1)
-        lo = ranked[(upto <= before).sum(axis=0), columns]
-        hi = ranked[(upto <= after).sum(axis=0), columns]
+        lo = ranked[columns, (upto <= before).sum(axis=1)]
+        hi = ranked[columns, (upto <= after).sum(axis=1)]
         t = v - before
         diff = hi - lo
         out[j] = hi - diff * (1 - t) if t >= 0.5 else lo + diff * t
@@ -567,8 +624,10 @@ def _percentile_of_counted_rows(a: np.ndarray, counts: np.ndarray, q: list[float
 
 
 def _usage(tr: TaskRecords) -> dict:
+    """Tokens and cost summed over the task's records; the cost exactly rounded (math.fsum), so it
+    does not depend on the order the records were written in (a pool's jobs interleave by timing)."""
     total = {"calls": 0, "prompt": 0, "completion": 0, "cached": 0, "reasoning": 0}
-    cost, have_cost, have_tokens = 0.0, False, False
+    costs, have_tokens = [], False
     stateless = [x for recs in tr.stateless.values() for x in recs.values()]
     for rec in [*stateless, *(x for v in tr.stateful.values() for x in v)]:
         tokens = rec.get("tokens")
@@ -577,9 +636,8 @@ def _usage(tr: TaskRecords) -> dict:
             for k in total:
                 total[k] += int((rec.get("calls") if k == "calls" else tokens.get(k, 0)) or 0)
         if rec.get("cost") is not None:
-            cost += float(rec["cost"])
-            have_cost = True
-    return {"tokens": total if have_tokens else None, "cost": cost if have_cost else None}
+            costs.append(float(rec["cost"]))
+    return {"tokens": total if have_tokens else None, "cost": math.fsum(costs) if costs else None}
 
 
 def aggregate(task_results: list[dict], draws: list[dict] | None = None, tasks: list[str] | None = None,
@@ -592,6 +650,7 @@ def aggregate(task_results: list[dict], draws: list[dict] | None = None, tasks: 
     chosen = [(t, d) for t, d in zip(task_results, draws or [None] * len(task_results))
               if tasks is None or t["task"] in tasks]
     out: dict = {"tasks": sorted(t["task"] for t, _ in chosen)}
+    defined = {}  # name -> (point, replicates, None): summarized together below
     for name in names:
         if chosen and any(name not in t for t, _ in chosen):  # results from before a metric existed
             continue
@@ -602,7 +661,9 @@ def aggregate(task_results: list[dict], draws: list[dict] | None = None, tasks: 
                          "undefined": f"undefined on {', '.join(missing)}" if missing else "no tasks"}
             continue
         reps = np.mean([d[name] for _, d in chosen], axis=0) if all(d is not None for _, d in chosen) else None
-        out[name] = summarize(float(np.mean(points)), reps, len(chosen))
+        out[name] = None  # keeps the order of names
+        defined[name] = (float(np.mean(points)), reps, None)
+    out.update(summarize_many(defined, len(chosen)))
     return out
 
 

@@ -78,6 +78,9 @@ class RunProgress:
             return
         self.offset += end + 1
         lines = data[: end + 1].splitlines()
+        if self.quiet:  # nothing to show: only the policy looks, and only at errors on infrastructure
+            self._observe_lines(lines)
+            return
         whole = _parse_whole(lines)  # one json.loads for the lot; line by line when one is torn
         for rec in (obj for _, obj in whole) if whole is not None else map(_loads, lines):
             try:
@@ -99,9 +102,6 @@ class RunProgress:
         st["tokens"] += int(tokens.get("prompt", 0) or 0) + int(tokens.get("completion", 0) or 0)
         if rec.get("cost") is not None:
             st["cost"] = (st["cost"] or 0.0) + float(rec["cost"])
-        if self.quiet:  # nothing to show: only the policy looks
-            self._observe(rec)
-            return
         scored = st["n"] - st["errors"]
         extra = (f"mean reward {st['reward'] / scored:.3f}" if scored else "mean reward n/a") + f" | {st['errors']} errored"
         if st["tokens"]:
@@ -121,6 +121,24 @@ class RunProgress:
             print(f"  done {label}: {st['n']} instances, {extra}", file=sys.stderr, flush=True)
         self._observe(rec)
 
+    def _observe_lines(self, lines: list[bytes]) -> None:
+        """The policy's view of whole record lines, parsing only those that may hold an
+        infrastructure error: records are written compact with sorted keys, so any other line is a
+        finished instance without one (parsing every record again was a visible part of short runs)."""
+        if self.policy is None:
+            return
+        for line in lines:
+            if _INFRASTRUCTURE not in line:
+                self._observe({})
+                continue
+            rec = _loads(line)
+            try:
+                key = (rec["task"], rec["system"], rec["mode"], int(rec["rollout"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if key in self.stats:
+                self._observe(rec)
+
     def _observe(self, rec):
         if self.policy is not None:
             reason = self.policy.observe(rec)
@@ -128,6 +146,10 @@ class RunProgress:
                 self._stopped = True
                 if self.on_stop:
                     self.on_stop(reason)
+
+
+#: the bytes of an infrastructure error's kind in a record line (clbench.results.dumps)
+_INFRASTRUCTURE = b'"error_kind":"infrastructure"'
 
 
 def _loads(line: bytes):

@@ -78,9 +78,14 @@ def _finite(obj):
     return obj
 
 
+def encode_lines(objs: Iterable[dict]) -> bytes:
+    """JSON lines (`dumps`, one object a line) as the bytes a file holds."""
+    return "".join(dumps(o) + "\n" for o in objs).encode()
+
+
 def append_lines(path: Path, objs: Iterable[dict]) -> None:
     """Append whole JSON lines under an exclusive lock and flush them to the OS."""
-    data = "".join(dumps(o) + "\n" for o in objs).encode()
+    data = encode_lines(objs)
     if not data:
         return
     fd = _open_append(path)
@@ -105,7 +110,10 @@ class AppendFiles:
         self._fds: dict[str | Path, int] = {}  # insertion order = least recently used first
 
     def append(self, path: str | Path, objs: Iterable[dict]) -> None:
-        data = "".join(dumps(o) + "\n" for o in objs).encode()
+        self.write(path, encode_lines(objs))
+
+    def write(self, path: str | Path, data: bytes) -> None:
+        """Append whole lines already encoded (`encode_lines`), e.g. by a remote worker."""
         if not data:
             return
         fd = self._fds.pop(path, None)

@@ -107,11 +107,15 @@ def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_addr
         say(f"running {len(jobs)} jobs on {workers} {executor} workers -> {out}")
 
     failures = []
+    # a directory without records yet: what the jobs return is all it will hold (no second parse)
+    played: list[dict] | None = None if resume or rd.results.exists() else []
 
     def on_done(job, records, error):
         if error:
             failures.append(error)
             say(f"  FAILED {error}")
+        elif played is not None:
+            played.extend(records)
 
     policy = policy or ErrorPolicy()
     policy.planned = sum(expected.values())
@@ -130,7 +134,7 @@ def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_addr
     if failures:
         raise RuntimeError(f"{len(failures)} job(s) failed: " + "; ".join(failures[:3]) +
                            f" (finished instances are saved; continue with --resume {out})")
-    records = rd.records()  # read once: the error count and the run card
+    records = rd.records(played)  # read once: the error count and the run card
     errored, recorded = count_errored(records, cfgs)
     if not quiet:
         size, n = rd.transcript_bytes()

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append,
-                             _write_locked, append_lines, iter_jsonl, load_metadata, load_records, read_json,
-                             record_key, reset_of, safe_name, split_instances, write_json_atomic)
+                             _write_locked, append_lines, iter_jsonl, load_metadata, load_records, malformed,
+                             read_json, record_key, reset_of, safe_name, split_instances, write_json_atomic)
 
 #: written into a run directory by the driver's error policy: jobs stop before their next instance
 STOP_FILE = "STOP"
@@ -156,8 +156,8 @@ def load_checkpoint(path: str | Path) -> dict | None:
 # ---------------------------------------------------------------- writing for jobs
 class LocalSink:
     """Appends into the run directory directly (workers share the driver's filesystem). The sink
-    interface executors relay (e.g. to a Ray actor): `append(rel, lines)`, `checkpoint(rel, line)`,
-    paths relative to the run directory."""
+    interface executors relay (e.g. from Ray workers): `append(rel, lines)`, `checkpoint(rel, line)`,
+    paths relative to the run directory; `write(rel, data)` appends lines encoded elsewhere."""
 
     def __init__(self, out: str | Path):
         self.out = Path(out)
@@ -167,6 +167,10 @@ class LocalSink:
 
     def append(self, rel: str, lines: list[dict]) -> None:
         self.files.append(os.path.join(self._root, rel), lines)  # str, not Path: a Path per append showed in profiles
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Append lines a remote job encoded already (clbench.results.encode_lines)."""
+        self.files.write(os.path.join(self._root, rel), data)
 
     def checkpoint(self, rel: str, line: bytes) -> None:
         append_checkpoint(os.path.join(self._root, rel), line)
@@ -336,7 +340,14 @@ class RunDirectory:
         write_json_atomic(self.root / "run_card.json", card)
 
     # reading back
-    def records(self) -> list[dict]:
+    def records(self, played: list[dict] | None = None) -> list[dict]:
+        """The directory's records (clbench.results.load_records). `played`: every record this
+        process wrote into a directory that held none before; when each is well-formed and its key
+        unique, they are what reading results.jsonl back would give and are returned as they are
+        (parsing the file again was a visible part of a short run); otherwise the file is read."""
+        if played is not None and not any(malformed(r) for r in played) \
+                and len({record_key(r) for r in played}) == len(played):
+            return list(played)
         return load_records(self.root)
 
     def transcript_bytes(self) -> tuple[int, int]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from clbench.agent import end_instance, make_agent
 from clbench.results import RECORD_FORMAT
-from clbench.run_dir import JobFiles, LocalSink, RunDirectory
+from clbench.run_dir import FLUSH_SECONDS, JobFiles, LocalSink, RunDirectory
 from clbench.schedule import Schedule
 
 
@@ -196,10 +196,15 @@ def _record(job: Job, env, info: dict, outcome: dict) -> dict:
 #: checkpoints may take at most this share of a stateful rollout's time. A growing state saved after
 #: every instance costs the square of the schedule length; within this budget its cost is a fixed
 #: share of the agent's own time (1%: a scripted agent's growing state made 2% a visible part of the
-#: runner's time). An instance is checkpointed whenever the budget allows (for agents that think for
-#: more than a few milliseconds, after every instance); resuming re-plays, and re-records, the
-#: instances after the newest checkpoint, as it always did for an instance finished just before a kill.
+#: runner's time). An instance is checkpointed whenever the budget allows and CHECKPOINT_SECONDS
+#: have passed since the last checkpoint (the first instance always; for agents that think for more
+#: than that, after every instance); resuming re-plays, and re-records, the instances after the
+#: newest checkpoint, as it always did for an instance finished just before a kill.
 CHECKPOINT_SHARE = 0.01
+#: a checkpoint flushes the records it covers: more often than records are flushed anyway
+#: (run_dir.FLUSH_SECONDS) it only adds writes (a scripted Poker rollout checkpointed every few
+#: hands, each with its own flush, and that was a visible part of the runner's time)
+CHECKPOINT_SECONDS = FLUSH_SECONDS
 
 
 def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
@@ -219,6 +224,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
         obs, info = env.reset(seed=seed)
     records = []
     played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
+    saved = float("-inf")  # when the newest checkpoint was taken
     for pos in range(start, n):
         if files.stop_requested():
             break
@@ -238,11 +244,12 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
         records.append(rec)
         now = time.perf_counter()
         played += now - begun
-        if saving <= CHECKPOINT_SHARE * played:
+        if saving <= CHECKPOINT_SHARE * played and now - saved >= CHECKPOINT_SECONDS:
             state = agent.state_dict()
             if state is not None:
                 files.checkpoint(pos, state)
-            saving += time.perf_counter() - now
+            saved = time.perf_counter()
+            saving += saved - now
     return records
 
 

@@ -366,3 +366,36 @@ def test_headline_replicates_equal_the_cell_by_cell_sums(K, P):
                 "boundary_share": (w * boundary).sum() / mass}
         for name, value in want.items():
             assert got[name][b] == pytest.approx(value, rel=1e-12, abs=1e-13), (name, b)
+
+
+def test_estimates_summarized_together_equal_each_on_its_own():
+    """summarize_many (one percentile and one SD along rows) gives summarize's numbers bit for bit,
+    non-finite replicates and undefined estimates included."""
+    from clbench.metrics import summarize, summarize_many
+
+    rng = np.random.default_rng(7)
+    items = {f"m{j}": (float(rng.normal()), rng.normal(size=10_000) * (j + 1), None) for j in range(6)}
+    with_nan = rng.normal(size=10_000)
+    with_nan[::97] = np.nan
+    items["nan"] = (0.5, with_nan, None)
+    items["undefined"] = (None, rng.normal(size=10_000), "no headroom")
+    items["point"] = (1.5, None, None)
+    got = summarize_many(items, 12)
+    assert list(got) == list(items)
+    for name, (point, draws, reason) in items.items():
+        assert got[name] == summarize(point, draws, 12, reason), name
+
+
+def test_curve_bands_read_off_distinct_weights_equal_the_expanded_percentile():
+    """The curves' percentiles over distinct replicate weights with multiplicities (ties included)
+    are np.percentile's over the expanded replicates, and distinct rows map back to every row."""
+    from clbench.metrics import _distinct_rows, _percentile_of_counted_rows, _weights
+
+    rng = np.random.default_rng(3)
+    w = np.hstack([_weights(rng, 1000, 5), _weights(rng, 1000, 2)])
+    distinct, inverse = _distinct_rows(w)
+    assert len({tuple(r) for r in w}) == len(distinct)
+    assert np.array_equal(distinct[inverse], w)
+    values = np.round(rng.normal(size=(len(distinct), 40)), 1)  # rounded: many ties
+    got = _percentile_of_counted_rows(values, np.bincount(inverse, minlength=len(distinct)), [2.5, 97.5])
+    assert np.array_equal(got, np.percentile(values[inverse], [2.5, 97.5], axis=0))

@@ -123,3 +123,35 @@ def test_a_torn_line_is_ended_before_the_next_append_in_every_file(tmp_path):
     assert (tmp_path / RESULTS_FILE).read_bytes() == b'{"task":"t","sys\n{"task":"t"}\n{"task":"t"}\n'
     with pytest.warns(UserWarning, match="corrupt line"):
         assert [json.dumps(ev) for _, ev in iter_jsonl(tmp_path / RESULTS_FILE)] == ['{"task": "t"}'] * 2
+
+
+def test_records_a_run_played_are_the_files_unless_one_is_malformed_or_repeated(small_run):
+    """RunDirectory.records(played): a fresh run's own records stand for results.jsonl (no second
+    parse) only when reading the file back would give the same; else the file is read."""
+    on_disk = small_run.records()
+    played = [dict(r) for r in on_disk]
+    assert small_run.records(played) == on_disk
+    bad = [dict(played[0], reward=float("nan")), *played[1:]]  # the file would drop it
+    assert small_run.records(bad) == on_disk
+    assert small_run.records(played + [dict(played[0])]) == on_disk  # a key twice: the file decides
+
+
+def test_a_fast_rollout_checkpoints_its_first_instance_then_at_most_every_checkpoint_seconds(tmp_path, monkeypatch):
+    """Checkpoints of a fast scripted rollout are spaced by CHECKPOINT_SECONDS (each one flushes the
+    records it covers); with no spacing every instance the share budget allows is saved."""
+    import clbench.runner as runner
+    from clbench.rollout import run
+    from clbench.runner import RunConfig
+
+    def checkpoints(out):
+        run(RunConfig(SPECTRUM, "reference", str(out), rollouts=1, mode="stateful", workers=1,
+                      env_kwargs={"schedule": "short"}), say=lambda m: None, quiet=True)
+        rd = RunDirectory(out)
+        task = rd.records()[0]["task"]
+        return [json.loads(line)["position"] for line in rd.journal(task, "reference", 0).read_text().splitlines()]
+
+    monkeypatch.setattr(runner, "CHECKPOINT_SECONDS", 3600.0)
+    assert checkpoints(tmp_path / "spaced") == [0]
+    monkeypatch.setattr(runner, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(runner, "CHECKPOINT_SHARE", 1e9)
+    assert len(checkpoints(tmp_path / "every")) == 8

@@ -268,6 +268,6 @@ def test_a_ray_job_streams_its_writes_in_order_then_its_records(tmp_path, monkey
     monkeypatch.setattr(executors, "run_job", failing)
     monkeypatch.setattr(executors, "FLUSH_SECONDS", 30.0)  # one batch: the job ends long before
     gen = executors._ray_job(streamed_job)
-    assert next(gen) == ("ops", [("results.jsonl", [{"n": 1}], None), ("state/x.jsonl", None, b"{}\n")])
+    assert next(gen) == ("ops", [("results.jsonl", b'{"n":1}\n', None), ("state/x.jsonl", None, b"{}\n")])
     with pytest.raises(RuntimeError, match="boom"):
         next(gen)
