@@ -1,6 +1,6 @@
 """A vector env that puts several sub-envs in each worker process.
 
-    gym.make_vec("clbench/SpectrumMonitor-v3", 8, vectorization_mode="vector_entry_point", cycle=True)
+    gym.make_vec("clbench/SpectrumMonitor-v4", 8, vectorization_mode="vector_entry_point", cycle=True)
 
 Why: a clbench step is cheap text work (well under a millisecond for most envs), so gymnasium's
 AsyncVectorEnv, with one process and one pipe round trip per sub-env per step, spends more time in

@@ -133,7 +133,7 @@ def _world_params():
 #: holes open in fresh worlds only (the canonical red team passes): strict, so the day a fix lands shows
 WORLD_HOLES = {
     "spectrummonitor": (pytest.mark.xfail(strict=True, reason=(
-        "issue 28/29, SpectrumMonitor-v3: the stateless reference (a single-scan model fitted on train worlds) is "
+        "issue 28/29, SpectrumMonitor-v4: the stateless reference (a single-scan model fitted on train worlds) is "
         "reached by the best of ~120 single-scan grid points in 8 of fresh worlds 1-20 (by at most +0.005; on "
         "average the best point is 0.001 below it): the best memoryless rules are nearly flat, so the per-world "
         "maximum over the grid finds noise; the drift cost's share of the headroom leaves the band in worlds 8, "
