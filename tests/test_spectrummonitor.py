@@ -387,10 +387,13 @@ def test_a_re_deal_keeps_the_world_and_deals_other_scans(world):
     assert plan({**envs[0].world, "plan_seed": envs[0].world["plan_seed"] + 1}, "default") != plans[0]
 
 
-def test_false_alarms_per_real_peak_do_not_tell_the_weeks_apart():
+def test_false_alarms_per_real_peak_do_not_tell_week_1_from_week_2():
     """v4: v3's fixed false-alarm rate and a first week with half the narrowband channels made narrow peaks
     in week 1 likelier false alarms, a prior the scan number gave a memoryless agent. Look-alikes now come
-    per allowed channel of each kind and week 1 has both kinds in the later weeks' proportion."""
+    per allowed channel of each kind and week 1 has both kinds in the later weeks' proportion. (The re-plan's
+    week keeps its new channels on the air, so more of its peaks are real: 0.63 vs 0.50-0.52 of narrow peaks
+    here; every peak that is not a spike is worth reporting in any week, so this prior changes no best
+    single-scan answer.)"""
     env = gym.make(ENV).unwrapped
     weeks = env.spec_data["schedules"]["default"]
     shares = [v["narrowband_active"] / (v["wideband_active"] + v["narrowband_active"]) for v in weeks]
@@ -406,8 +409,8 @@ def test_false_alarms_per_real_peak_do_not_tell_the_weeks_apart():
                     if 2.0 <= p.width < 0.55 * e.world["channels"]["wideband"]["width_mhz"]:
                         real.setdefault(v.name, []).append(any(
                             abs(p.center - c.center) <= 2.2 and 0.55 <= p.width / c.width <= 1.8 for c in inst.payload.active))
-    rates = [np.mean(real[v["name"]]) for v in weeks]
-    assert max(rates) - min(rates) < 0.12, rates
+    rates = [np.mean(real[v["name"]]) for v in weeks if not v.get("replan")]
+    assert len(rates) == 2 and max(rates) - min(rates) < 0.06, rates
 
 
 def _fit_module():
