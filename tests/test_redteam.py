@@ -174,5 +174,5 @@ def test_cli_exits_non_zero_without_families_or_on_a_failure(capsys):
     env_id = "clbench/MemoryProbe-v2"
     code = main(["redteam", "--env", env_id, "--workers", "1"])
     out = capsys.readouterr().out
-    assert "| policy | family | params | mean | r_reference | r_max | verdict |" in out
+    assert "| policy | family | params | selection mean (re-deals) | benchmark mean | r_reference | r_max | verdict |" in out
     assert code == (0 if redteam.families(env_class(env_id)) else 1)
