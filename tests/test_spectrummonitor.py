@@ -312,7 +312,12 @@ def test_no_memoryless_family_reaches_the_reference():
     assert means[best] < r_ref, (best, means[best], r_ref)
 
 
-WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1, 7)
+#: fresh worlds where the red team's point chosen on re-deals reaches the stateless reference on the
+#: benchmark (v4, worlds 1-20): strict, so a fix shows; the echo rule ties the reference (test_worlds.WORLD_HOLES)
+RED_TEAM_TIES = {3: "+0.0007 (echo-threshold)", 12: "+0.0018 (plan-echo)"}
+WORLDS = [pytest.param(w, marks=pytest.mark.xfail(strict=True, reason=f"issue 28: chosen point reaches r_reference by "
+                                                                        f"{RED_TEAM_TIES[w]}"))
+          if w in RED_TEAM_TIES else w for w in (range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1, 7))]
 
 
 @pytest.mark.parametrize("world_seed", WORLDS)
@@ -320,8 +325,7 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
     """issue 29: a fresh world draws another plan and re-plan (no channel in common with the canonical one)
     and keeps the canonical world's difficulty within a band: headroom, learnable, the drift costs a
     frozen reference, and no red-team family's point chosen on re-deals of the world reaches the stateless
-    reference on the benchmark's scans (clbench.redteam; v4, worlds 1-20: 0 of 20 reach it, see
-    test_worlds.py for the measured margins)."""
+    reference on the benchmark's scans (clbench.redteam; v4, worlds 1-20: 2 of 20 do, RED_TEAM_TIES)."""
     def plan(env):
         return sorted(c["center"] for c in env.latent()["channels"] if c["name"][0] == "W" and not c["name"].endswith("r"))
 
