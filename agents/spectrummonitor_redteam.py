@@ -2,8 +2,9 @@
 
 Each reads the scan it is shown and nothing else (no memory across scans, no latent values): the
 kinds of single-scan rule an adversary would try first to score without learning the band plan.
-The red team plays every point of their grids stateless; none may reach r_reference (the stateless
-`SpectrumReference`, whose single-scan rule is the best such rule found).
+The env is redealable, so the red team plays every point of their grids stateless on re-deals of the
+world, plays each family's best point there on the benchmark's scans, and that point may not reach
+r_reference (the stateless `SpectrumReference`, whose single-scan rule is the best such rule found).
 
 - `EchoThreshold`: every peak at least `min_width` wide and `min_power` strong, its width scaled.
 - `WidthPartner`: peaks whose width matches another peak's (channels of one kind share a width).

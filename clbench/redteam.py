@@ -3,9 +3,9 @@
 `clbench redteam --env ID` (clbench.commands.redteam) plays, on one world and schedule:
 
 - the degenerate agents (clbench.agents.degenerate: first-legal, submit, empty, fixed:NAME);
-- every point of every policy family the env declares (`policy_families`): memoryless,
-  observation-reading (or blind) parametric policies, played stateless; a family marked stateful
-  (an env's own feedback-only memorizer, say) is played as one stateful rollout;
+- the policy families the env declares (`policy_families`): memoryless, observation-reading (or
+  blind) parametric policies, played stateless; a family marked stateful (an env's own
+  feedback-only memorizer, say) is played as one stateful rollout;
 - `train-answers`: the oracle played on the train split (another world, the same kind of
   structure), its actions per instance replayed blind on the test twin (the same id without the
   "train-" prefix): what a train split that shared answers would pay;
@@ -14,8 +14,19 @@
   best so far in the instance's variant (overall, where the variant has no score yet); one
   stateful rollout.
 
+How a family's point is chosen. An env whose instances can be dealt anew with the same latent
+structure (`redealable = True`; `redeal=K` keeps the world and draws its instances again) has its
+families' grids searched on re-deals 1..K (`redeals`: 2 by default, 6 with --full / CLBENCH_SLOW=1):
+each family's point with the best mean over the re-deals is then played on the benchmark's own
+instances (redeal 0), and the verdict is that point's benchmark mean against r_reference. The
+scored instances are never used to choose: in a noisy env the best of hundreds of near-equal
+points on the scored instances beats the reference by selection luck (the maximum of many noisy
+means), which measures the draw, not a policy; a point chosen elsewhere and reaching r_reference
+on the benchmark is a policy that does. Envs without re-deals keep the stricter rule: every point
+of every grid is played on the benchmark and none may reach r_reference.
+
 Each is played through the runner (the process pool) into a temporary run directory; a policy
-whose mean reward reaches r_reference fails the env (tests/test_redteam.py).
+whose benchmark mean reaches r_reference fails the env (tests/test_redteam.py).
 """
 from __future__ import annotations
 
@@ -31,6 +42,8 @@ from clbench.agent import Agent
 
 TRAIN_ANSWERS = "train-answers"
 MEMORIZER = "feedback-memorizer"
+#: Policy.family values that are not declared policy families (never chosen on re-deals)
+NOT_FAMILIES = ("degenerate", "generic")
 
 
 def slow() -> bool:
@@ -86,13 +99,27 @@ class Policy:
     agent: str  # agent name or "module:Class"
     params: dict
     stateful: bool = False
-    mean: float | None = None
+    mean: float | None = None  # on the benchmark's instances (what the verdict is on)
     skipped: str | None = None  # why it was not played
+    #: a redealable env's family points: mean reward per re-deal (never redeal 0, the benchmark)
+    selection: dict[int, float] = field(default_factory=dict)
+    chosen: bool | None = None  # None: not a choice (every point on the benchmark, or not a family)
+
+    @property
+    def selection_mean(self) -> float | None:
+        return float(np.mean(list(self.selection.values()))) if self.selection else None
 
     def row(self, r_reference: float | None, r_max: float | None) -> dict:
         return {"policy": self.name, "family": self.family, "params": self.params, "stateful": self.stateful,
+                "selection_mean": self.selection_mean, "selection": dict(self.selection), "chosen": self.chosen,
                 "mean": self.mean, "r_reference": r_reference, "r_max": r_max,
-                "verdict": verdict(self.mean, r_reference, self.skipped)}
+                "verdict": ("not chosen on the re-deals" if self.chosen is False and not self.skipped
+                            else verdict(self.mean, r_reference, self.skipped))}
+
+
+def redeals(full: bool = False) -> int:
+    """How many re-deals a redealable env's family grids are searched on (more with --full / CLBENCH_SLOW=1)."""
+    return 6 if full or slow() else 2
 
 
 def reaches(mean: float | None, r_reference: float | None) -> bool:
@@ -158,14 +185,72 @@ def train_actions(env_id: str, env_kwargs: dict, workers: int, out: Path) -> dic
     return actions
 
 
-def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers: int = 1,
-        policies: list[Policy] | None = None, out: str | None = None) -> dict:
-    """Play every policy of `plan` (or `policies`) on the world and schedule `env_kwargs` select;
-    return {"env_id", "world", "r_reference", "r_max", "rows", "failures", "families"}."""
-    from clbench.calibration import ensure_baselines, world_label
+def _play(env_id: str, policies: list[Policy], env_kwargs: dict, workers: int, out: Path,
+          params: dict[str, dict] | None = None) -> dict[str, float]:
+    """Each policy's mean reward on the instances `env_kwargs` deal (one run directory `out`), by name."""
     from clbench.results import load_records
     from clbench.rollout import run_many
     from clbench.runner import RunConfig, cached_env
+
+    params = params or {}
+    cfgs = [RunConfig(env_id=env_id, agent=pol.agent, out=str(out), system=pol.name,
+                      mode="stateful" if pol.stateful else "stateless", rollouts=1, stateless_passes=1,
+                      workers=workers, env_kwargs=env_kwargs, agent_kwargs=params.get(pol.name, dict(pol.params)),
+                      calibrate=False)
+            for pol in policies]
+    if not cfgs:
+        return {}
+    run_many(cfgs, quiet=True)
+    task = cached_env(env_id, env_kwargs).unwrapped.task
+    by_system: dict[str, list[float]] = {}
+    for rec in load_records(out):
+        if rec["task"] == task:
+            by_system.setdefault(rec["system"], []).append(float(rec["reward"]))
+    return {name: float(np.mean(rewards)) for name, rewards in by_system.items()}
+
+
+def selection_deals(env_kwargs: dict, k: int) -> list[int]:
+    """The `k` re-deals a family's point is chosen on: 1..k, skipping the deal under test (`redeal` in
+    `env_kwargs`, 0 for the benchmark)."""
+    own = int(env_kwargs.get("redeal", 0))
+    return [d for d in range(1, k + 2) if d != own][:k]
+
+
+def choose_on_redeals(env_id: str, policies: list[Policy], env_kwargs: dict, k: int, workers: int,
+                      root: Path) -> list[dict]:
+    """Play every family point of `policies` on `k` re-deals of the world (never the benchmark's own
+    deal), record each point's per-re-deal means (`selection`) and mark the best point of each family
+    (by the mean over the re-deals; the first in grid order on a tie) `chosen`. Returns the selection
+    data: one {"policy", "redeal", "mean"} per point and re-deal."""
+    deals = selection_deals(env_kwargs, k)
+    by_family: dict[str, list[Policy]] = {}
+    for pol in policies:
+        if pol.family not in NOT_FAMILIES and not pol.skipped:
+            by_family.setdefault(pol.family, []).append(pol)
+    searched = [pol for fam in by_family.values() if len(fam) > 1 for pol in fam]
+    data = []
+    for d in deals:
+        means = _play(env_id, searched, {**env_kwargs, "redeal": d}, workers, root / f"redeal-{d}")
+        for pol in searched:
+            if pol.name in means:
+                pol.selection[d] = means[pol.name]
+                data.append({"policy": pol.name, "redeal": d, "mean": means[pol.name]})
+    for fam in by_family.values():
+        scored = [p for p in fam if p.selection_mean is not None]
+        best = fam[0] if len(fam) == 1 else max(scored, key=lambda p: p.selection_mean) if scored else None
+        for pol in fam:
+            pol.chosen = pol is best
+    return data
+
+
+def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers: int = 1,
+        policies: list[Policy] | None = None, out: str | None = None, k: int | None = None) -> dict:
+    """Play the policies of `plan` (or `policies`) on the world and schedule `env_kwargs` select; for a
+    redealable env, each family's point is first chosen on `k` re-deals (`redeals`, `choose_on_redeals`)
+    and only the chosen points are played on the benchmark. Returns {"env_id", "world", "r_reference",
+    "r_max", "rule", "redeals", "selection", "rows", "failures", "families"}."""
+    from clbench.calibration import ensure_baselines, world_label
+    from clbench.runner import cached_env
 
     env_kwargs = dict(env_kwargs or {})
     env = cached_env(env_id, env_kwargs)
@@ -173,52 +258,55 @@ def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers
     undefined = ensure_baselines(env, env_kwargs)
     if undefined:
         raise ValueError(undefined)
-    r_ref, r_max, task = base.r_reference, base.r_max, base.task
+    r_ref, r_max = base.r_reference, base.r_max
     policies = plan(env_id, full) if policies is None else policies
+    k = redeals(full) if k is None else int(k)
+    redealable = bool(type(base).redealable) and k > 0
+    selection: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="clbench-redteam-") as tmp:
         root = Path(out or tmp)
-        cfgs = []
+        if redealable:
+            selection = choose_on_redeals(env_id, policies, env_kwargs, k, workers, root / "select")
+        params: dict[str, dict] = {}
         for pol in policies:
-            if pol.skipped:
-                continue
-            params = dict(pol.params)
-            if pol.name == TRAIN_ANSWERS:
+            if pol.name == TRAIN_ANSWERS and not pol.skipped:
                 try:
-                    params = {"actions": train_actions(env_id, env_kwargs, workers, root / "train")}
+                    params[pol.name] = {"actions": train_actions(env_id, env_kwargs, workers, root / "train")}
                 except (RuntimeError, ValueError, TypeError) as exc:  # shown in the table, never hidden
                     pol.skipped = f"the oracle could not play the train split ({type(exc).__name__}: {str(exc)[:160]})"
-                    continue
-            mode = "stateful" if pol.stateful else "stateless"
-            cfgs.append(RunConfig(env_id=env_id, agent=pol.agent, out=str(root / "play"), system=pol.name, mode=mode,
-                                  rollouts=1, stateless_passes=1, workers=workers, env_kwargs=env_kwargs,
-                                  agent_kwargs=params))
-        if cfgs:
-            run_many(cfgs, quiet=True)
-            records = [r for r in load_records(root / "play") if r["task"] == task]
-        else:
-            records = []
-    by_system: dict[str, list[float]] = {}
-    for rec in records:
-        by_system.setdefault(rec["system"], []).append(float(rec["reward"]))
-    for pol in policies:
-        if not pol.skipped:
-            pol.mean = float(np.mean(by_system[pol.name])) if by_system.get(pol.name) else None
+        bench = [p for p in policies if not p.skipped and p.chosen is not False]
+        means = _play(env_id, bench, env_kwargs, workers, root / "play", params)
+    for pol in bench:
+        pol.mean = means.get(pol.name)
     rows = [p.row(r_ref, r_max) for p in policies]
-    return {"env_id": env_id, "world": world_label(base), "r_reference": r_ref, "r_max": r_max, "rows": rows,
+    rule = (f"each family's point chosen on re-deals {', '.join(map(str, selection_deals(env_kwargs, k)))} (best mean), "
+            "then played on the benchmark" if redealable else "every point played on the benchmark")
+    return {"env_id": env_id, "world": world_label(base), "r_reference": r_ref, "r_max": r_max, "rule": rule,
+            "redeals": k if redealable else 0, "selection": selection, "rows": rows,
             "families": sorted(families(type(base))), "failures": [r for r in rows if reaches(r["mean"], r_ref)]}
 
 
 def format_table(report: dict) -> str:
-    """The red team's table as markdown, best policy first."""
-    rows = sorted(report["rows"], key=lambda r: -np.inf if r["mean"] is None else -r["mean"])
+    """The red team's table as markdown: the policies played on the benchmark first (best first), then
+    the family points not chosen on the re-deals (best selection mean first)."""
+    def order(r):
+        played = r["mean"] is not None
+        return (not played, -(r["mean"] if played else (r["selection_mean"] if r["selection_mean"] is not None
+                                                         else -np.inf)))
+
+    def num(x):
+        return "-" if x is None else f"{x:.6g}"
+
     lines = [f"{report['env_id']} ({report['world']}): r_reference {report['r_reference']:.6g}, "
-             f"r_max {report['r_max']:.6g}; families: {', '.join(report['families']) or 'NONE DECLARED'}",
-             "| policy | family | params | mean | r_reference | r_max | verdict |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
+             f"r_max {report['r_max']:.6g}; families: {', '.join(report['families']) or 'NONE DECLARED'}; "
+             f"rule: {report.get('rule', 'every point played on the benchmark')}",
+             "| policy | family | params | selection mean (re-deals) | benchmark mean | r_reference | r_max | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(report["rows"], key=order):
         params = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"
-        mean = "n/a" if r["mean"] is None else f"{r['mean']:.6g}"
-        lines.append(f"| {r['policy']}{' (stateful)' if r['stateful'] else ''} | {r['family']} | {params} | {mean} | "
-                     f"{report['r_reference']:.6g} | {report['r_max']:.6g} | {r['verdict']} |")
+        lines.append(f"| {r['policy']}{' (stateful)' if r['stateful'] else ''} | {r['family']} | {params} | "
+                     f"{num(r.get('selection_mean'))} | {num(r['mean'])} | {report['r_reference']:.6g} | "
+                     f"{report['r_max']:.6g} | {r['verdict']} |")
     return "\n".join(lines)
 
 

@@ -1,6 +1,8 @@
 """The red team (clbench.redteam, `clbench redteam`) on every registered env: no non-learning
 adversary (degenerate agents, the env's declared policy families, the train split's answers, a
-feedback-only memorizer) may reach r_reference, and every env must declare a policy family.
+feedback-only memorizer) may reach r_reference, and every env must declare a policy family. A
+redealable env's family points are chosen on re-deals of its world and only the chosen point of
+each family is scored on the benchmark (selection on the scored instances measures luck).
 
 Real envs, played through the runner. Short grids by default; every family's full grid with
 CLBENCH_SLOW=1. CodeRepair runs a sandbox per instance: it is played with CLBENCH_SLOW=1 only.
@@ -72,7 +74,7 @@ def test_family_entries_take_every_form():
 
 def test_the_check_fails_when_a_policy_reaches_r_reference():
     # the oracle played as if it were a memoryless family: it reaches r_reference, and is reported
-    env_id = "clbench/SpectrumMonitor-v3"
+    env_id = "clbench/SpectrumMonitor-v4"
     report = redteam.run(env_id, policies=[Policy("planted-oracle", "planted", "oracle", {}),
                                            Policy("empty", "degenerate", "empty", {})])
     assert [r["policy"] for r in report["failures"]] == ["planted-oracle"]
@@ -81,8 +83,57 @@ def test_the_check_fails_when_a_policy_reaches_r_reference():
     assert rows["planted-oracle"]["mean"] == pytest.approx(report["r_max"])
 
 
+def test_a_redealable_env_chooses_each_familys_point_on_re_deals_never_on_the_benchmark(tmp_path):
+    """Selection data come from re-deals 1..K only; each family's chosen point is its best mean over them
+    (whatever it scores on the benchmark), and only chosen points are played on the benchmark."""
+    env_id = "clbench/SpectrumMonitor-v4"
+    assert env_class(env_id).redealable
+    fam = "echo"
+    points = [Policy(f"{fam}(min_width={w})", fam, "clbench.agents.spectrummonitor_redteam:EchoThreshold",
+                     {"min_width": w}) for w in (0.0, 2.0, 30.0)]
+    report = redteam.run(env_id, {"schedule": "short"}, policies=[*points, Policy("empty", "degenerate", "empty", {})],
+                         k=2, out=str(tmp_path))
+    assert report["redeals"] == 2 and "re-deals 1, 2" in report["rule"]
+    assert {s["redeal"] for s in report["selection"]} == {1, 2}  # never redeal 0, the benchmark's own scans
+    assert {s["policy"] for s in report["selection"]} == {p.name for p in points}  # not the degenerate agent
+    rows = {r["policy"]: r for r in report["rows"]}
+    chosen = [n for n in rows if rows[n]["chosen"]]
+    assert chosen == [max((p.name for p in points), key=lambda n: rows[n]["selection_mean"])]
+    assert rows[chosen[0]]["mean"] is not None and rows["empty"]["mean"] is not None
+    assert all(rows[p.name]["mean"] is None and rows[p.name]["verdict"] == "not chosen on the re-deals"
+               for p in points if p.name not in chosen)
+    assert rows["empty"]["chosen"] is None and rows["empty"]["selection_mean"] is None
+    # the re-deals keep the world (the same plan) and deal other scans
+    from clbench.runner import cached_env
+
+    envs = [cached_env(env_id, {"schedule": "short", "redeal": d}).unwrapped for d in (0, 1, 2)]
+    assert all(e.channels == envs[0].channels for e in envs)
+    peaks = [[i.payload.peaks for v in e.schedule.variants for i in v.instances] for e in envs]
+    assert peaks[0] != peaks[1] != peaks[2] != peaks[0]
+    assert (tmp_path / "select" / "redeal-1").is_dir() and not (tmp_path / "select" / "redeal-0").exists()
+    assert "| policy | family | params | selection mean (re-deals) | benchmark mean |" in redteam.format_table(report)
+
+
+def test_an_env_without_re_deals_plays_every_point_on_the_benchmark():
+    quick = ["clbench/MemoryProbe-v2", *clbench_env_ids()]  # a quick one first
+    env_id = next(e for e in quick if not env_class(e).redealable and env_class(e).task not in SLOW_TASKS)
+    with pytest.raises((TypeError, ValueError)):  # no `redeal` argument, or "cannot re-deal"
+        __import__("gymnasium").make(env_id, redeal=1)
+    fam = "planted"
+    report = redteam.run(env_id, policies=[Policy(f"{fam}-a", fam, "empty", {}), Policy(f"{fam}-b", fam, "oracle", {})])
+    assert report["redeals"] == 0 and report["selection"] == [] and report["rule"] == "every point played on the benchmark"
+    assert all(r["mean"] is not None and r["chosen"] is None for r in report["rows"])
+    assert [r["policy"] for r in report["failures"]] == [f"{fam}-b"]
+
+
+def test_selection_deals_skip_the_deal_under_test():
+    assert redteam.selection_deals({}, 3) == [1, 2, 3]
+    assert redteam.selection_deals({"redeal": 2}, 3) == [1, 3, 4]
+    assert redteam.redeals() >= 1 and redteam.redeals(full=True) > redteam.redeals()
+
+
 def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
-    env_id = "clbench/SpectrumMonitor-v3"
+    env_id = "clbench/SpectrumMonitor-v4"
     actions = redteam.train_actions(env_id, {}, 1, tmp_path)
     from clbench.runner import cached_env
 
@@ -96,7 +147,7 @@ def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
 def test_feedback_memorizer_replays_the_best_sequence_of_the_variant():
     from clbench.agent import AgentCard
 
-    card = AgentCard(env_id="clbench/SpectrumMonitor-v3", tools=[])
+    card = AgentCard(env_id="clbench/SpectrumMonitor-v4", tools=[])
     m = FeedbackMemorizer(card)
     n = len(m.candidates)
     assert n >= 2  # the env's fixed answers
@@ -123,5 +174,5 @@ def test_cli_exits_non_zero_without_families_or_on_a_failure(capsys):
     env_id = "clbench/MemoryProbe-v2"
     code = main(["redteam", "--env", env_id, "--workers", "1"])
     out = capsys.readouterr().out
-    assert "| policy | family | params | mean | r_reference | r_max | verdict |" in out
+    assert "| policy | family | params | selection mean (re-deals) | benchmark mean | r_reference | r_max | verdict |" in out
     assert code == (0 if redteam.families(env_class(env_id)) else 1)

@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v3: reward semantics, agents, the band re-plan (drift), feedback that gives no
+"""SpectrumMonitor-v4: reward semantics, agents, the band re-plan (drift), feedback that gives no
 answers away, the red team's memoryless families, fresh worlds, and the issues' must-show numbers. The env contract (check_env, reset modes, determinism, info keys, spec card, r_max and
 r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
 
-ENV = "clbench/SpectrumMonitor-v3"
+ENV = "clbench/SpectrumMonitor-v4"
 
 
 def test_schedule_shape_and_latent_plan():
@@ -291,9 +291,14 @@ def world_numbers(env_id: str, world_seed, rollouts: int = 2, drift_at: int = 60
 
 
 def play_red_team(env) -> tuple[float, str]:
-    """The best (mean, "family {params}") over every point of every declared family, played stateless."""
-    env_id = env.unwrapped.env_id
-    return max((stateless_mean(env, path, **kw), f"{fam} {kw}") for fam, path, kw in family_points(env_id))
+    """The red team's best (benchmark mean, policy) on `env`'s world (clbench.redteam.run: each family's point
+    chosen on re-deals of the world, then played on the benchmark's scans)."""
+    from clbench import redteam
+
+    u = env.unwrapped
+    report = redteam.run(u.env_id, {} if u.world_seed is None else {"world_seed": u.world_seed}, workers=2)
+    best = max((r for r in report["rows"] if r["mean"] is not None), key=lambda r: r["mean"])
+    return best["mean"], best["policy"]
 
 
 def test_no_memoryless_family_reaches_the_reference():
@@ -307,16 +312,20 @@ def test_no_memoryless_family_reaches_the_reference():
     assert means[best] < r_ref, (best, means[best], r_ref)
 
 
-WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1, 7)
+#: fresh worlds where the red team's point chosen on re-deals reaches the stateless reference on the
+#: benchmark (v4, worlds 1-20): strict, so a fix shows; the echo rule ties the reference (test_worlds.WORLD_HOLES)
+RED_TEAM_TIES = {3: "+0.0007 (echo-threshold)", 12: "+0.0018 (plan-echo)"}
+WORLDS = [pytest.param(w, marks=pytest.mark.xfail(strict=True, reason=f"issue 28: chosen point reaches r_reference by "
+                                                                        f"{RED_TEAM_TIES[w]}"))
+          if w in RED_TEAM_TIES else w for w in (range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1, 7))]
 
 
 @pytest.mark.parametrize("world_seed", WORLDS)
 def test_fresh_worlds_keep_the_difficulty(world_seed):
     """issue 29: a fresh world draws another plan and re-plan (no channel in common with the canonical one)
     and keeps the canonical world's difficulty within a band: headroom, learnable, the drift costs a
-    frozen reference, and no single-scan family beats the stateless reference by more than 0.01: its
-    single-scan rule was fitted on the train split's worlds; the best of ~120 grid points on 90 noisy
-    scans of a fresh world lies between 0.005 below and 0.005 above it (worlds 1-20, v3)."""
+    frozen reference, and no red-team family's point chosen on re-deals of the world reaches the stateless
+    reference on the benchmark's scans (clbench.redteam; v4, worlds 1-20: 2 of 20 do, RED_TEAM_TIES)."""
     def plan(env):
         return sorted(c["center"] for c in env.latent()["channels"] if c["name"][0] == "W" and not c["name"].endswith("r"))
 
@@ -328,7 +337,7 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
     assert n["r_max"] == 1.0 and 0.45 <= n["r_reference"] <= 0.7
     assert n["normalized_gain"] >= 0.15
     assert n["drift_cost"] >= 0.1 * (n["r_max"] - n["r_reference"])
-    assert n["red_team_best"] <= n["r_reference"] + 0.01, n
+    assert n["red_team_best"] < n["r_reference"], n
 
 
 def test_train_and_fresh_worlds_differ_from_the_canonical_one():
@@ -342,13 +351,16 @@ def test_train_and_fresh_worlds_differ_from_the_canonical_one():
 def test_drawn_worlds_keep_every_channel_inside_the_band_with_a_margin_at_both_ends():
     """v3: a drawn band ends as close to its last channel as it starts to its first (v2 left ~20 MHz empty at the
     top, where a single scan could call every peak a false alarm), and the re-plan keeps channels inside it."""
-    for kw in ({"world_seed": s} for s in range(1, 13)):
+    for kw in [*({"world_seed": s} for s in range(1, 21)), {"split": "train"}]:
         env = gym.make(ENV, **kw).unwrapped
         edges = sorted(c.interval for c in env.channels)
         assert all(env.low <= a and b <= env.high for a, b in edges), kw
         plan = sorted(c.interval for c in env.channels if c.name[0] in "WN" and not c.name.endswith("r"))
         lo, hi = plan[0][0] - env.low, env.high - plan[-1][1]
         assert 1.0 <= lo <= 8.0 and 1.0 <= hi <= 8.0, (kw, lo, hi)
+        # v4: a narrowband channel stays inside its guard gap (v3's jitter made plan channels overlap in
+        # some drawn worlds, 1, 7 and 17 among them)
+        assert all(a[1] <= b[0] + 1e-3 for a, b in zip(plan, plan[1:])), kw
 
 
 def test_narrowband_channels_transmit_in_every_week():
@@ -358,6 +370,51 @@ def test_narrowband_channels_transmit_in_every_week():
     for first, last in ((1, 30), (31, 60), (61, 90)):
         kinds = {c["kind"] for i in range(first, last + 1) for c in active[f"scan-{i:03d}"]}
         assert "narrowband" in kinds and "wideband" in kinds
+
+
+@pytest.mark.parametrize("world", [{}, {"world_seed": 5}, {"split": "train"}])
+def test_a_re_deal_keeps_the_world_and_deals_other_scans(world):
+    """v4 (redealable): the plan, the channels each week allows and the re-plan come from the plan seed
+    (the spec's or world_rng's), the scans alone from draw_seed; a re-deal changes only the scans."""
+    from clbench.envs.spectrummonitor.generator import plan
+
+    envs = [gym.make(ENV, redeal=k, **world).unwrapped for k in (0, 1, 2)]
+    assert type(envs[0]).redealable and [e.deal_key.split("/")[-1] for e in envs][1:] == ["redeal-1", "redeal-2"]
+    plans = [plan(e.world, "default") for e in envs]
+    assert plans[0] == plans[1] == plans[2] and envs[0].channels == envs[1].channels == envs[2].channels
+    assert all(e.low == envs[0].low and e.high == envs[0].high for e in envs)
+    scans = [[i.payload for v in e.schedule.variants for i in v.instances] for e in envs]
+    assert len({tuple(s.peaks for s in ss) for ss in scans}) == 3
+    assert len({tuple(tuple(c.name for c in s.active) for s in ss) for ss in scans}) == 3  # activity is noise too
+    # the scan seed moves nothing latent: the plan depends on plan_seed alone
+    assert plan({**envs[0].world, "seed": 99}, "default") == plans[0]
+    assert plan({**envs[0].world, "plan_seed": envs[0].world["plan_seed"] + 1}, "default") != plans[0]
+
+
+def test_false_alarms_per_real_peak_do_not_tell_week_1_from_week_2():
+    """v4: v3's fixed false-alarm rate and a first week with half the narrowband channels made narrow peaks
+    in week 1 likelier false alarms, a prior the scan number gave a memoryless agent. Look-alikes now come
+    per allowed channel of each kind and week 1 has both kinds in the later weeks' proportion. (The re-plan's
+    week keeps its new channels on the air, so more of its peaks are real: 0.63 vs 0.50-0.52 of narrow peaks
+    here; every peak that is not a spike is worth reporting in any week, so this prior changes no best
+    single-scan answer.)"""
+    env = gym.make(ENV).unwrapped
+    weeks = env.spec_data["schedules"]["default"]
+    shares = [v["narrowband_active"] / (v["wideband_active"] + v["narrowband_active"]) for v in weeks]
+    assert max(shares) - min(shares) < 0.05
+    # over the canonical world and a re-deal of it, the share of narrow peaks on a transmitting channel is
+    # about the same in every week (the rest are look-alikes)
+    real = {}
+    for k in (0, 1, 2):
+        e = gym.make(ENV, redeal=k).unwrapped
+        for v in e.schedule.variants:
+            for inst in v.instances:
+                for p in inst.payload.peaks:  # narrow, not a spike: on a transmitting channel of like width?
+                    if 2.0 <= p.width < 0.55 * e.world["channels"]["wideband"]["width_mhz"]:
+                        real.setdefault(v.name, []).append(any(
+                            abs(p.center - c.center) <= 2.2 and 0.55 <= p.width / c.width <= 1.8 for c in inst.payload.active))
+    rates = [np.mean(real[v["name"]]) for v in weeks if not v.get("replan")]
+    assert len(rates) == 2 and max(rates) - min(rates) < 0.06, rates
 
 
 def _fit_module():

@@ -231,7 +231,7 @@ def test_error_in_a_sub_env_is_raised_with_its_index_and_close_does_not_hang(ind
 
 
 def test_workers_are_gone_after_close():
-    vec = gym.make_vec("clbench/SpectrumMonitor-v3", 4, vectorization_mode="vector_entry_point", workers=3)
+    vec = gym.make_vec("clbench/SpectrumMonitor-v4", 4, vectorization_mode="vector_entry_point", workers=3)
     pids = vec.unwrapped.worker_pids
     assert len(pids) == 2 and not any(_pid_gone(p) for p in pids)
     vec.reset(seed=0)

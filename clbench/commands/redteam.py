@@ -1,6 +1,7 @@
-"""`clbench redteam --env ID [--world-seed N] [--full]`: play the red team (clbench.redteam) and
-print each policy's mean next to r_reference and r_max; exit 1 when any reaches r_reference or
-the env declares no policy family."""
+"""`clbench redteam --env ID [--world-seed N] [--full] [--redeals K]`: play the red team (clbench.redteam)
+and print each policy's mean next to r_reference and r_max; exit 1 when any reaches r_reference or
+the env declares no policy family. For a redealable env each family's point is chosen on K re-deals of
+the world (its selection mean) and only that point is played on the benchmark (its benchmark mean)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ def cmd_redteam(args) -> int:
 
         os.environ["CLBENCH_SLOW"] = "1"  # envs may size their grids by it; spawned workers inherit it
     report = redteam.run(args.env, env_kwargs_from_args(args), full=args.full, workers=args.workers,
-                         out=args.out or None)
+                         out=args.out or None, k=args.redeals)
     print(json.dumps(report, indent=1, default=float) if args.json else redteam.format_table(report))
     bad = False
     if not report["families"]:
@@ -38,6 +39,8 @@ def register(sub) -> None:
     add_world_arguments(p, calibrate=False)
     p.add_argument("--full", action="store_true", help="the full search (as with CLBENCH_SLOW=1): every family's "
                                                        "full grid")
+    p.add_argument("--redeals", type=int, default=None, metavar="K",
+                   help="re-deals a redealable env's family points are chosen on (default 2, 6 with --full)")
     p.add_argument("--workers", type=int, default=default_workers(), help="parallel worker processes")
     p.add_argument("--out", default="", help="keep the run directories here (default: a temporary one)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -10,8 +10,9 @@ the truth of a scan is the set of channels transmitting in it. False alarms mimi
 A variant marked `replan` changes the plan for itself and every later variant: some eligible
 wideband channels are re-tuned (new centre and width), one is retired and a new licensee takes
 over part of the retired channel's spectrum with a different centre and width; the new plan's
-channels start on the air. A drawn world's band has a margin of the same kind at both ends, and
-the re-plan keeps every channel inside it.
+channels stay on the air through the variant that brings them. The plan, the channels each variant
+allows and the re-plan come from `plan_seed`, the scans from `seed`. A drawn world's band has a
+margin of the same kind at both ends, and the re-plan keeps every channel inside it.
 """
 from __future__ import annotations
 
@@ -71,12 +72,13 @@ def make_channels(spec: dict, rng: np.random.Generator) -> list[Channel]:
             round(rng.uniform(*wb["power_dbm"]), 1)))
     wide = list(channels)
     for i, (a, b) in enumerate(zip(wide, wide[1:])):
-        guard = (a.interval[1] + b.interval[0]) / 2  # the middle of the guard gap between the two
-        channels.append(Channel(
-            f"N{i + 1}", "narrowband",
-            round(guard + rng.normal(0, nb["center_jitter_mhz"] / 2), 3),
-            round(nb["width_mhz"] + rng.uniform(-nb["width_jitter_mhz"], nb["width_jitter_mhz"]), 3),
-            round(rng.uniform(*nb["power_dbm"]), 1)))
+        lo, hi = a.interval[1], b.interval[0]  # the guard gap between the two
+        center = (lo + hi) / 2 + rng.normal(0, nb["center_jitter_mhz"] / 2)
+        width = min(nb["width_mhz"] + rng.uniform(-nb["width_jitter_mhz"], nb["width_jitter_mhz"]), 0.95 * (hi - lo))
+        # inside the gap: the jitter never makes plan channels overlap
+        center = min(max(center, lo + width / 2), hi - width / 2)
+        channels.append(Channel(f"N{i + 1}", "narrowband", round(center, 3), round(width, 3),
+                                round(rng.uniform(*nb["power_dbm"]), 1)))
     return channels
 
 
@@ -112,6 +114,7 @@ def draw_world(spec: dict, rng: np.random.Generator) -> dict:
     off = float(rng.uniform(2.5, 3.5))
     lic["offset_mhz"] = [round(off, 2), round(off + 1.5, 2)]
     lic["power_dbm"] = [round(p + shift, 1) for p in lic["power_dbm"]]
+    spec["plan_seed"] = int(rng.integers(2**31))  # the channels' jitter, the eligible sets and the re-plan
     return spec
 
 
@@ -147,12 +150,25 @@ def _replan(eligible: list[Channel], spec: dict, rng: np.random.Generator) -> di
     return changes
 
 
-def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
-    """Every channel of every plan and every scan of `schedule`, in canonical order."""
-    rng = np.random.default_rng(spec["seed"])
+def plan(spec: dict, schedule: str) -> tuple[list[Channel], list[list[Channel]], dict[str, Channel | None]]:
+    """The latent structure, from `plan_seed` alone: every channel of the first plan, the channels allowed
+    to transmit in each variant of `schedule`, and the re-plan (channel name -> successor; empty when no
+    variant re-plans)."""
+    rng = np.random.default_rng(spec["plan_seed"])
     channels = make_channels(spec, rng)
     variants = spec["schedules"][schedule]
     eligible = _eligible(channels, variants, rng)
+    at = next((i for i, v in enumerate(variants) if v.get("replan")), None)
+    return channels, eligible, ({} if at is None else _replan(eligible[at], spec, rng))
+
+
+def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
+    """Every channel of every plan and every scan of `schedule`, in canonical order. The plan and re-plan
+    come from `plan_seed` (`plan`), the scans (activity, detections, false alarms, spikes) from `seed`: a
+    re-deal changes `seed` only and keeps the world."""
+    channels, eligible, replan = plan(spec, schedule)
+    rng = np.random.default_rng(spec["seed"])
+    variants = spec["schedules"][schedule]
     act, meas = spec["activity"], spec["measurement"]
     low, high = spec["band"]["low_mhz"], spec["band"]["high_mhz"]
     wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
@@ -161,15 +177,19 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
     scans: list[Scan] = []
     for v, allowed in zip(variants, eligible):
         if v.get("replan") and not changes:
-            changes = _replan(allowed, spec, rng)
-            channels += list(changes.values())
-            # the new plan's channels start on the air (then follow the on/off process like any other),
-            # so what the re-plan costs does not hinge on whether they happened to be dormant
+            changes = replan
+            channels = channels + list(changes.values())
+            # the new plan's channels are on the air through the variant that brings them (then follow the
+            # on/off process like any other): what the re-plan costs a stale plan depends on the plan, not
+            # on how long they happened to stay dormant
             on.update({name: True for name in changes})
         # a changed channel's successor inherits its on/off state (keyed by the original name)
         live = [changes.get(c.name, c) for c in allowed]
+        on_air = set(changes) if v.get("replan") else set()
         for _ in range(v["scans"]):
             for c in allowed:  # persistent on/off process
+                if c.name in on_air:
+                    continue
                 flip = act["p_active_to_dormant"] if on[c.name] else act["p_dormant_to_active"]
                 if rng.random() < flip:
                     on[c.name] = not on[c.name]
@@ -183,10 +203,14 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
                     peaks.append(Peak(c.center + rng.normal(0, meas["center_noise_mhz"]),
                                       c.power + rng.normal(0, meas["power_noise_db"]),
                                       max(0.3, c.width * (1 + rng.normal(0, meas["width_noise_rel"])))))
-            for _ in range(rng.poisson(meas["false_alarm_rate"])):  # look-alikes: a channel's width and power
-                kind = wb if rng.random() < meas["false_alarm_wideband_share"] else nb
-                peaks.append(Peak(rng.uniform(low, high), rng.uniform(*kind["power_dbm"]) + rng.normal(0, meas["power_noise_db"]),
-                                  max(0.3, kind["width_mhz"] * (1 + rng.normal(0, meas["width_noise_rel"])))))
+            # look-alikes of each kind (its width and power), as many per allowed channel of that kind in
+            # every variant, so the share of a kind's peaks that are real does not tell one week from another
+            for kind, name in ((wb, "wideband"), (nb, "narrowband")):
+                allowed_kind = sum(c.kind == name for c in allowed)
+                for _ in range(rng.poisson(meas["false_alarms_per_channel"] * allowed_kind)):
+                    peaks.append(Peak(rng.uniform(low, high),
+                                      rng.uniform(*kind["power_dbm"]) + rng.normal(0, meas["power_noise_db"]),
+                                      max(0.3, kind["width_mhz"] * (1 + rng.normal(0, meas["width_noise_rel"])))))
             if rng.random() < meas["spike_probability"]:
                 peaks.append(Peak(rng.uniform(low, high), rng.uniform(*meas["spike_power_dbm"]),
                                   rng.uniform(*meas["spike_width_mhz"])))

@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v3: blind spectrum monitoring from noisy scans."""
+"""SpectrumMonitor-v4: blind spectrum monitoring from noisy scans."""
 from __future__ import annotations
 
 import json
@@ -87,8 +87,21 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     `world_seed` (None: the canonical world of tasks/spectrummonitor/default.yaml; N: a band
     plan and re-plan drawn anew, `generator.draw_world`, of the same kind and difficulty). Every
     world but the canonical one (the train split too) draws its plan, re-plan and scans anew.
+    `redeal` (0: the benchmark's scans; K >= 1: the same world's plan, re-plan and allowed channels
+    with its scans drawn anew, as the red team chooses its policies' parameters on): the plan comes
+    from the task spec's or `world_rng`'s plan seed, only the scans from `draw_seed`.
 
     ## Version History
+    * v4: redealable: the plan, the channels each week allows and the re-plan are drawn from their own
+      seed (the world's), the scans from another (`draw_seed`), so a re-deal keeps the world; false
+      alarms come per allowed channel of each kind (v3's fixed rate made a week with fewer channels
+      one with more false alarms per real peak, which the scan number told a memoryless agent) and
+      the first week has both kinds in the later weeks' proportion (v3's had half the narrowband
+      channels); the re-plan's channels stay on the air through the week that brings them (v3's
+      followed the on/off process from the start, so the drift cost swung with how long they happened
+      to stay dormant: fresh worlds 8, 10 and 16 left the canonical world's band); the stateless reference moves a wide
+      peak's width halfway to the scan's own width scale, and its weights are refitted; the red team
+      chooses each family's point on re-deals and plays it on the benchmark.
     * v3: the stateless reference's single-scan rule is a logistic model of what one scan shows (a
       peak's width against the scan's own widest, spikes, overlaps, plan geometry, the band's edges,
       the scan's place) fitted on the train split's worlds and reporting the peaks more likely channels
@@ -114,7 +127,8 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SpectrumMonitor-v3"
+    env_id = "clbench/SpectrumMonitor-v4"
+    redealable = True
     reward_unit = "IoU"
     brief = (
         "You monitor a radio band (its edges are given in every scan) from a sequence of noisy scans. After each "
@@ -172,15 +186,17 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     }
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test", world_seed: int | None = None):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
+                 split: str = "test", world_seed: int | None = None, redeal: int = 0):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed,
+                         redeal=redeal)
         band = self.world["band"]
         self.low, self.high = float(band["low_mhz"]), float(band["high_mhz"])
 
     def _build_schedule(self, name: str) -> Schedule:
         if name not in self.spec_data["schedules"]:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(self.spec_data['schedules'])}")
-        # the canonical world as written; any other (train, fresh) draws its plan and scans anew
+        # the canonical world as written; any other (train, fresh) draws its plan (and plan seed) anew;
+        # the scans come from draw_seed, which a re-deal changes and nothing latent depends on
         spec = self.spec_data if self.canonical_world else draw_world(self.spec_data, self.world_rng("band-plan"))
         self.world = {**spec, "seed": self.draw_seed(self.spec_data["seed"])}
         self.channels, scans = generate(self.world, name)

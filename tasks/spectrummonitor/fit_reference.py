@@ -17,7 +17,7 @@ import clbench  # noqa: F401  registers the envs
 from clbench.agents import spectrummonitor as sm
 from clbench.envs.spectrummonitor.generator import iou
 
-ENV = "clbench/SpectrumMonitor-v3"
+ENV = "clbench/SpectrumMonitor-v4"
 FIT_WORLDS = [None, *range(1, 31)]
 CHECK_WORLDS = range(31, 41)
 
@@ -60,11 +60,13 @@ def prepared(worlds) -> list:
 
 
 def mean_iou(data, coef) -> float:
-    """The stateless reference's mean IoU on `prepared` data with these weights (peaks scoring >= 0 kept)."""
+    """The stateless reference's mean IoU on `prepared` data with these weights (peaks scoring >= 0 kept,
+    wide ones' widths `snapped` as the reference reports them)."""
     scores = []
     for peaks, x, truth, (low, high) in data:
         keep = x @ coef >= 0 if len(peaks) else []
-        scores.append(iou([(c - w / 2, c + w / 2) for (c, _, w), k in zip(peaks, keep) if k], truth, low, high))
+        kept = sm.snapped([p for p, k in zip(peaks, keep) if k], peaks)
+        scores.append(iou([(c - w / 2, c + w / 2) for c, _, w in kept], truth, low, high))
     return float(np.mean(scores))
 
 
