@@ -297,8 +297,8 @@ def test_stacked_infos_equal_gymnasiums_add_info():
 def test_lazy_infos_equal_infos_stacked_in_step(mode):
     """Step by step, the lazy info read late (after the next step) equals the one stacked in step()."""
     kw = dict(cycle=True, workers=1, autoreset_mode=mode, schedule="short")
-    lazy = BatchedVectorEnv("clbench/SpectrumMonitor-v3", 4, **kw)
-    eager = BatchedVectorEnv("clbench/SpectrumMonitor-v3", 4, lazy_info=False, **kw)
+    lazy = BatchedVectorEnv("clbench/SpectrumMonitor-v4", 4, **kw)
+    eager = BatchedVectorEnv("clbench/SpectrumMonitor-v4", 4, lazy_info=False, **kw)
     try:
         lazy.reset(seed=3)
         eager.reset(seed=3)
