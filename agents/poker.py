@@ -1,10 +1,13 @@
-"""Scripted agents for Poker-v2: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v3: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
-Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`:
-one sound default strategy and one exploit per opponent style (never bluff a calling station
-but value-bet it thin and big; bet and steal against fit-or-fold and give up to its bets;
-float a loose-aggressive player's flop bets and take the pot when it checks the turn, but
-respect its turn and river bets).
+Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`: one
+parametric line (`DefaultPlay`: preflop ranges, value and bluff shares, bet sizes, calling
+thresholds by bet size) with one set of parameters for playing any opponent (`REFERENCE_PARAMS`)
+and one per opponent kind (`EXPLOIT_PARAMS`), all fitted on the train split's worlds
+(tasks/poker/fit_reference.py): the first on every hand, each exploit on the hands against its
+kind. What an exploit wins against its kind it loses against another (bluffs that take pots from
+a fit-or-fold player are called by a station; thin value that a station pays is wasted on
+fit-or-fold; catching a loose-aggressive player's barrels pays only against it).
 
 - reference, stateful: counts, per opponent name, how often it folds to bets, calls, and
   bets or raises by street, and what it showed down with; once the counts point to a style it
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -83,10 +87,32 @@ def bet_share(s: Spot) -> float:
     return s.to_call / max(1, s.pot - s.to_call)
 
 
+@dataclass(frozen=True)
 class DefaultPlay(Policy):
-    """A sound, opponent-agnostic strategy: tight preflop, bets made hands, c-bets half the time."""
+    """A sound, opponent-agnostic line: opens and defends by hand percentile, bets made hands and
+    draws and a fixed share of its other hands, calls bets by their size and its hand. Its default
+    parameters are the playbooks' base; `REFERENCE_PARAMS` (fitted on the train split's worlds:
+    tasks/poker/fit_reference.py) is the stateless reference's line."""
 
     name = "default"
+    open_at: float = 0.45  # button: raise hands at or above this percentile, fold the rest
+    iso_at: float = 0.7  # big blind after a limp: raise from here
+    defend_at: float = 0.5  # call a small raise (to at most 3.5 big blinds) from here
+    defend_big_at: float = 0.7  # call a bigger raise from here
+    threebet_at: float = 0.92
+    cbet: int = 50  # share (of 100) of flops it bets as the preflop raiser without a hand
+    bluff: int = 0  # share (of 100) of its other hands it bets on the flop and turn when checked to
+    river_bluff: int = 0  # ... and on the river (hands without a pair)
+    value_tier: int = 3  # bet this tier or better (the river: `river_tier`)
+    river_tier: int = 4
+    bet_small: float = 0.5
+    bet_big: float = 0.66  # tier 4 or better
+    raise_tier: int = 5  # raise a bet with this tier or better
+    mid_share: float = 0.7  # call bets up to this share of the pot with middle pair (flop, turn)
+    top_share: float = 1.0  # ... and with top pair, weak kicker
+    draw_share: float = 0.3  # ... and with a draw (share of the pot after calling)
+    weak_share: float = 0.0  # ... and with bottom pair or nothing
+    catch_tier: int = 9  # call any bet with this tier or better (9: never)
 
     def decide(self, s: Spot) -> Decision:
         return self.preflop(s) if s.street == 0 else self.postflop(s)
@@ -95,108 +121,62 @@ class DefaultPlay(Policy):
         pct = s.strength.pct
         if not s.raises:
             if s.to_call:
-                return s.raise_times(2.5) if pct >= 0.45 else s.check_or_fold()
-            return s.raise_times(3.5) if pct >= 0.7 else s.check_or_call()
+                return s.raise_times(2.5) if pct >= self.open_at else s.check_or_fold()
+            return s.raise_times(3.5) if pct >= self.iso_at else s.check_or_call()
         if s.raises == 1:
-            if pct >= 0.92:
+            if pct >= self.threebet_at:
                 return s.raise_times(3)
             small = s.my_bet + s.to_call <= 3.5 * s.big_blind
-            return s.check_or_call() if pct >= (0.5 if small else 0.7) else s.check_or_fold()
+            return s.check_or_call() if pct >= (self.defend_at if small else self.defend_big_at) else s.check_or_fold()
         if pct >= 0.96 and s.raises < 4:
             return s.raise_times(2.5)
         return s.check_or_call() if pct >= 0.85 else s.check_or_fold()
 
     def postflop(self, s: Spot) -> Decision:
         st = s.strength
+        river = s.street == 3
         if not s.to_call:
-            if st.tier >= 3:
-                return s.bet_pot({5: 0.75, 4: 0.66}.get(st.tier, 0.5)) if st.tier >= 4 or s.street < 3 else s.check_or_call()
-            if st.draw and s.street < 3 or s.aggressor and s.street == 1 and st.code < 50:
-                return s.bet_pot(0.5)
+            if st.tier >= (self.river_tier if river else self.value_tier):
+                return s.bet_pot(self.bet_big if st.tier >= 4 else self.bet_small)
+            if river:
+                return s.bet_pot(self.bet_small) if st.tier <= 0 and st.code < self.river_bluff else s.check_or_call()
+            if st.draw or s.aggressor and s.street == 1 and st.code < self.cbet or st.code < self.bluff:
+                return s.bet_pot(self.bet_small)
             return s.check_or_call()
-        if st.tier >= 5:
-            return s.raise_times(3) if s.raises < 3 else s.check_or_call()
+        if st.tier >= self.raise_tier and s.raises < 3:
+            return s.raise_times(3)
         share = bet_share(s)
-        keep = (st.tier >= 4 or st.tier == 3 and share <= 1.0 or st.tier == 2 and s.street < 3 and share <= 0.7
-                or st.draw and s.to_call <= 0.3 * (s.pot + s.to_call))
+        keep = (st.tier >= 4 or st.tier >= self.catch_tier or st.tier == 3 and share <= self.top_share
+                or st.tier == 2 and not river and share <= self.mid_share or share <= self.weak_share
+                or st.draw and not river and s.to_call <= self.draw_share * (s.pot + s.to_call))
         return s.check_or_call() if keep else s.check_or_fold()
 
 
-class VsStation(DefaultPlay):
-    """Against a calling station: see cheap flops, value-bet every made hand big, never bluff."""
+#: the stateless reference's line (`DefaultPlay`'s parameters), fitted on the train split's worlds by
+#: tasks/poker/fit_reference.py (tests/test_poker.py checks that refitting reproduces it)
+REFERENCE_PARAMS: dict = {
+    "open_at": 0.0, "iso_at": 0.5, "defend_at": 0.5, "defend_big_at": 0.7, "threebet_at": 0.7, "cbet": 100,
+    "bluff": 0, "river_bluff": 0, "value_tier": 1, "river_tier": 1, "bet_small": 1.0, "bet_big": 1.0,
+    "raise_tier": 4, "mid_share": 1.0, "top_share": 0.5, "draw_share": 0.4, "weak_share": 0.0, "catch_tier": 1}
 
-    name = STATION
+#: each kind's exploit (`DefaultPlay`'s parameters), fitted by the same search on the train worlds' hands
+#: against opponents of that kind only (tasks/poker/fit_reference.py --exploits)
+EXPLOIT_PARAMS: dict[str, dict] = {
+    STATION: {"open_at": 0.0, "iso_at": 0.5, "defend_at": 0.5, "defend_big_at": 0.7, "threebet_at": 0.92, "cbet": 100,
+              "bluff": 0, "river_bluff": 0, "value_tier": 1, "river_tier": 1, "bet_small": 1.0, "bet_big": 1.0,
+              "raise_tier": 5, "mid_share": 0.7, "top_share": 1.0, "draw_share": 0.3, "weak_share": 0.0,
+              "catch_tier": 9},
+    FIT_OR_FOLD: {"open_at": 0.0, "iso_at": 0.7, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.92,
+                  "cbet": 100, "bluff": 45, "river_bluff": 30, "value_tier": 3, "river_tier": 4, "bet_small": 0.33,
+                  "bet_big": 1.0, "raise_tier": 4, "mid_share": 0.0, "top_share": 0.5, "draw_share": 0.3,
+                  "weak_share": 0.0, "catch_tier": 9},
+    LAG: {"open_at": 0.0, "iso_at": 0.7, "defend_at": 0.5, "defend_big_at": 0.7, "threebet_at": 0.7, "cbet": 100,
+          "bluff": 45, "river_bluff": 0, "value_tier": 4, "river_tier": 1, "bet_small": 1.0, "bet_big": 0.66,
+          "raise_tier": 3, "mid_share": 0.7, "top_share": 1.0, "draw_share": 0.4, "weak_share": 0.0, "catch_tier": 1},
+}
 
-    def preflop(self, s: Spot) -> Decision:
-        if not s.raises:
-            return s.raise_times(4) if s.strength.pct >= 0.5 else s.check_or_call()
-        return super().preflop(s)
-
-    def postflop(self, s: Spot) -> Decision:
-        if s.to_call:
-            return super().postflop(s)
-        size = {5: 1.0, 4: 0.75, 3: 0.6, 2: 0.4}.get(s.strength.tier)
-        return s.bet_pot(size) if size else s.check_or_call()
-
-
-class VsFitOrFold(DefaultPlay):
-    """Against fit-or-fold: raise every button, re-raise its opens, bet whenever it has not shown
-    interest after the flop, and give up to its bets and raises (it only has strong hands)."""
-
-    name = FIT_OR_FOLD
-
-    def preflop(self, s: Spot) -> Decision:
-        pct = s.strength.pct
-        if not s.raises and s.to_call:
-            return s.raise_times(2.5)
-        if s.raises == 1 and not s.button:
-            return s.raise_times(3) if pct >= 0.3 else (s.check_or_call() if pct >= 0.15 else s.check_or_fold())
-        if s.raises >= 2:
-            return s.check_or_call() if pct >= 0.93 else s.check_or_fold()
-        return super().preflop(s)
-
-    def postflop(self, s: Spot) -> Decision:
-        st = s.strength
-        if s.to_call:
-            return s.check_or_call() if st.tier >= 5 else s.check_or_fold()
-        if st.tier >= 4:
-            return s.bet_pot(0.66)
-        interested = any(not a.mine and a.street >= 1 and a.kind in (CALL, RAISE) for a in s.history)
-        return s.check_or_call() if interested else s.bet_pot(0.4)
-
-
-class VsLooseAggressive(DefaultPlay):
-    """Against loose-aggressive: call its flop bets light, bet the turn and river when it checks,
-    raise only monsters, and fold to its turn and river bets without one."""
-
-    name = LAG
-
-    def preflop(self, s: Spot) -> Decision:
-        pct = s.strength.pct
-        if s.raises == 1 and not s.button:
-            return s.raise_times(3) if pct >= 0.75 else (s.check_or_call() if pct >= 0.3 else s.check_or_fold())
-        if s.raises == 2 and s.button:
-            return s.raise_times(2.5) if pct >= 0.9 else (s.check_or_call() if pct >= 0.55 else s.check_or_fold())
-        if not s.raises and s.to_call:
-            return s.raise_times(2.5) if pct >= 0.35 else s.check_or_fold()
-        return super().preflop(s)
-
-    def postflop(self, s: Spot) -> Decision:
-        st = s.strength
-        if s.street == 1:
-            if not s.to_call:
-                return s.bet_pot(0.75) if st.tier >= 5 and s.button else s.check_or_call()
-            if st.tier >= 5 and s.raises < 2:
-                return s.raise_times(3)
-            return s.check_or_call() if bet_share(s) <= 1.0 else s.check_or_fold()
-        if s.to_call:
-            return s.check_or_call() if st.tier >= 5 else s.check_or_fold()
-        if st.tier >= 5:
-            return s.bet_pot(0.75)
-        return s.check_or_call() if st.tier >= 3 else s.bet_pot(0.5)
-
-
-PLAYBOOKS: dict[str, Policy] = {p.name: p for p in (DefaultPlay(), VsStation(), VsFitOrFold(), VsLooseAggressive())}
+PLAYBOOKS: dict[str, Policy] = {"default": DefaultPlay(**REFERENCE_PARAMS),
+                                **{style: DefaultPlay(**params) for style, params in EXPLOIT_PARAMS.items()}}
 
 
 # ------------------------------------------------------------------ opponent modelling

@@ -3,8 +3,8 @@
 Each family is a parametric `Policy` on the public table (`info["table"]`) played by
 `FamilyAgent`: it reads its own cards, the board and this hand's betting at most, never the
 opponent's name and nothing from earlier hands. `clbench redteam` plays every point of a
-family's grid stateless and sets its mean beside the stateless reference's, which none should
-reach (tests/test_poker.py; on Poker-v2's opponents card-blind lines still do: issue 28).
+family's grid stateless, chooses each family's point on re-deals of the world and sets its mean on
+the benchmark's hands beside the stateless reference's, which none may reach (tests/test_poker.py).
 
 - `BetSizing` (card-blind): raise `fraction` of the pot whenever allowed, at most `cap` raises
   per street, else check or call; facing a raise after its own bet it calls or folds (`fold`).
@@ -24,21 +24,23 @@ reach (tests/test_poker.py; on Poker-v2's opponents card-blind lines still do: i
 model (`betting.Betting`, which tests check agrees with the library move for move) without the
 runner: the same chips as the env, some thousand times faster, so `search` can sweep grids far
 larger than the runner's (the widest search of issue 28). It reads the env's opponents: a tool
-for measuring the red team, never an agent. `hands(env, k)` re-deals the schedule's cards (seats
-and opponents kept), so `replay`/`search` can measure a point's expected play apart from its luck
-on the benchmark's 120 hands; `selection` splits a grid's best benchmark mean into that play and
-the selection gain of picking the luckiest point on the hands it is scored on.
+for measuring the red team, never an agent. `hands(env, k)` is the env's k-th re-deal
+(`PokerEnv(redeal=k)`: seats and opponents kept, other cards), so `replay`/`search` can measure a
+point's expected play apart from its luck on the benchmark's 120 hands; `choose` picks each family's
+point on re-deals (the red team's choice, never on the scored hands); `selection` splits a grid's
+best benchmark mean into that play and the selection gain of picking the luckiest point on the
+hands it is scored on.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from clbench.agent import Agent
 from clbench.agents.poker import BOARD_LEN, action_text, bet_share, table_spot
 from clbench.envs.poker.betting import Betting
-from clbench.envs.poker.cards import deal_hands
 from clbench.envs.poker.policy import CHECK, Decision, Policy, Spot
 
 
@@ -157,23 +159,30 @@ def hands(env, redeal: int = 0) -> list[tuple[str, object, bool, Policy]]:
     unwrapped). `redeal=k > 0` keeps the schedule, the seats and the opponents but deals each variant's
     cards from another seed (the k-th re-deal): what a policy earns there is its play, not its luck on
     the benchmark's cards."""
-    out = []
-    written = env.spec_data["schedules"][env.schedule.name]
-    for v, variant in zip(written, env.schedule.variants):
-        deals = ([inst.payload.deal for inst in variant.instances] if not redeal else
-                 deal_hands([env.draw_seed(int(v["seed"])), int(redeal)], len(variant.instances)))
-        for inst, deal in zip(variant.instances, deals):
-            hand = inst.payload
-            out.append((inst.instance_id, deal, hand.agent_button, env.opponents[hand.policy]))
-    return out
+    if not redeal:
+        return _hands(env)
+    return _redealt(type(env), env.schedule_name, env.split, env.world_seed, int(redeal))
 
 
-def replay(env, policy: Policy, redeal: int = 0) -> dict[str, float]:
+def _hands(env) -> list:
+    return [(inst.instance_id, inst.payload.deal, inst.payload.agent_button, env.opponents[inst.payload.policy])
+            for variant in env.schedule.variants for inst in variant.instances]
+
+
+@lru_cache(maxsize=256)
+def _redealt(cls, schedule: str, split: str, world_seed, redeal: int) -> list:
+    """The hands of one re-deal (built once: searches replay many points on the same re-deals)."""
+    return _hands(cls(schedule=schedule, split=split, world_seed=world_seed, redeal=redeal))
+
+
+def replay(env, policy: Policy, redeal: int = 0, style: str | None = None) -> dict[str, float]:
     """`policy`'s reward (big blinds) on every hand of `env`'s schedule, played on the betting model
     against the env's opponents (`env` unwrapped; the cards and seats of each hand as the env deals them,
-    or re-dealt: `hands`)."""
+    or re-dealt: `hands`); `style`: only the hands against opponents of that kind."""
     rewards = {}
     for iid, deal, button, opponent in hands(env, redeal):
+        if style is not None and opponent.style != style:
+            continue
         b = Betting(0 if button else 1, env.stack, env.small_blind, env.big_blind)
         holes, board = (deal.agent, deal.opponent), tuple(deal.board)
         players = (policy, opponent)
@@ -202,6 +211,18 @@ def search(env, families: dict, full: bool = True, redeal: int = 0) -> list[tupl
         rewards = replay(env, policy, redeal)
         rows.append((sum(rewards.values()) / len(rewards), name, params))
     return sorted(rows, key=lambda r: -r[0])
+
+
+def choose(env, families: dict, full: bool = False, redeals=range(1, 5)) -> dict[str, tuple[dict, Policy]]:
+    """Each family's point as the red team chooses it without the benchmark's cards: the best mean over
+    the re-deals `redeals` of `env`'s world ({family: (params, policy)}); the verdict plays it on the
+    benchmark's own hands (re-deal 0)."""
+    out = {}
+    for name, params, policy in _policies(families, full):
+        mean = float(np.mean([r for k in redeals for r in replay(env, policy, k).values()]))
+        if name not in out or mean > out[name][0]:
+            out[name] = (mean, params, policy)
+    return {name: (params, policy) for name, (_, params, policy) in out.items()}
 
 
 def selection(env, families: dict, reference: Policy, redeals: int = 8, full: bool = True) -> dict:

@@ -24,7 +24,7 @@ from clbench.envs.poker.opponents import make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision
 from clbench.envs.poker.table import HandTable
 
-ENV_ID = "clbench/Poker-v2"
+ENV_ID = "clbench/Poker-v3"
 
 
 class Prober:
@@ -85,10 +85,10 @@ def digest(agent_name: str, schedule: str, seed: int, world_seed: int | None = N
 
 
 CASES = {
-    ("reference", "default", 0, None): "6402c2d5e6288d0c",
-    ("prober", "default", 1, None): "fca34019335cd677",
-    ("prober", "drift_short", 2, 3): "b07824ae88fba72c",
-    ("random", "short", 4, None): "04d9f14aff0ef90e",
+    ("reference", "default", 0, None): "e4e878967b76b90a",
+    ("prober", "default", 1, None): "0f8d123494814d0b",
+    ("prober", "drift_short", 2, 3): "bd4f64fde3cf9826",
+    ("random", "short", 4, None): "ad37c683cf8c1ca1",
 }
 
 

@@ -19,11 +19,7 @@ from clbench.registry import clbench_env_ids, env_class
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
-OPEN_HOLES = {"poker": "issue 28, Poker: card-blind bet sizing (raise 1x pot once per street) earns "
-                       "+4.27 bb/hand against r_reference 0.607 (2x pot once per street, folding to raises: +4.43); "
-                       "it is play, not luck (+4.97 expected over 8 re-deals, reference +0.22), and choosing the "
-                       "best of the grid on the scored hands adds 3.4 bb/hand more (poker_redteam.selection); "
-                       "opponent kinds that pay solid play are open"}
+OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail); Poker closed in v3
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":

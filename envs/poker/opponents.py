@@ -3,14 +3,16 @@
 Each is a pure function of its own cards (through `strength.Strength`), the board and the
 public betting, with the thresholds in tasks/poker/default.yaml:
 
-- `CallingStation`: checks when it can, calls every bet (any size, all-in too); never bets,
-  raises or folds.
+- `CallingStation`: checks when it can, calls every bet up to a bit more than the pot with any
+  two cards; bigger bets (overbets, shoves) it calls only with a good starting hand or a pair;
+  never bets or raises.
 - `FitOrFold`: raises a fixed share of its buttons and folds the rest; defends its big blind
   only with strong hands; after the flop bets and continues only with top pair or better and
   raises only two pair or better; folds middle pairs and draws to any bet.
 - `LooseAggressive`: opens most buttons, re-raises and defends wide, bets every flop and calls
-  flop bets with almost anything; on the turn and river it bets, calls and raises only strong
-  made hands.
+  flop bets with almost anything; on the turn and river it bets strong made hands, draws and a
+  fixed share of its weak hands, raises only strong ones, and calls bets by pot odds (any pair
+  against bets up to the pot, anything against small ones).
 
 A spec may carry `name`: the name shown at the table when it differs from the spec's key
 (one player with two policies, before and after changing its play). Worlds other than the
@@ -28,8 +30,14 @@ PRE, FLOP = 0, 1
 @dataclass(frozen=True)
 class CallingStation(Policy):
     style = "calling_station"
+    big_share: float = 1.2  # bets above this share of the pot it calls only with ...
+    big_pct: float = 0.5  # ... this top share of its hands preflop, or a pair or better after the flop
 
     def decide(self, s: Spot) -> Decision:
+        if s.to_call > self.big_share * max(s.pot - s.to_call, 4 * s.big_blind):
+            st = s.strength
+            strong = st.pct >= 1 - self.big_pct if s.street == PRE else st.tier >= 1
+            return s.check_or_call() if strong else s.check_or_fold()
         return s.check_or_call()
 
 
@@ -83,6 +91,9 @@ class LooseAggressive(Policy):
     late_fraction: float = 0.75
     late_value_tier: int = 4  # turn/river: bet and call with this tier or better
     late_raise_tier: int = 5
+    barrel_pct: float = 0.5  # turn/river: share of its weak hands it bets anyway when checked to
+    call_share: float = 1.0  # turn/river: calls bets up to this share of the pot with any pair or a draw
+    float_share: float = 0.4  # ... and with nothing at all up to this share
 
     def decide(self, s: Spot) -> Decision:
         st = s.strength
@@ -105,11 +116,17 @@ class LooseAggressive(Policy):
                 return s.raise_times(3)
             loose = st.tier >= 1 or st.draw or st.overcards or s.to_call * 2 <= s.pot - s.to_call
             return s.check_or_call() if loose else s.check_or_fold()
-        if not s.to_call:
-            return s.bet_pot(self.late_fraction) if st.tier >= self.late_value_tier else s.check_or_call()
+        if not s.to_call:  # value, and a fixed share of the rest as bluffs (draws on the turn always)
+            bluff = st.draw and s.street < 3 or st.code < 100 * self.barrel_pct
+            return s.bet_pot(self.late_fraction) if st.tier >= self.late_value_tier or bluff else s.check_or_call()
         if st.tier >= self.late_raise_tier and s.raises < 2:
             return s.raise_times(3)
-        return s.check_or_call() if st.tier >= self.late_value_tier else s.check_or_fold()
+        # defends by pot odds: any pair (or a draw on the turn) calls bets up to `call_share` of the pot,
+        # nothing calls bets up to `float_share`, strong hands call anything
+        share = s.to_call / max(1, s.pot - s.to_call)
+        some = st.tier >= 1 or st.draw and s.street < 3
+        keep = st.tier >= self.late_value_tier or some and share <= self.call_share or share <= self.float_share
+        return s.check_or_call() if keep else s.check_or_fold()
 
 
 STYLES = {cls.style: cls for cls in (CallingStation, FitOrFold, LooseAggressive)}
@@ -117,14 +134,15 @@ STYLES = {cls.style: cls for cls in (CallingStation, FitOrFold, LooseAggressive)
 
 #: the range each exploitable parameter is drawn from in a non-canonical world (uniform; ints inclusive)
 RANGES: dict[str, dict[str, tuple]] = {
-    "calling_station": {},
+    "calling_station": {"big_share": (1.0, 1.5), "big_pct": (0.4, 0.6)},
     "fit_or_fold": {"open_pct": (0.35, 0.55), "iso_pct": (0.1, 0.2), "defend_pct": (0.17, 0.27),
                     "reraise_pct": (0.03, 0.07), "open_size": (2.5, 3.5), "big_raise_bb": (5.0, 7.0),
                     "continue_tier": (3, 3), "value_tier": (4, 4), "raise_tier": (5, 5), "bet_fraction": (0.5, 0.8)},
     "loose_aggressive": {"open_pct": (0.75, 0.9), "iso_pct": (0.5, 0.65), "threebet_pct": (0.25, 0.4),
                          "call_pct": (0.7, 0.85), "fourbet_pct": (0.05, 0.1), "continue_pct": (0.4, 0.55),
                          "open_size": (2.5, 3.5), "big_raise_bb": (7.0, 9.0), "flop_fraction": (0.55, 0.8),
-                         "late_fraction": (0.6, 0.9), "late_value_tier": (4, 4), "late_raise_tier": (5, 5)},
+                         "late_fraction": (0.6, 0.9), "late_value_tier": (4, 4), "late_raise_tier": (5, 5),
+                         "barrel_pct": (0.4, 0.6), "call_share": (0.8, 1.2), "float_share": (0.3, 0.5)},
 }
 
 

@@ -1,4 +1,4 @@
-"""Poker-v2: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v3: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
 import re
@@ -96,12 +96,13 @@ class PokerEnv(InstanceSequenceEnv):
     Each opponent has a name, shown every hand, and an exploitable style that is never
     described: the latent structure to learn is each named opponent's policy, which recurs
     later in the schedule. The styles are of three kinds (envs/poker/opponents.py): one calls
-    every bet, one plays few hands and folds without a fit, one plays most hands and bets and
-    raises a lot. Default schedule (120 hands, five variants): Mara (20 hands), Dex (30), Mara
+    almost every bet, one plays few hands and folds without a fit, one plays most hands, bets and
+    bluffs a lot and defends by pot odds; what wins against one kind loses against another. Default schedule (120 hands, five variants): Mara (20 hands), Dex (30), Mara
     again (10), Quinn (35), Dex again (25). Each variant deals from its own seed; rollouts
     permute the hands within a variant. `policy_families` declares opponent-blind memoryless
     lines (bet-sizing rules, hand-strength thresholds, check/call and bet/give-up lines) for
-    the red team (`clbench redteam`).
+    the red team (`clbench redteam`), which chooses each family's point on re-deals of the world
+    (`redeal=K`) and plays it on the benchmark's hands.
 
     Concept drift (variant 3, hand 51): Mara returns playing a style of another kind, so the
     exploit learned against her in variant 1 now loses chips. Nothing an agent is shown says
@@ -155,9 +156,16 @@ class PokerEnv(InstanceSequenceEnv):
     "short" (12 hands, two opponents, for tests), "drift_short" (8 hands against Mara, then 6
     after she changed, for tests); `cycle`; `render_mode` ("ansi"); `split` ("test", the
     benchmark's hands; "train": another world of the same kinds, ids "train-<variant>-hNN");
-    `world_seed` (None: the canonical world; N: a fresh world, see Worlds).
+    `world_seed` (None: the canonical world; N: a fresh world, see Worlds); `redeal` (0: the
+    world's own deal; K >= 1: the same opponents and seats with other cards).
 
     ## Version History
+    * v3: opponents whose exploits are their own (issue 28): the calling station calls only a good
+      hand or a pair against overbets, the loose-aggressive player barrels weak hands on the turn
+      and river and defends them by pot odds, so card-blind aggression loses; the stateless
+      reference plays a line fitted on the train split's worlds (tasks/poker/fit_reference.py);
+      `redeal=K` deals other cards to the same opponents (the red team chooses its points there);
+      r_max and r_reference recalibrated.
     * v2: worlds: the train split and `world_seed=N` draw which kind each opponent plays, the
       kind Mara changes to and every exploitable parameter (the canonical world plays as in
       v1); `info["table"]` keeps its field types (vector envs); the agent's brief and the spec
@@ -171,7 +179,7 @@ class PokerEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/Poker-v2"
+    env_id = "clbench/Poker-v3"
     #: modules a scripted agent may import (game mechanics, cards, hand strength and the opponent archetypes with their parameter ranges: what a poker player knows, no world's values; tests/test_reference_imports.py)
     public_modules = ("betting", "cards", "opponents", "policy", "strength", "table")
     reward_unit = "BB per hand"
@@ -203,10 +211,14 @@ class PokerEnv(InstanceSequenceEnv):
 
     #: opponent-blind memoryless lines the red team searches (agents/poker_redteam.py)
     policy_families = FAMILIES
+    #: the opponents come from the spec or `world_rng` only, the cards from `draw_seed`: `redeal=K` deals
+    #: other cards to the same opponents
+    redealable = True
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
-                 split: str = "test", world_seed: int | None = None):
-        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed)
+                 split: str = "test", world_seed: int | None = None, redeal: int = 0):
+        super().__init__(schedule=schedule, cycle=cycle, render_mode=render_mode, split=split, world_seed=world_seed,
+                         redeal=redeal)
         spec = self.spec_data
         self.stack = int(spec["stack"])
         self.small_blind, self.big_blind = int(spec["blinds"]["small"]), int(spec["blinds"]["big"])
@@ -271,7 +283,7 @@ class PokerEnv(InstanceSequenceEnv):
             vname = f"{i + 1}-{opp}"
             insts = tuple(
                 Instance(f"{vname}-h{k + 1:02d}", vname, HandSpec(deal, opp, k % 2 == 0, met.get(opp, 0), key))
-                for k, deal in enumerate(deal_hands(self.split_seed(v["seed"]), count))
+                for k, deal in enumerate(deal_hands(self.draw_seed(v["seed"]), count))
             )
             variants.append(Variant(vname, insts, description))
             met[opp] = met.get(opp, 0) + count

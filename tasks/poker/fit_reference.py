@@ -1,0 +1,91 @@
+"""Fit the stateless PokerReference's line (`DefaultPlay`'s parameters) on the TRAIN split's worlds.
+
+    python tasks/poker/fit_reference.py             # prints REFERENCE_PARAMS for agents/poker.py
+    python tasks/poker/fit_reference.py --exploits  # prints EXPLOIT_PARAMS (one line per opponent kind)
+
+The stateless reference plays one opponent-blind line against every opponent. Its parameters are
+chosen by coordinate search (each parameter over its grid in turn, until a pass changes nothing) for the mean
+chip result, played on the betting model (`poker_redteam.replay`), over the default schedule of the
+train split's own world and train worlds 1..`FIT_WORLDS`, each dealt `DEALS` times (each kind's
+exploit: the same search on the hands against opponents of that kind only). No test-split
+world (canonical or fresh) is used: tests/test_poker.py checks that the constants reproduce from
+here and that the line stays above every red-team family on test worlds.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import clbench  # noqa: F401  registers the envs
+from clbench.agents.poker import DefaultPlay
+from clbench.agents.poker_redteam import replay
+from clbench.envs.poker.poker_env import PokerEnv
+
+FIT_WORLDS = 12
+DEALS = 3  # the train deal and re-deals 1..DEALS-1
+ROUNDS = 4  # passes at most; the search stops at the first pass that changes nothing
+GRID: dict[str, list] = {
+    "open_at": [0.0, 0.1, 0.2, 0.3, 0.45],
+    "iso_at": [0.5, 0.7, 0.85],
+    "defend_at": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+    "defend_big_at": [0.4, 0.5, 0.6, 0.7, 0.8],
+    "threebet_at": [0.7, 0.8, 0.85, 0.92, 0.97],
+    "cbet": [0, 25, 50, 75, 100],
+    "bluff": [0, 15, 30, 45],
+    "river_bluff": [0, 15, 30],
+    "value_tier": [1, 2, 3, 4],
+    "river_tier": [1, 2, 3, 4],
+    "bet_small": [0.33, 0.5, 0.75, 1.0, 1.5],
+    "bet_big": [0.5, 0.66, 1.0, 1.5, 2.0],
+    "raise_tier": [3, 4, 5],
+    "mid_share": [0.0, 0.5, 0.7, 1.0, 2.0],
+    "top_share": [0.5, 1.0, 2.0],
+    "draw_share": [0.0, 0.2, 0.3, 0.4],
+    "weak_share": [0.0, 0.3, 0.55, 0.8],
+    "catch_tier": [1, 2, 3, 9],
+}
+
+
+def worlds() -> list[PokerEnv]:
+    return [PokerEnv(split="train", world_seed=w) for w in (None, *range(1, FIT_WORLDS + 1))]
+
+
+def score(envs, params: dict, style: str | None = None) -> float:
+    """The line's mean reward (big blinds per hand) over every hand of `envs` and their re-deals (`style`:
+    only the hands against opponents of that kind)."""
+    policy = DefaultPlay(**params)
+    return float(np.mean([r for env in envs for k in range(DEALS) for r in replay(env, policy, k, style).values()]))
+
+
+def fit(envs=None, rounds: int = ROUNDS, style: str | None = None) -> tuple[dict, float]:
+    """Coordinate search from `DefaultPlay`'s defaults: the stateless reference's line (`style=None`: every
+    hand), or the exploit of one kind of opponent (only the hands against that kind)."""
+    envs = envs or worlds()
+    params = {name: getattr(DefaultPlay, name) for name in GRID}
+    best = score(envs, params, style)
+    for _ in range(rounds):
+        start = dict(params)
+        for name, values in GRID.items():
+            for v in values:
+                if v == params[name]:
+                    continue
+                trial = score(envs, {**params, name: v}, style)
+                if trial > best + 1e-9:
+                    best, params = trial, {**params, name: v}
+        if params == start:  # a coordinate-wise optimum
+            break
+    return params, best
+
+
+if __name__ == "__main__":
+    import sys
+
+    from clbench.envs.poker.opponents import STYLES
+
+    envs = worlds()
+    if "--exploits" in sys.argv:
+        for style in sorted(STYLES):
+            params, best = fit(envs, style=style)
+            print(f"EXPLOIT_PARAMS[{style!r}] = {params}  # train mean {best:.3f} bb/hand")
+    else:
+        params, best = fit(envs)
+        print(f"REFERENCE_PARAMS = {params}  # train mean {best:.3f} bb/hand")
