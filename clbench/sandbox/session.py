@@ -163,7 +163,8 @@ class SandboxSession:
         runner = _children(init[0]) if len(init) == 1 else []
         if len(runner) != 1:
             raise RuntimeError("the sandbox's processes could not be identified")
-        self.infra = {pid, init[0], runner[0]}
+        self.runner = runner[0]
+        self.infra = {pid, init[0], self.runner}
 
     def _read_line(self, deadline: float) -> str | None:
         buf = b""
