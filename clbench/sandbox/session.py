@@ -20,6 +20,10 @@ says beyond the exit status:
   command can neither signal nor trace the runner nor open its socket; where this process has
   CAP_SYS_RESOURCE, bwrap and the runner are exempt from the OOM killer (oom_score_adj -1000,
   reset to 0 for each command);
+- run by an unprivileged user, runner and commands share one uid (bwrap's user namespace maps
+  only that one): a command can kill the runner (the sandbox is then started afresh) and, where
+  ptrace is not restricted (Yama), feed it; so what is left in the sandbox is also killed before
+  each command, and every bound is still this process's;
 - if the runner or bwrap dies anyway (or does not answer after a kill), the whole sandbox is
   killed and the next command starts a fresh one (the workspace, /tmp and /var/tmp are host
   folders and persist), and the result says so.
@@ -108,6 +112,7 @@ class SandboxSession:
     def __init__(self, argv: list[str], env: dict[str, str], fds: tuple[int, ...], limits: Limits,
                  drop: list[str], rlimits: dict[int, int]):
         self.limits = limits
+        self.as_root = bool(drop)
         self._owner = os.getpid()
         self.mode = cgroup.mechanism()
         self.group = None
@@ -239,8 +244,13 @@ class SandboxSession:
             poller.register(fd, select.POLLIN)
         code: int | None = None
         buf = b""
+        if not self.as_root and not self.reap_commands():
+            # the runner shares its commands' uid here: whatever one of them made it start between
+            # two commands goes before the next one starts
+            broken = "what ran between two commands could not be killed"
         try:
-            self.sock.sendall(request)
+            if broken is None:
+                self.sock.sendall(request)
         except OSError:
             broken = "its command runner is gone"
         deadline, next_watch, stopped_at = start + limits.timeout, start + WATCH_INTERVAL, None
