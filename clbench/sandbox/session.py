@@ -81,10 +81,10 @@ HOLD = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "clbench-hold"]
 
 def runner_script(drop: list[str]) -> str:
     """The runner's bash code; `drop` is the argv prefix that drops to the sandbox's uid."""
-    if not drop:
-        return RUNNER.replace("{oom}", "").replace("{drop}", "")
-    quoted = " ".join(f"'{a}'" for a in drop)
-    return RUNNER.replace("{oom}", "&& echo 0 >/proc/self/oom_score_adj ").replace("{drop}", quoted + " ")
+    quoted = "".join(f"'{a}' " for a in drop)
+    # the OOM score is reset only where it was lowered (root with CAP_SYS_RESOURCE, `_release`)
+    oom = "&& echo 0 >/proc/self/oom_score_adj " if drop and "CAP_SYS_RESOURCE" in RUNNER_CAPS else ""
+    return RUNNER.replace("{oom}", oom).replace("{drop}", quoted)
 
 
 def _children(pid: int) -> list[int]:
