@@ -274,8 +274,6 @@ class SandboxSession:
                 wake = stopped_at + GRACE
             else:
                 wake = min(deadline, next_watch) if use_watch else deadline
-            if self.exit_fd is None:
-                wake = min(wake, now + 0.005)
             for fd, _ in poller.poll(max(0.0, wake - now) * 1000):
                 if fd == self.sock.fileno():
                     chunk = self.sock.recv(64)
@@ -295,12 +293,13 @@ class SandboxSession:
                         stop(f"output exceeded {limits.output_kill_mb} MB; the command was killed")
         if broken is None and not self.reap_commands():
             broken = "what the command left running could not be killed"
+        # the memory bound may have killed the runner too: ask before the group goes
+        why = self.group.verdict(limits.memory_mb, since=oom_before) if self.group is not None else None
         if broken is not None:
             self.kill_all()  # after which the pipes hold everything the sandbox wrote
         for fd, cap in captures.items():
             if not self._drain(fd, cap) and not reason:
                 reason.append(f"output exceeded {limits.output_kill_mb} MB; the command was killed")
-        why = self.group.verdict(limits.memory_mb, since=oom_before) if self.group is not None else None
         if why and not reason:
             reason.append(why)
         if broken is not None and not reason:
