@@ -67,18 +67,18 @@ def test_a_timeout_kills_only_that_commands_processes(sb):
     assert sb.run("echo kept > /tmp/state").ok
     infra = set(sb._session.infra)
     start = time.monotonic()
-    res = sb.run("sleep 41 & (sleep 42 &); sleep 43", timeout=1)
+    res = sb.run("sleep 4101 & (sleep 4102 &); sleep 4103", timeout=1)
     assert res.timed_out and res.exit_code is None and "timed out after 1 s" in res.killed
     assert time.monotonic() - start < 5
     assert sb._session.infra == infra and all(_alive(p) for p in infra)  # the sandbox itself lives on
-    res = sb.run("cat /tmp/state; ps -eo args | grep -c '[s]leep 4' || true")
+    res = sb.run("cat /tmp/state; ps -eo args | grep -c '[s]leep 410' || true")
     assert res.stdout == "kept\n0\n", res.output()
 
 
 def test_nothing_a_command_started_outlives_it(sb):
-    res = sb.run("sleep 51 & (setsid sleep 52 &); nohup sleep 53 >/dev/null 2>&1 & echo started")
+    res = sb.run("sleep 5101 & (setsid sleep 5102 &); nohup sleep 5103 >/dev/null 2>&1 & echo started")
     assert res.ok and res.stdout == "started\n"
-    assert _pids_running("sleep 5") == []
+    assert _pids_running("sleep 510") == []
     assert sb.run("ps -e --no-headers | wc -l").stdout.strip() in ("4", "5")  # bwrap, runner, bash, ps, wc
 
 
@@ -99,12 +99,27 @@ def test_a_dead_runner_is_a_clear_error_and_the_next_command_gets_a_fresh_sandbo
     import threading
 
     threading.Timer(0.5, os.kill, (runner, signal.SIGKILL)).start()
-    res = sb.run("sleep 30")
+    res = sb.run("sleep 3077")
     assert res.exit_code is None and "sandbox was killed" in res.killed and "next command" in res.killed
-    assert _pids_running("sleep 30") == []
+    assert _pids_running("sleep 3077") == []
     res = sb.run("cat /tmp/state")
     assert res.stdout == "kept\n", res.output()
     assert sb._session.runner != runner
+
+
+def test_a_sandbox_started_by_an_ended_thread_serves_the_next_command(sb):
+    """bwrap dies with the thread that started it (--die-with-parent): a pool thread that ran
+    the first command and ended must not cost the next command its result."""
+    import threading
+
+    first = []
+    t = threading.Thread(target=lambda: first.append(sb.run("echo kept > /tmp/state; echo one")))
+    t.start()
+    t.join()
+    assert first[0].stdout == "one\n"
+    for _ in range(3):
+        res = sb.run("cat /tmp/state")
+        assert (res.stdout, res.killed) == ("kept\n", None), res.output()
 
 
 def test_a_command_reaches_bash_as_given(sb):

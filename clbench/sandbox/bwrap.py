@@ -12,7 +12,7 @@ Isolation: new pid, network (loopback only), ipc, uts and cgroup namespaces; the
 binds read-only, the workspace read-write at `workdir`, a /tmp of its own (kept between the
 sandbox's commands, like a container's); nothing else of the host exists (no /home, /root,
 /work, /var, no host /etc/passwd). `--die-with-parent` and `--new-session` are set: the sandbox
-dies with the thread that started it, and with clbench.
+dies with clbench, and with the thread that started it (the next command then starts a fresh one).
 
 Bounds of the whole sandbox, not of each process: its memory and its process count are one
 budget for all its processes (one control group per sandbox, clbench.sandbox.cgroup; a summed-RSS
@@ -102,6 +102,7 @@ class BwrapSandbox(Sandbox):
     def __init__(self, source=None, *, workdir: str = "/workspace", limits: Limits | None = None,
                  runtime: Runtime | None = None, baseline=None):
         self._session: SandboxSession | None = None  # started by the first command
+        self._starter = threading.current_thread()  # the thread that started the session
         self._lock = threading.Lock()
         ok, why = bwrap_works()
         if not ok:
@@ -247,11 +248,14 @@ class BwrapSandbox(Sandbox):
 
     def _run(self, command: str, limits: Limits) -> CommandResult:
         with self._lock:
-            if self._session is not None and not self._session.alive():
-                self._session.close()  # ended between commands (e.g. its starting thread ended)
+            # --die-with-parent ties bwrap to the thread that started it: a session whose thread
+            # ended is dead or dying, so the next command starts a fresh one
+            if self._session is not None and not (self._session.alive() and self._starter.is_alive()):
+                self._session.close()
                 self._session = None
             if self._session is None:
                 try:
+                    self._starter = threading.current_thread()
                     self._session = self._start()
                 except (OSError, RuntimeError) as exc:
                     return CommandResult(1, "", f"the sandbox could not start: {exc}\n", 0.0)
