@@ -232,6 +232,7 @@ class RssWatch:
 
 
 def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids of every process on the host (a walk of all of /proc)."""
     kids: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -244,7 +245,42 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def children_of(pid: int) -> list[int] | None:
+    """The children of `pid` (of all its threads), None where /proc cannot list them (a kernel
+    without CONFIG_PROC_CHILDREN)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found  # gone
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                found += [int(p) for p in fh.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return found
+
+
 def _tree(root: int) -> list[int]:
+    """`root` and all its descendants: from each process's children list (a few reads for a
+    sandbox), or from a walk of all of /proc where the kernel does not list children."""
+    seen, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = children_of(pid)
+        if kids is None:
+            return _tree_by_walk(root)
+        seen.append(pid)
+        todo += kids
+    return seen
+
+
+def _tree_by_walk(root: int) -> list[int]:
     kids, seen, todo = _children(), [], [root]
     while todo:
         pid = todo.pop()

@@ -88,10 +88,8 @@ def runner_script(drop: list[str]) -> str:
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:  # a kernel without CONFIG_PROC_CHILDREN
-        return cgroup._children().get(pid, [])
+    kids = cgroup.children_of(pid)
+    return cgroup._children().get(pid, []) if kids is None else kids
 
 
 def _kill(pids) -> None:
@@ -204,14 +202,20 @@ class SandboxSession:
         _kill(self.members() - self.infra)
 
     def reap_commands(self) -> bool:
-        """Kill what the last command left running until nothing is left; False if that failed."""
+        """Kill what the last command left running until nothing is left; False if that failed.
+        Without a control group the tree is read from children lists, which may miss a process
+        forked while they are read: nothing must be seen twice in a row."""
         delay, deadline = 0.0005, time.monotonic() + 2.0
+        empty = 0
         while True:
             left = self.members() - self.infra
-            if not left:
+            empty = empty + 1 if not left else 0
+            if empty >= (1 if self.group is not None else 2):
                 return True
             if time.monotonic() > deadline:
                 return False
+            if not left:
+                continue
             _kill(left)
             time.sleep(delay)
             delay = min(2 * delay, 0.02)
