@@ -16,8 +16,9 @@ says beyond the exit status:
   way before its output is read to the end, so nothing outlives its command;
 - the control group (memory summed over all processes, processes) is one per sandbox, made at
   its start; its OOM-kill counter is read before and after each command;
-- run as root, the runner is uid 0 with only the capabilities `RUNNER_CAPS` (all gone in the commands, which drop to the sandbox's uid with `setpriv`): a
-  command can neither signal nor trace the runner nor open its socket; where this process has
+- run as root, the runner is uid 0 with only the capabilities `RUNNER_CAPS` (all gone in the
+  commands, which drop to the sandbox's uid with `setpriv`): a command can neither signal nor
+  trace the runner nor open its socket; where this process has
   CAP_SYS_RESOURCE, bwrap and the runner are exempt from the OOM killer (oom_score_adj -1000,
   reset to 0 for each command);
 - run by an unprivileged user, runner and commands share one uid (bwrap's user namespace maps
