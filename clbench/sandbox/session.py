@@ -60,8 +60,6 @@ while IFS=' ' read -r cpu len; do
   printf '%%s\n' "$?" >&0
 done
 """ % INLINE_BYTES
-#: the runner's capabilities when run as root: enough to enter the workspace (the sandbox uid's,
-#: 0700) and to drop to the sandbox's uid, nothing else (and CAP_SYS_RESOURCE where this process has it, to hand commands an OOM score of 0 they cannot lower)
 CAP_SYS_RESOURCE = 24
 
 
@@ -75,7 +73,11 @@ def _has_sys_resource() -> bool:
     return False
 
 
-RUNNER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH") + (("CAP_SYS_RESOURCE",) if _has_sys_resource() else ())
+#: the runner's capabilities when run as root: enough to enter the workspace (the sandbox uid's,
+#: 0700) and to drop to the sandbox's uid, nothing else; and CAP_SYS_RESOURCE where this process
+#: has it, to hand commands an OOM score of 0 they cannot lower
+RUNNER_CAPS = (("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH")
+               + (("CAP_SYS_RESOURCE",) if _has_sys_resource() else ()))
 #: waits for one line on stdin (the socket), then becomes bwrap with the socket still as stdin
 HOLD = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "clbench-hold"]
 
