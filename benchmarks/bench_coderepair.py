@@ -12,8 +12,10 @@ creation on the tablib checkout, an env reset, and a submission's evaluation (hi
 a fresh checkout); and the docker/bwrap ratios. Run: python benchmarks/bench_coderepair.py
 
 Overhead ratios (issue 34), `ratios()`: a sandbox's command round trip (`sandbox.run("true")`:
-the control group, rlimits, uid drop, seccomp filter, bash, output capture and the result)
-against the plainest way to run the same thing in the same isolation, alternated repeat by repeat:
+for bwrap the runner in the sandbox's long-lived bwrap, the uid drop, bash, the kill of what the
+command left, output capture and the result; the control group, rlimits and seccomp filter are
+set up once per sandbox) against the plainest way to run the same thing in the same isolation,
+alternated repeat by repeat:
 - bwrap: `subprocess.run` of bwrap with the sandbox's own namespaces and mounts running `true`
   (target <= 1.2);
 - Docker: `docker exec CID true` through the SDK (`container.exec_run`) on the sandbox's own

@@ -34,7 +34,8 @@ One interface, three backends:
 Backends (`backend=`): "docker" (docker SDK; no network, read-only root, memory/CPU/pids limits,
 never pulls; a missing image raises `SandboxUnavailable` naming `Runtime.build_hint`), "bwrap"
 (bubblewrap: new pid/net/ipc/uts namespaces, read-only system, private /tmp, no host /home, /root
-or /etc secrets; prlimit limits; drops to an unprivileged uid when run as root), "auto" (docker if
+or /etc secrets; one control group and rlimits for the whole sandbox; drops to an unprivileged uid
+when run as root; one bwrap per sandbox with a command runner inside, clbench.sandbox.session), "auto" (docker if
 the engine answers and the image exists, else bwrap) and "unsafe-local" (no isolation, only by
 name, warns). `Runtime` carries both the Docker image and the read-only binds (e.g. a venv via
 `venv_runtime`) so one description serves every backend.

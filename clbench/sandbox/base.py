@@ -45,8 +45,9 @@ class Limits:
     """Resource limits of every command run in a sandbox.
 
     timeout: wall-clock seconds, after which the whole process tree is killed.
-    memory_mb: address space (bwrap, per process) or cgroup memory (docker).
-    processes: RLIMIT_NPROC (bwrap) or the pids limit (docker).
+    memory_mb: the whole sandbox's memory (a control group, else a summed-RSS watchdog, for bwrap;
+        the container's cgroup for docker); with bwrap each process's address space besides.
+    processes: the whole sandbox's process count (pids control group; RLIMIT_NPROC besides, bwrap).
     cpu_seconds: RLIMIT_CPU per process (default: timeout + 5).
     file_size_mb: RLIMIT_FSIZE, the largest file a command may write.
     output_chars: bytes kept of each of stdout and stderr (head and tail, with a note between).

@@ -1,37 +1,46 @@
-"""The bubblewrap backend: every command runs in a fresh bwrap sandbox over the workspace.
+"""The bubblewrap backend: one long-lived bwrap sandbox over the workspace, one command at a time.
+
+The sandbox starts at its first command and runs each command through a runner inside it
+(clbench.sandbox.session): the set-up that is the same for every command (bwrap, mounts,
+control group, rlimits, seccomp filter) is made once per sandbox, as with a Docker container and
+`docker exec`. Nothing a command starts outlives it: when it ends (or is stopped), every other
+process it left in the sandbox is killed. If the sandbox itself dies, the next command starts a
+fresh one over the same folders.
 
 Isolation: new pid, network (loopback only), ipc, uts and cgroup namespaces; the system folders
 (/usr and the /bin, /lib, ... links) and a few files of /etc are mounted read-only, the runtime's
 binds read-only, the workspace read-write at `workdir`, a /tmp of its own (kept between the
 sandbox's commands, like a container's); nothing else of the host exists (no /home, /root,
-/work, /var, no host /etc/passwd). `--die-with-parent` and `--new-session` are set.
+/work, /var, no host /etc/passwd). `--die-with-parent` and `--new-session` are set: the sandbox
+dies with clbench, and with the thread that started it (the next command then starts a fresh one).
 
 Bounds of the whole sandbox, not of each process: its memory and its process count are one
-budget for all its processes (a control group per command, clbench.sandbox.cgroup; a summed-RSS
+budget for all its processes (one control group per sandbox, clbench.sandbox.cgroup; a summed-RSS
 watchdog where no cgroup can be made); every writable place (the workspace, /tmp, /var/tmp,
 /dev/shm) lives in the one disk quota (clbench.sandbox.quota). Per-process rlimits (NPROC, AS,
-CPU, FSIZE, NOFILE, CORE; set on the held command before it starts bwrap) also apply, and a
-wall-clock timeout kills the process group. A seccomp
+FSIZE, NOFILE, CORE set before bwrap starts; CPU per command) also apply, and a wall-clock
+timeout kills all the command's processes. A seccomp
 filter refuses new user namespaces (clbench.sandbox.seccomp). bwrap reads its arguments from a
 file descriptor (`--args`), so no host path shows in the sandbox's /proc/1/cmdline.
 
-When run as root, the command drops to a dedicated unprivileged uid with no capabilities
+When run as root, every command drops to a dedicated unprivileged uid with no capabilities
 (`setpriv`), so RLIMIT_NPROC applies and the read-only mounts and host files stay out of reach;
-the workspace is chowned to that uid. Unprivileged users get a user namespace from bwrap.
+the workspace is chowned to that uid (the runner stays uid 0 with the few capabilities the drop
+needs, out of the commands' reach). Unprivileged users get a user namespace from bwrap.
 """
 from __future__ import annotations
 
 import functools
 import os
 import resource
-from dataclasses import replace
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
-from clbench.sandbox import cgroup, seccomp
+from clbench.sandbox import seccomp
 from clbench.sandbox.base import MiB, CommandResult, Limits, Runtime, Sandbox, SandboxUnavailable, chown_tree
-from clbench.sandbox.process import HOLD, run_process
+from clbench.sandbox.session import RUNNER_CAPS, SandboxSession
 
 #: top-level system entries mounted read-only (or recreated as the same symlinks)
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -92,6 +101,9 @@ class BwrapSandbox(Sandbox):
 
     def __init__(self, source=None, *, workdir: str = "/workspace", limits: Limits | None = None,
                  runtime: Runtime | None = None, baseline=None):
+        self._session: SandboxSession | None = None  # started by the first command
+        self._starter = threading.current_thread()  # the thread that started the session
+        self._lock = threading.Lock()
         ok, why = bwrap_works()
         if not ok:
             raise SandboxUnavailable(why)
@@ -183,34 +195,43 @@ class BwrapSandbox(Sandbox):
             args += ["--perms", "0755", "--dir", parent]
         return args
 
-    def argv(self, command: str, limits: Limits) -> list[str]:
-        """The full bwrap command line for one shell command (public for inspection and tests); it runs
-        as `bwrap --args FD` with the rest read from FD (`_run`)."""
+    def _namespaces(self) -> list[str]:
         namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
         if not self._as_root:
             namespaces.append("--unshare-user")
-        drop = []
-        if self._as_root:
-            drop = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
-                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-        return ([bwrap_path(), *namespaces, "--die-with-parent", "--new-session", "--hostname", "sandbox",
-                 *self._mounts(), "--chdir", self.workdir, "--"]
-                + drop + ["/bin/bash", "-c", command])
+        return [bwrap_path(), *namespaces, "--die-with-parent", "--new-session", "--hostname", "sandbox",
+                *self._mounts(), "--chdir", self.workdir]
+
+    def _drop(self) -> list[str]:
+        """Run as root: the argv prefix that drops a command to the sandbox's uid, no capabilities."""
+        if not self._as_root:
+            return []
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+
+    def argv(self, command: str, limits: Limits) -> list[str]:
+        """A one-shot bwrap command line for one shell command in this sandbox's isolation (for
+        inspection, tests and the bare side of benchmarks); commands themselves run in the
+        sandbox's long-lived session (`_run`)."""
+        return self._namespaces() + ["--"] + self._drop() + ["/bin/bash", "-c", command]
 
     def rlimits(self, limits: Limits) -> dict[int, int]:
-        """Per-process limits (soft = hard) of a command's processes: set on the held process that
-        then starts bwrap (`_bounded`), so every process of the sandbox inherits them."""
-        nproc = limits.processes if self._as_root else limits.processes + _user_process_count()
+        """Per-process limits (soft = hard) of the sandbox's processes: set on the held process that
+        then starts bwrap, so every process of the sandbox inherits them. CPU seconds are set per
+        command by the runner (`ulimit -t`), since a command's timeout may differ."""
+        # the runner is one process more than a one-shot bwrap had
+        nproc = limits.processes + 1 if self._as_root else limits.processes + 1 + _user_process_count()
         return {resource.RLIMIT_NPROC: nproc, resource.RLIMIT_AS: limits.memory_mb * MiB,
-                resource.RLIMIT_CPU: limits.cpu_limit, resource.RLIMIT_FSIZE: limits.file_bytes,
+                resource.RLIMIT_CPU: resource.RLIM_INFINITY, resource.RLIMIT_FSIZE: limits.file_bytes,
                 resource.RLIMIT_NOFILE: limits.open_files, resource.RLIMIT_CORE: 0}
 
-    def _run(self, command: str, limits: Limits) -> CommandResult:
+    def _start(self) -> SandboxSession:
+        """Start the sandbox's bwrap and its command runner (clbench.sandbox.session)."""
         env = self.runtime.environment(self.workdir)
         env["USER"] = env["LOGNAME"] = "sandbox"
-        exe, *args = self.argv(command, limits)
-        cut = args.index("--")  # bwrap's options, then the command
-        options, tail = args[:cut], args[cut:]
+        exe, *options = self._namespaces()
+        if self._as_root:
+            options = ["--cap-drop", "ALL", *(x for cap in RUNNER_CAPS for x in ("--cap-add", cap)), *options]
         fds = []
         try:
             bpf = seccomp.compiled_filter()
@@ -219,48 +240,33 @@ class BwrapSandbox(Sandbox):
                 options = ["--seccomp", str(fds[-1]), *options]
             # the options (every host path of every mount) through a descriptor, not the command line
             fds.append(seccomp.memfd("clbench-bwrap-args", b"".join(a.encode() + b"\0" for a in options)))
-            argv = [exe, "--args", str(fds[-1]), *tail]
-            return self._bounded(argv, limits, env, tuple(fds))
+            return SandboxSession([exe, "--args", str(fds[-1]), "--"], env, tuple(fds), self.limits,
+                                  self._drop(), self.rlimits(self.limits))
         finally:
             for fd in fds:
                 os.close(fd)
 
-    def _bounded(self, argv: list[str], limits: Limits, env: dict, fds: tuple[int, ...]) -> CommandResult:
-        """Run argv with the sandbox's memory and processes bounded as a whole (clbench.sandbox.cgroup).
+    def _run(self, command: str, limits: Limits) -> CommandResult:
+        with self._lock:
+            # --die-with-parent ties bwrap to the thread that started it: a session whose thread
+            # ended is dead or dying, so the next command starts a fresh one
+            if self._session is not None and not (self._session.alive() and self._starter.is_alive()):
+                self._session.close()
+                self._session = None
+            if self._session is None:
+                try:
+                    self._starter = threading.current_thread()
+                    self._session = self._start()
+                except (OSError, RuntimeError) as exc:
+                    return CommandResult(1, "", f"the sandbox could not start: {exc}\n", 0.0)
+            result = self._session.run(command, limits, self._disk_watch())
+            if not self._session.alive() or result.killed and "sandbox was killed" in result.killed:
+                self._session.close()
+                self._session = None
+            return result
 
-        The command starts held (process.HOLD): before it starts anything, this process sets its
-        rlimits and puts it into the command's control group, then lets it go on; one process
-        start fewer per command than a `prlimit` (or a shell joining the group) inside."""
-        disk = self._disk_watch()
-        memory = limits.memory_mb * MiB
-        rlimits = self.rlimits(limits)
-
-        def limit(pid: int) -> None:
-            for which, value in rlimits.items():
-                resource.prlimit(pid, which, (value, value))
-
-        if cgroup.mechanism() == "rss-watchdog":
-            rss = cgroup.RssWatch(memory, limits.memory_mb)
-
-            def watch():
-                return (disk() if disk else None) or rss()
-
-            def started(pid: int) -> None:
-                limit(pid)
-                rss.root = pid
-
-            return run_process(HOLD + argv, limits, env=env, watch=watch, pass_fds=fds, started=started, held=True)
-        group = cgroup.SandboxGroup(memory, limits.processes)
-        try:
-
-            def started(pid: int) -> None:
-                limit(pid)
-                group.join(pid)
-
-            result = run_process(HOLD + argv, limits, env=env, watch=disk, pass_fds=fds, started=started, held=True)
-            why = group.verdict(limits.memory_mb)
-        finally:
-            group.close()
-        if why and not result.killed:
-            result = replace(result, killed=why, exit_code=None)
-        return result
+    def _close(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                self._session.close()
+                self._session = None

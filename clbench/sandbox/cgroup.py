@@ -1,15 +1,16 @@
 """Bounding a whole bubblewrap sandbox: one memory and process budget for all its processes.
 
 RLIMIT_AS and RLIMIT_NPROC bound each process (and each uid), not the sandbox: four children of
-one command could each take the per-process limit. So every command of a sandbox runs in a
-control group of its own, created under this process's cgroup (so it also stays inside whatever
-bounds clbench itself runs under), holding the sandbox's memory limit (swap included where the
-kernel accounts it) and its process limit:
+one command could each take the per-process limit. So every sandbox runs in a control group of
+its own (one for all its commands, clbench.sandbox.session), created under this process's cgroup
+(so it also stays inside whatever bounds clbench itself runs under), holding the sandbox's
+memory limit (swap included where the kernel accounts it; the pages of the quota tmpfs its
+commands wrote count too, as in a container) and its process limit:
 
 - cgroup v2, where this process's cgroup delegates the memory and pids controllers to children;
 - cgroup v1, where the memory and pids hierarchies are mounted and writable (root in a container);
-- otherwise a watchdog (`RssWatch`) sums the resident memory of the command's process tree every
-  `WATCH_INTERVAL` and kills the tree past the limit. It cannot stop a burst between two polls, so
+- otherwise a watchdog (`RssWatch`) sums the resident memory of the sandbox's process tree every
+  watch interval and kills the tree past the limit. It cannot stop a burst between two polls, so
   it is the fallback, and `mechanism()` says which one is active (docs/contract.md).
 
 A command killed by the memory bound ends like one killed by a time limit: its result says why.
@@ -171,7 +172,9 @@ def _remove(dirs: list[Path]) -> None:
 
 
 class SandboxGroup:
-    """The control group of one command: `prefix(argv)` starts the command inside it."""
+    """The control group of one sandbox (clbench.sandbox.session): `join(pid)` puts a held
+    process into it, `members()` lists its processes, `verdict()` says whether the memory bound
+    killed one."""
 
     def __init__(self, memory_bytes: int, processes: int):
         kind = mechanism()
@@ -185,20 +188,24 @@ class SandboxGroup:
             raise RuntimeError("no cgroup can be created here; use RssWatch")
         self._group.limit(memory_bytes, processes)
 
-    def prefix(self, argv: list[str]) -> list[str]:
-        """argv run by a shell that first moves itself into the group (its children follow)."""
-        joins = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(self._group.procs_files())))
-        files = [str(p) for p in self._group.procs_files()]
-        return ["/bin/sh", "-c", f'{joins} && shift {len(files)} && exec "$@"', "clbench-cgroup", *files, *argv]
-
     def join(self, pid: int) -> None:
         """Move process `pid` (held before it starts anything) into the group; its children follow."""
         for procs in self._group.procs_files():
             procs.write_text(str(pid))
 
-    def verdict(self, limit_mb: int) -> str | None:
-        """Why the command was killed, if the memory bound killed something."""
-        if self._group.oom_kills():
+    def members(self) -> set[int]:
+        """Host pids of the processes in the group."""
+        try:
+            return {int(p) for p in self._group.procs_files()[0].read_text().split()}
+        except OSError:
+            return set()
+
+    def oom_kills(self) -> int:
+        return self._group.oom_kills()
+
+    def verdict(self, limit_mb: int, since: int = 0) -> str | None:
+        """Why the command was killed, if the memory bound killed something (after `since` kills)."""
+        if self._group.oom_kills() > since:
             return f"the sandbox exceeded its memory limit of {limit_mb} MB (all its processes together); " \
                    "a process was killed"
         return None
@@ -225,6 +232,7 @@ class RssWatch:
 
 
 def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids of every process on the host (a walk of all of /proc)."""
     kids: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -237,7 +245,42 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def children_of(pid: int) -> list[int] | None:
+    """The children of `pid` (of all its threads), None where /proc cannot list them (a kernel
+    without CONFIG_PROC_CHILDREN)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found  # gone
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                found += [int(p) for p in fh.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return found
+
+
 def _tree(root: int) -> list[int]:
+    """`root` and all its descendants: from each process's children list (a few reads for a
+    sandbox), or from a walk of all of /proc where the kernel does not list children."""
+    seen, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = children_of(pid)
+        if kids is None:
+            return _tree_by_walk(root)
+        seen.append(pid)
+        todo += kids
+    return seen
+
+
+def _tree_by_walk(root: int) -> list[int]:
     kids, seen, todo = _children(), [], [root]
     while todo:
         pid = todo.pop()

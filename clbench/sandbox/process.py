@@ -1,9 +1,9 @@
 """Running one host process tree under a wall-clock limit with capped output.
 
-Used by the bwrap and unsafe-local backends: the process starts in a new session; one loop
-waits on both pipes and on the process's exit together (`select.poll` over the pipes and a
-pidfd), feeding the output into `OutputCapture`s, and on timeout or an output flood the whole
-process group is killed (bwrap's --die-with-parent then takes down the sandbox's pid namespace).
+Used by the unsafe-local backend (bwrap's long-lived sandbox has a loop of its own,
+clbench.sandbox.session): the process starts in a new session; one loop waits on both pipes and
+on the process's exit together (`select.poll` over the pipes and a pidfd), feeding the output
+into `OutputCapture`s, and on timeout or an output flood the whole process group is killed.
 No thread is started and nothing sleeps: a command returns the moment it ends (issue 34: reader
 threads and `Popen.wait`'s sleep-and-poll were most of a short command's round trip).
 """
@@ -32,8 +32,6 @@ WATCH_INTERVAL = 0.2
 EXIT_POLL = 0.005
 #: seconds the pipes are still read after the process ended (what it left running holds them)
 DRAIN = 5.0
-#: the start of a held argv (`run_process(held=True)`): waits for one line, then runs the rest
-HOLD = ["/bin/sh", "-c", 'read -r _ && exec "$@" <>/dev/null', "clbench-hold"]
 
 
 def _pidfd(proc: subprocess.Popen) -> int | None:
@@ -45,39 +43,15 @@ def _pidfd(proc: subprocess.Popen) -> int | None:
 
 
 def run_process(argv: list[str], limits: Limits, *, env: dict[str, str] | None = None,
-                cwd: str | None = None, watch: Callable[[], str | None] | None = None,
-                pass_fds: tuple[int, ...] = (), started: Callable[[int], None] | None = None,
-                held: bool = False) -> CommandResult:
+                cwd: str | None = None, watch: Callable[[], str | None] | None = None) -> CommandResult:
     """Run argv; kill its process group after `limits.timeout` s or `limits.output_kill_mb` of output,
-    or as soon as `watch()` returns a reason. `pass_fds` stay open in the child; `started(pid)` is
-    told the child's pid before anything is watched. held=True: argv starts with `HOLD`, which waits
-    for a line on its stdin before it runs the rest, so `started` acts on a process that has not
-    started anything yet (its rlimits, its control group); the rest runs with stdin /dev/null."""
+    or as soon as `watch()` returns a reason."""
     captures = {}
     reason: list[str] = []
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if held else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True, close_fds=True,
-                            pass_fds=pass_fds)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=cwd, start_new_session=True, close_fds=True)
     exit_fd = _pidfd(proc)
-    try:
-        if started is not None:
-            started(proc.pid)
-        if held:
-            try:
-                proc.stdin.write(b"\n")
-                proc.stdin.close()
-            except BrokenPipeError:  # it died before reading: the loop below reports how
-                pass
-    except BaseException:
-        _kill_group(proc)
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        if exit_fd is not None:
-            os.close(exit_fd)
-        raise
     out = captures[proc.stdout.fileno()] = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
     err = captures[proc.stderr.fileno()] = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
     poller = select.poll()
