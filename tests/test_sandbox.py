@@ -45,6 +45,14 @@ def _runtime(backend: str) -> Runtime:
     return Runtime()
 
 
+def small_bwrap(tmp_path, timeout: float):
+    """A bwrap sandbox over an empty source folder, with small whole-sandbox bounds (512 MB, 64
+    processes, 64 MB of disk) for tests that push against them."""
+    (tmp_path / "src").mkdir()
+    return open_sandbox(tmp_path / "src", backend="bwrap", runtime=_runtime("bwrap"), workdir="/testbed",
+                        limits=Limits(timeout=timeout, memory_mb=512, processes=64, disk_mb=64))
+
+
 BACKENDS = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from clbench.sandbox import Limits, open_sandbox
 from clbench.sandbox import cgroup
-from tests.test_sandbox import _docker_image, _runtime
+from tests.test_sandbox import _docker_image, _runtime, small_bwrap
 
 #: four children of 300 MB resident each: 1.2 GB, against a sandbox limit of 512 MB
 HOG = ("python3 -c \"import time; b = bytearray(300 * 1024 * 1024); b[::4096] = b'x' * (len(b) // 4096); "
@@ -30,9 +30,7 @@ FOUR_HOGS = f"for i in 1 2 3 4; do {HOG} & done; wait; echo survived"
 
 @pytest.fixture
 def bwrap(tmp_path):
-    (tmp_path / "src").mkdir()
-    sb = open_sandbox(tmp_path / "src", backend="bwrap", runtime=_runtime("bwrap"), workdir="/testbed",
-                      limits=Limits(timeout=30, memory_mb=512, processes=64, disk_mb=64))
+    sb = small_bwrap(tmp_path, timeout=30)
     yield sb
     sb.close()
 

@@ -19,16 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from clbench.sandbox import Limits, open_sandbox
 from clbench.sandbox import session as session_mod
-from tests.test_sandbox import _runtime
+from tests.test_sandbox import _runtime, small_bwrap
 
 
 @pytest.fixture
 def sb(tmp_path):
-    (tmp_path / "src").mkdir()
-    box = open_sandbox(tmp_path / "src", backend="bwrap", runtime=_runtime("bwrap"), workdir="/testbed",
-                       limits=Limits(timeout=10, memory_mb=512, processes=64, disk_mb=64))
+    box = small_bwrap(tmp_path, timeout=10)
     yield box
     box.close()
 
