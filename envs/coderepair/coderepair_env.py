@@ -69,9 +69,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     `test-name` (a regression test: exactly one new Python test file, a `.py` file below the
     tests folder or named `test*`, at the project's place for them, holding exactly one test
     function, named the project's way), and `test-behaviour` (that file, alone with the
-    release's code, run with the test runtime's pytest in two fresh sandboxes: it must fail on
-    the release with the bug, any failure or a kill but not "no tests collected", and pass on
-    the fixed release; only the exit status is read, on the host). The folder, type, place and
+    release's code, run with the test runtime's pytest in a fresh sandbox: it must fail on
+    the release with the bug, any failure or a kill but not "no tests collected", and then, in
+    another, pass on the fixed release; only the exit status is read, on the host). The folder, type, place and
     name are drawn per world from common choices of Python projects (towncrier-style fragment
     folders and types, regression-test layouts and names), and change at the declared drift
     (see Drift). They are written in
@@ -405,6 +405,21 @@ class CodeRepairEnv(InstanceSequenceEnv):
             drawn = self.world_rng("issue-numbers").choice(np.arange(100, 1000), size=len(pool), replace=False)
             self._numbers = {i: int(n) for i, n in zip(pool, drawn)}
 
+    def computed_baselines(self) -> dict | None:
+        """This world's r_max and r_reference computed, not played (`clbench worlds` uses them): the oracle
+        fixes every issue in one step meeting every convention, and the stateless reference's outcome on an
+        issue is the same in every world but for the conventions its fixed guess meets (worlds.py, checked
+        against worlds played in full). None where default.yaml holds them (the canonical default)."""
+        if self.baselines_from_spec:
+            return None
+        from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, Outcome, era_guesses, family_means, guess_mean
+
+        every = {i.instance_id: Outcome(True, 1, True) for v in self.schedule.variants for i in v.instances}
+        truth = era_guesses(self)
+        return {"r_max": guess_mean(self, every, lambda era: truth[era]),
+                "r_reference": family_means(self, REFERENCE_OUTCOMES)["reference"],
+                "computed": "envs/coderepair/worlds.py from the stateless reference's per-issue outcomes"}
+
     def conventions_for(self, issue_id: str, variant: str) -> house.Conventions:
         return self._eras[self._era_of[variant]]
 
@@ -518,8 +533,10 @@ class CodeRepairEnv(InstanceSequenceEnv):
                              repo.get("tests_root", "tests"))
         met = {**found.met, "test-behaviour": False}
         if found.test_file is not None:
-            runs = [self._run_regression_test(issue, found.test_file, fixed) for fixed in (False, True)]
-            met["test-behaviour"] = house.behaviour_met(*runs)
+            on_buggy = self._run_regression_test(issue, found.test_file, False)
+            if house.failed(on_buggy):  # else not met whatever the fixed tree does: that run is skipped
+                on_fixed = self._run_regression_test(issue, found.test_file, True)
+                met["test-behaviour"] = house.behaviour_met(on_buggy, on_fixed)
         return met
 
     def _run_regression_test(self, issue: Issue, test_file: tuple[str, bytes], fixed: bool):
