@@ -1124,17 +1124,20 @@ def test_stateful_reference_learns_the_house_in_every_fresh_world():
     each issue of the world's schedule, in the world's order): over the issues it resolves it meets more
     drawn conventions than its stateless guess in every world checked, so fresh worlds keep room to learn.
     (Right after the drift it can meet fewer: its belief is the era before's, the stateless guess the most
-    common choices; the played gain and drift cost are in the spec card.)"""
+    common choices; the played gain and drift cost are in the spec card.) The normalized gain this gives (with
+    the steps memory saves, as played in the canonical world) stays in the band of the canonical world's."""
     from clbench.agents.coderepair import CodeRepairReference
     from clbench.envs.coderepair import house
     from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
-    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, era_guesses, issue_eras
+    from clbench.commands.worlds import BAND
+    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, era_guesses, family_means, issue_eras
 
     backend_or_skip("bwrap")
+    gains = {}
     for seed in (None, *WORLDS):
         e = CodeRepairEnv(backend="bwrap", world_seed=seed)
         truth, eras = era_guesses(e), issue_eras(e)
-        agent, learned, stateless = CodeRepairReference({}), 0, 0
+        agent, learned, stateless, house_gain = CodeRepairReference({}), 0, 0, 0.0
         for slot in e.schedule.order(0):
             iid = slot.instance_id
             repo = e.spec_data["repos"][load_issue(iid).repo]
@@ -1147,5 +1150,19 @@ def test_stateful_reference_learns_the_house_in_every_fresh_world():
             if iid in REFERENCE_OUTCOMES:
                 learned += sum(met.values())
                 stateless += sum(t == 0 for t in truth[eras[iid]])
+                steps = REFERENCE_OUTCOMES[iid].steps
+                house_gain += (house.reward(sum(met.values()) + 1, steps, e.max_steps)
+                               - house.reward(sum(t == 0 for t in truth[eras[iid]]) + 1, steps, e.max_steps))
             agent.end_instance(0.0, info, "\n".join(house.lessons({**met, "test-behaviour": True})))
         assert learned > stateless, (seed, learned, stateless)
+        r_ref = SPEC["r_reference"] if seed is None else family_means(e, REFERENCE_OUTCOMES)["reference"]
+        gains[seed] = (house_gain / len(eras), r_ref)
+    # The normalized gain estimated from this: the house part, plus what memory of the layout and tests saves in
+    # steps, which does not depend on the world: the canonical world's played stateful mean (0.2882, spec card)
+    # minus its stateless mean and its house part. Worlds 1 and 2 played: 0.061 and 0.071 (estimated 0.061, 0.071).
+    steps_part = (0.2882 - SPEC["r_reference"]) - gains[None][0]
+    estimate = {seed: (steps_part + h) / (1.0 - r) for seed, (h, r) in gains.items()}
+    tol = max(BAND["gain_abs"], BAND["gain_rel"] * estimate[None])
+    assert all(0 < g and abs(g - estimate[None]) <= tol for g in estimate.values()), estimate
+    if 1 in estimate:
+        assert abs(estimate[1] - 0.061) < 0.005 and abs(estimate[2] - 0.071) < 0.005, estimate
