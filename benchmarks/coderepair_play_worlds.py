@@ -34,7 +34,8 @@ def _row(out: dict, info: dict) -> dict:
             "met": (out.get("details") or {}).get("conventions_met", [])}
 
 
-def play_world(seed: int, passes: tuple[str, ...]) -> dict:
+def play_world(seed: int, passes: tuple[str, ...], partial: Path | None = None) -> dict:
+    """The passes of one world; after each, what is played so far is written to `partial` (if given)."""
     import gymnasium as gym
 
     env = gym.make(ENV, backend="bwrap", world_seed=seed)
@@ -55,6 +56,7 @@ def play_world(seed: int, passes: tuple[str, ...]) -> dict:
                     snapshot = copy.deepcopy(agent.state_dict())
                 rows.append(_row(play_instance(env, agent, obs, info, []), info))
             result["passes"]["stateful"] = {"rows": rows, "seconds": time.perf_counter() - start}
+            _save(partial, result)
             if "frozen" in passes:
                 agent, rows = make_agent("reference", env, freeze_at=drift), []
                 agent.load_state_dict(snapshot)
@@ -63,6 +65,7 @@ def play_world(seed: int, passes: tuple[str, ...]) -> dict:
                     obs, info = env.reset(options={"instance": iid})
                     rows.append(_row(play_instance(env, agent, obs, info, []), info))
                 result["passes"]["frozen"] = {"rows": rows, "seconds": time.perf_counter() - start}
+                _save(partial, result)
         if "stateless" in passes:
             rows, start = [], time.perf_counter()
             for iid in order:
@@ -72,6 +75,13 @@ def play_world(seed: int, passes: tuple[str, ...]) -> dict:
     finally:
         env.close()
     return result
+
+
+def _save(path: Path | None, data: dict) -> None:
+    if path is not None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.rename(path)
 
 
 def summary(out_dir: Path) -> list[dict]:
@@ -122,8 +132,7 @@ if __name__ == "__main__":
         if path.exists():
             continue
         start = time.perf_counter()
-        data = play_world(seed, passes)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.rename(path)
+        partial = out / f"partial-world-{seed}.json"
+        _save(path, play_world(seed, passes, partial))
+        partial.unlink(missing_ok=True)
         print(f"world {seed}: {time.perf_counter() - start:.0f} s", flush=True)
