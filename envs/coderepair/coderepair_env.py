@@ -167,8 +167,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     against 0.298 played; tests/test_coderepair.py). It assumes the stateful reference resolves the 8
     issues the stateless one does; world 2 replayed gave the same numbers again (stateful 0.2957, frozen
     fixing none of 13), world 1 replayed under load ~20 left tenacity-04 unresolved (4 searches, no fix:
-    stateful 0.2544, gain 0.017, drift cost 0.216), so the played gain of a world can fall below the
-    estimate when the edit kinds it learned first push the right edit past its search budget. The gain is lower than canonical's in every fresh
+    stateful 0.2544, gain 0.017, drift cost 0.216; not yet analysed: the edit kinds it learned first
+    reorder its search, and its 60 s commands are cut under load), so a played world can fall below
+    the estimate. The gain is lower than canonical's in every fresh
     world because the canonical draw leaves the most to learn: the most common choices meet one of its
     four drawn conventions before the drift and two after, fresh worlds one to three, so over the 8
     issues the reference resolves it gains 18 conventions on the canonical world and 6 to 16 elsewhere.
