@@ -7,7 +7,8 @@ common practice of Python projects; a fifth is fixed:
 - `test-location`: where the one regression test file goes, below the project's tests folder;
 - `test-name`: the regression test function's name;
 - `test-behaviour`: the regression test fails on the release with the bug and passes on the
-  fixed release (both run in sandboxes; only the exit status is read, on the host).
+  fixed release (each run in a sandbox, the fixed one only when the buggy one failed; only the exit
+  status is read, on the host).
 Each is met or not; the feedback names the ones not met, never what they should have been.
 This module holds the candidates an engineer would know (the support of the draws, most common
 first) and the checks; the canonical world's choices are written in tasks/coderepair/default.yaml.
