@@ -92,11 +92,26 @@ def scored(met: int, steps: int) -> float:
     return (0.5 + 0.5 * met / 5) * (1 - (steps - 1) / 80)
 
 
-def play(env, agent, instance: str, stateless: bool = True) -> dict:
+def play(env, agent, instance: str, stateless: bool = True, traj: list | None = None) -> dict:
     obs, info = env.reset(seed=0, options={"instance": instance, "stateless": stateless})
-    out = play_instance(env, agent, obs, info, [])
+    out = play_instance(env, agent, obs, info, [] if traj is None else traj)
     assert out["error"] is None, out["error"]
     return out
+
+
+def replay(agent, traj: list[dict]) -> None:
+    """Feed `agent` a played instance's observations (play_instance's trajectory) without a sandbox,
+    asserting it takes the recorded action at every step: the env is deterministic, so it would have
+    seen exactly these observations had it played."""
+    reset = traj[0]
+    info = {"instance_id": reset["instance_id"], "position": reset["position"]}
+    agent.begin_instance(reset["observation"], info)
+    obs = reset["observation"]
+    steps = [t for t in traj if t["event"] == "step"]
+    for step in steps:
+        assert agent.act(obs, info) == step["action"], step["step"]
+        obs = step["observation"]
+    agent.end_instance(steps[-1]["reward"], info, obs)
 
 
 # ---------------------------------------------------------------------------------- task data
@@ -532,19 +547,11 @@ def test_checkout_files_look_alike_docker(docker_env):
 
 
 def test_oracle_scores_one_in_one_step(env):
-    for issue_id in SAMPLE:
+    # tenacity 7.0.0's issue (SAMPLE's third): test_tenacity_7_tests_inside_the_package_are_not_graded
+    for issue_id in ("tablib-05", "tenacity-03"):
         agent = make_agent("oracle", env)
         out = play(env, agent, issue_id)
         assert out["reward"] == 1.0 and out["steps"] == 1
-
-
-def test_reward_decreases_with_steps(env):
-    agent = make_agent("oracle", env)
-    obs, info = env.reset(seed=0, options={"instance": "tenacity-06", "stateless": True})
-    for _ in range(3):
-        env.step("ls tenacity > /dev/null")
-    obs, reward, term, _, info = env.step(agent.act(obs, info))
-    assert term and reward == pytest.approx(scored(5, 4)) and info["raw_metric"]["value"] == 3
 
 
 def test_invalid_actions_and_budget(env):
@@ -608,15 +615,18 @@ def test_reference_submits_without_a_fix_when_the_report_states_nothing_checkabl
 
 def test_reference_stateful_needs_fewer_steps_and_freeze_at_stops_learning(env):
     """After one tenacity 8.2.3 issue it knows the layout and test command: tenacity-04 in 3 steps, not 6."""
-    agent, frozen = make_agent("reference", env), make_agent("reference", env, freeze_at=0)
-    for issue_id in ("tenacity-13", "tenacity-04"):
-        out = play(env, agent, issue_id, stateless=False)
+    agent, frozen, first = make_agent("reference", env), make_agent("reference", env, freeze_at=0), []
+    for issue_id, traj in (("tenacity-13", first), ("tenacity-04", None)):
+        out = play(env, agent, issue_id, stateless=False, traj=traj)
     # and the feedback of tenacity-13 revised two house conventions: one of the revisions is right
     assert out["steps"] == 3 and out["reward"] == pytest.approx(scored(4, 3)), out
     memory = agent.state_dict()["memory"]["tenacity"]
     assert memory["layout"] and memory["test_command"].endswith(" tests")
     assert memory["kinds"] == {"comparison": 1, "off_by_one": 1} and memory["blamed"] == {}
-    play(env, frozen, "tenacity-13", stateless=False)
+    replay(frozen, first)  # knowing nothing, frozen at 0 acts as the learner did on its first issue
+    unfrozen = make_agent("reference", env)
+    replay(unfrozen, first)  # the same evidence teaches an unfrozen one: the replay carries what freezing ignores
+    assert unfrozen.state_dict()["memory"]["tenacity"]["layout"] and unfrozen.house != frozen.house
     assert frozen.state_dict() == {"memory": {}, "house": dict.fromkeys(frozen.house, 0)}
 
 
@@ -669,16 +679,13 @@ def test_the_drift_is_real_knowledge_from_7_goes_stale_on_8(env):
 def test_tenacity_7_tests_inside_the_package_are_not_graded(env):
     """In 7.0.0 the tests live below the source folder: edits there (a conftest that skips everything,
     emptied test bodies, a deleted test module) are ignored, so they earn nothing; a real fix next to
-    them still counts, and a bare submit scores 0."""
-    env.reset(seed=0, options={"instance": "tenacity-11", "stateless": True})
-    obs, reward, term, _, info = env.step(f"echo {SPEC['submit_marker']}")
-    assert term and reward == 0.0 and "issue tests 0/" in obs
+    them still counts."""
     env.reset(seed=0, options={"instance": "tenacity-11", "stateless": True})
     env.step("printf 'import pytest\\n\\n@pytest.fixture(autouse=True)\\ndef _s():\\n    pytest.skip()\\n'"
              " > tenacity/tests/conftest.py && sed -i 's/^\\( *\\)def test\\(.*\\):$/\\1def test\\2:\\n\\1    return/'"
              " tenacity/tests/test_tenacity.py && rm tenacity/tests/test_asyncio.py")
     obs, reward, term, _, info = env.step(f"echo {SPEC['submit_marker']}")
-    assert term and reward == 0.0 and not info["solved"], obs
+    assert term and reward == 0.0 and not info["solved"] and "issue tests 0/" in obs, obs
     assert info["details"]["changed_files"] == [] and set(info["details"]["ignored_files"]) == {
         "tenacity/tests/conftest.py", "tenacity/tests/test_tenacity.py", "tenacity/tests/test_asyncio.py"}
     agent = make_agent("oracle", env)
@@ -708,19 +715,14 @@ def test_rewriting_tenacity_7_tests_from_the_package_scores_zero_bwrap(env):
 
 
 @pytest.mark.docker
-def test_oracle_under_docker():
-    backend_or_skip("docker")
-    env = gym.make(ENV, backend="docker").unwrapped
-    try:
-        assert env.backend == "docker"
-        for issue_id in SAMPLE:
-            out = play(env, make_agent("oracle", env), issue_id)
-            assert out["reward"] == 1.0 and out["steps"] == 1
-        obs, *_ = env.reset(seed=0, options={"instance": "tablib-01", "stateless": True})
-        obs, *_ = env.step("timeout 3 bash -c 'echo > /dev/tcp/pypi.org/443' 2>&1; id -u; ls /root 2>&1 | head -1")
-        assert "1000" in obs and ("Permission denied" in obs or obs.count("\n") > 3)
-    finally:
-        env.close()
+@pytest.mark.parametrize("issue_id", SAMPLE_PARAMS)
+def test_oracle_under_docker(docker_env, issue_id):
+    assert docker_env.backend == "docker"
+    out = play(docker_env, make_agent("oracle", docker_env), issue_id)
+    assert out["reward"] == 1.0 and out["steps"] == 1
+    obs, *_ = docker_env.reset(seed=0, options={"instance": issue_id, "stateless": True})
+    obs, *_ = docker_env.step("timeout 3 bash -c 'echo > /dev/tcp/pypi.org/443' 2>&1; id -u; ls /root 2>&1 | head -1")
+    assert "1000" in obs and ("Permission denied" in obs or obs.count("\n") > 3)
 
 
 def test_evaluation_ignores_links_and_large_files(tmp_path):
@@ -874,7 +876,7 @@ def test_house_conventions_accept_exactly_one_of_each():
     assert met == {"fragment-folder": True, "fragment-type": False, "test-location": False, "test-name": True}
 
 
-def test_regression_test_behaviour_is_checked_on_both_trees(env):
+def test_regression_test_behaviour_is_checked_on_both_trees(env, monkeypatch):
     """Run in sandboxes on the buggy and the fixed release: only a test that tells them apart meets it;
     one that always passes, always fails, exits early or collects nothing does not."""
     from clbench.agents.coderepair import source_test
@@ -883,23 +885,33 @@ def test_regression_test_behaviour_is_checked_on_both_trees(env):
     latent = env.latent()["issues"]["tenacity-11"]
     path, name = latent["test_path"], latent["test_name"]
     good = source_test(name, issue.fix_diff, "tenacity")
-    cases = {good: True, f"def {name}():\n    pass\n": False, f"def {name}():\n    assert False\n": False,
+    always_fails = f"def {name}():\n    assert False\n"
+    cases = {good: True, f"def {name}():\n    pass\n": False, always_fails: False,
              f"import os\nos._exit(0)\n\n\ndef {name}():\n    pass\n": False, "X = 1\n": False}
+    runs = []
+    run = env._run_regression_test
+    monkeypatch.setattr(env, "_run_regression_test", lambda *a: runs.append(a[2]) or run(*a))
     for source, want in cases.items():
+        runs.clear()
         met = env.review(issue, "tenacity-7.0.0", _changes({path: source}))
         assert met["test-behaviour"] is want, source
+        # the fixed tree runs only for a test that failed on the buggy one (here: the one that tells them apart)
+        assert runs == ([False, True] if source in (good, always_fails) else [False]), (source, runs)
 
 
 def test_feedback_names_conventions_never_values(env):
-    """The lesson names the convention and its kind; no value of any era appears in the observation."""
+    """The lesson names the convention and its kind; no value of any era appears in the observation. The
+    reward of a fix meeting no convention, submitted at the fourth step: (0.5 + 0) x (1 - 3/80)."""
     from clbench.envs.coderepair import house
     from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
 
     agent = make_agent("oracle", env)
     obs, info = env.reset(seed=0, options={"instance": "tenacity-04", "stateless": True})
     fix = agent.act(obs, info).split("\nmkdir -p")[0]  # the fix alone, no fragment or test
+    for _ in range(3):
+        env.step("ls tenacity > /dev/null")
     obs2, reward, term, _, info = env.step(f"{fix}\necho {SPEC['submit_marker']}")
-    assert term and info["solved"] and reward == pytest.approx(scored(0, 1))
+    assert term and info["solved"] and reward == pytest.approx(scored(0, 4)) and info["raw_metric"]["value"] == 3
     assert all(f"  {name}: not met ({house.LESSONS[name]})" in obs2 for name in house.NAMES), obs2
     house_secrets = {"changelog.d", ".fixed", ".bugfix", "test_gh", "bugs/test_", "test_bug_", "test_issue_"}
     assert house_secrets <= set(CodeRepairEnv.public_secrets())
@@ -1059,6 +1071,26 @@ def test_fresh_world_baselines_are_its_own_never_the_canonical_ones(tmp_path, mo
     assert CodeRepairEnv(backend="bwrap").r_reference == pytest.approx(SPEC["r_reference"])
 
 
+def test_clbench_worlds_uses_the_computed_baselines_instead_of_playing(tmp_path, monkeypatch):
+    """`clbench worlds` takes a fresh world's r_max and r_reference from the env's computed_baselines() hook
+    (cached for drift-check, nothing played); the canonical default keeps default.yaml's."""
+    from clbench.commands.worlds import use_computed_baselines
+    from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
+    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, family_means
+
+    backend_or_skip("bwrap")
+    monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))
+    assert CodeRepairEnv(backend="bwrap").computed_baselines() is None
+    assert use_computed_baselines(ENV, {"backend": "bwrap"}) == "spec"
+    assert use_computed_baselines(ENV, {"backend": "bwrap", "world_seed": 4}) == "computed"
+    assert use_computed_baselines(ENV, {"backend": "bwrap", "world_seed": 4}) == "cached"
+    fresh = CodeRepairEnv(backend="bwrap", world_seed=4)
+    assert fresh.r_max == 1.0
+    assert fresh.r_reference == pytest.approx(family_means(fresh, REFERENCE_OUTCOMES)["reference"])
+    assert fresh.r_reference != pytest.approx(SPEC["r_reference"])
+    assert CodeRepairEnv(backend="bwrap", world_seed=5).r_reference is None  # per world, never shared
+
+
 @pytest.mark.slow  # ~16 plays of the reference's search (minutes on 2 cores)
 def test_fresh_world_played_agrees_with_the_computation():
     """In a fresh world, the stateless reference and every house-guesser prior, played on the short schedule:
@@ -1092,17 +1124,20 @@ def test_stateful_reference_learns_the_house_in_every_fresh_world():
     each issue of the world's schedule, in the world's order): over the issues it resolves it meets more
     drawn conventions than its stateless guess in every world checked, so fresh worlds keep room to learn.
     (Right after the drift it can meet fewer: its belief is the era before's, the stateless guess the most
-    common choices; the played gain and drift cost are in the spec card.)"""
+    common choices; the played gain and drift cost are in the spec card.) The normalized gain this gives (with
+    the steps memory saves, as played in the canonical world) stays in the band of the canonical world's."""
     from clbench.agents.coderepair import CodeRepairReference
     from clbench.envs.coderepair import house
     from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
-    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, era_guesses, issue_eras
+    from clbench.commands.worlds import BAND
+    from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, era_guesses, family_means, issue_eras
 
     backend_or_skip("bwrap")
+    gains, drift = {}, {}
     for seed in (None, *WORLDS):
         e = CodeRepairEnv(backend="bwrap", world_seed=seed)
         truth, eras = era_guesses(e), issue_eras(e)
-        agent, learned, stateless = CodeRepairReference({}), 0, 0
+        agent, learned, stateless, house_gain, after = CodeRepairReference({}), 0, 0, 0.0, []
         for slot in e.schedule.order(0):
             iid = slot.instance_id
             repo = e.spec_data["repos"][load_issue(iid).repo]
@@ -1115,5 +1150,31 @@ def test_stateful_reference_learns_the_house_in_every_fresh_world():
             if iid in REFERENCE_OUTCOMES:
                 learned += sum(met.values())
                 stateless += sum(t == 0 for t in truth[eras[iid]])
+                steps = REFERENCE_OUTCOMES[iid].steps
+                house_gain += (house.reward(sum(met.values()) + 1, steps, e.max_steps)
+                               - house.reward(sum(t == 0 for t in truth[eras[iid]]) + 1, steps, e.max_steps))
+            if eras[iid] == 1:  # after the drift: frozen it fixes none; unfrozen it skips the 3 exploration steps
+                out = REFERENCE_OUTCOMES.get(iid)
+                after.append(house.reward(sum(met.values()) + 1, out.steps - 3, e.max_steps) if out else 0.0)
             agent.end_instance(0.0, info, "\n".join(house.lessons({**met, "test-behaviour": True})))
         assert learned > stateless, (seed, learned, stateless)
+        r_ref = SPEC["r_reference"] if seed is None else family_means(e, REFERENCE_OUTCOMES)["reference"]
+        gains[seed] = (house_gain / len(eras), r_ref)
+        drift[seed] = sum(after) / len(after) / (1.0 - r_ref)  # the drift cost's share of the headroom
+    # The normalized gain estimated from this: the house part, plus what memory of the layout and tests saves in
+    # steps, which does not depend on the world: the canonical world's played stateful mean (0.2882, spec card)
+    # minus its stateless mean and its house part. It assumes the stateful reference resolves the stateless one's
+    # 8 issues: worlds 1 and 2 played first gave 0.061 and 0.071 (estimated 0.061, 0.071); world 2 replayed the
+    # same, world 1 replayed (under load ~20) lost tenacity-04 (0.017, drift cost 0.216).
+    steps_part = (0.2882 - SPEC["r_reference"]) - gains[None][0]
+    estimate = {seed: (steps_part + h) / (1.0 - r) for seed, (h, r) in gains.items()}
+    tol = max(BAND["gain_abs"], BAND["gain_rel"] * estimate[None])
+    assert all(0 < g and abs(g - estimate[None]) <= tol for g in estimate.values()), estimate
+    if 1 in estimate:
+        assert abs(estimate[1] - 0.061) < 0.005 and abs(estimate[2] - 0.071) < 0.005, estimate
+    # the drift cost the same way (played: canonical 0.291, worlds 1 and 2 0.283 and 0.298 per 8.2.3 issue)
+    for seed, played in ((None, 0.291), (1, 0.283), (2, 0.298)):
+        if seed in drift:
+            assert abs(drift[seed] * (1.0 - gains[seed][1]) - played) < 0.005, (seed, drift)
+    tol = max(BAND["drift_abs"], BAND["drift_rel"] * drift[None])
+    assert all(abs(d - drift[None]) <= tol for d in drift.values()), drift

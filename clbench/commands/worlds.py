@@ -2,7 +2,8 @@
 
 `clbench worlds --env ID --seeds 1-20` measures, on the canonical world and on each fresh world
 (`world_seed=N`): r_max (oracle mean) and r_reference (stateless reference mean) of that world
-(calibrated and cached when missing), the reference's normalized gain and each declared drift's
+(from the cache; else computed by the env's `computed_baselines()` hook where it has one, else
+played, and cached), the reference's normalized gain and each declared drift's
 cost (clbench drift-check), and the red team's best non-learning policy (clbench redteam); then
 the mean and range over the fresh worlds, and whether each world stays in the stated band of the
 canonical world's difficulty (BAND, docs/contract.md "Worlds"). Exit 1 when a world leaves it.
@@ -37,6 +38,31 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(seeds)
 
 
+def use_computed_baselines(env_id: str, env_kwargs: dict) -> str:
+    """Where the world's r_max and r_reference come from: "spec" (default.yaml), "cached", "computed" (the
+    env's `computed_baselines()` hook: an env whose baselines follow from per-instance outcomes that do not
+    depend on the world may compute a world's instead of playing them; stored in the cache here, so
+    drift-check does not play them again) or "played" (calibrated by drift-check)."""
+    from clbench.calibration import store_baselines
+    from clbench.runner import make_env
+
+    env = make_env(env_id, **env_kwargs)
+    try:
+        base = env.unwrapped
+        if base.baselines_from_spec:
+            return "spec"
+        if base.calibrated:
+            return "cached"
+        hook = getattr(base, "computed_baselines", None)
+        values = hook() if hook is not None else None
+        if not values:
+            return "played"
+        store_baselines(base, values)
+        return "computed"
+    finally:
+        env.close()
+
+
 def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = None, rollouts: int = 3,
               workers: int = 1, redteam: bool = True) -> dict:
     """One world's difficulty: baselines, the reference's gain, drift costs and the red team's best."""
@@ -46,6 +72,7 @@ def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = Non
     kwargs = dict(env_kwargs or {})
     if world_seed is not None:
         kwargs["world_seed"] = world_seed
+    source = use_computed_baselines(env_id, kwargs)
     rep = run_drift_check(env_id, kwargs, rollouts=rollouts, workers=workers)  # calibrates the world first
     r_max, r_ref = rep["r_max"], rep["r_reference"]
     costs = [d["cost"] for d in rep["drifts"] if d["cost"]["mean"] is not None]
@@ -54,7 +81,7 @@ def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = Non
     # since their replicates are not paired with each other)
     cost_ci = [float(np.mean([c["ci"][k] for c in costs])) for k in (0, 1)] if costs else None
     row = {"world_seed": world_seed, "world": rep.get("world", "canonical"), "r_max": r_max, "r_reference": r_ref,
-           "gain": rep["normalized_gain"]["mean"], "gain_ci": rep["normalized_gain"]["ci"], "drift_cost": cost,
+           "baselines": source, "gain": rep["normalized_gain"]["mean"], "gain_ci": rep["normalized_gain"]["ci"], "drift_cost": cost,
            "drift_cost_ci": cost_ci,
            "drift_share": None if cost is None or r_max <= r_ref else cost / (r_max - r_ref),
            "best_policy": None, "best_mean": None, "redteam_failures": []}

@@ -7,7 +7,8 @@ common practice of Python projects; a fifth is fixed:
 - `test-location`: where the one regression test file goes, below the project's tests folder;
 - `test-name`: the regression test function's name;
 - `test-behaviour`: the regression test fails on the release with the bug and passes on the
-  fixed release (both run in sandboxes; only the exit status is read, on the host).
+  fixed release (each run in a sandbox, the fixed one only when the buggy one failed; only the exit
+  status is read, on the host).
 Each is met or not; the feedback names the ones not met, never what they should have been.
 This module holds the candidates an engineer would know (the support of the draws, most common
 first) and the checks; the canonical world's choices are written in tasks/coderepair/default.yaml.
@@ -180,11 +181,14 @@ def regression_command(workdir: str, import_root: str, path: str, ini_path: str)
             f"--rootdir . --noconftest -p no:cacheprovider -q -x {shlex.quote(path)}")
 
 
+def failed(on_buggy) -> bool:
+    """The run on the buggy tree failed: any failure, a kill included, but not 'no tests collected' (exit 5)."""
+    return bool(on_buggy.killed or on_buggy.exit_code not in (0, 5, None))
+
+
 def behaviour_met(on_buggy, on_fixed) -> bool:
-    """Fails on the buggy tree (any failure, a kill included, but not 'no tests collected': exit 5)
-    and passes on the fixed tree (exit 0)."""
-    failed = on_buggy.killed or on_buggy.exit_code not in (0, 5, None)
-    return bool(failed and not on_fixed.killed and on_fixed.exit_code == 0)
+    """Fails on the buggy tree (`failed`) and passes on the fixed tree (exit 0)."""
+    return bool(failed(on_buggy) and not on_fixed.killed and on_fixed.exit_code == 0)
 
 
 def reward(met: int, steps: int, max_steps: int) -> float:
