@@ -48,6 +48,7 @@ _OPEN_CHANCES = tuple(f"open_chances_{street}" for street in range(4))
 _OPENED = tuple(f"opened_{street}" for street in range(4))
 _CONTRADICTING = ("faced_FOLD", "faced_RAISE", *_OPENED)
 STATION, FIT_OR_FOLD, LAG = "calling_station", "fit_or_fold", "loose_aggressive"
+_UNREAD = object()  # `OpponentModel.style` not read since the counts last changed
 
 
 # ------------------------------------------------------------------ reading the table
@@ -218,7 +219,17 @@ class OpponentModel:
     MIN_HANDS = 4  # hands seen before judging a style (a few hands of cards say little)
 
     def __init__(self, counts: dict | None = None):
-        self.counts = Counter(counts or {})
+        self.counts = Counter(counts or {})  # change it through `observe`, which keeps `style` current
+        self._style: str | None | object = _UNREAD
+
+    def observe(self, hand: dict) -> None:
+        """Add one finished hand's counts (`hand_counts`); when the hand contradicts the style read so far,
+        the opponent has changed and what we knew about it is wrong: start over from this hand."""
+        if self.contradicted_by(hand):
+            self.counts = Counter(hand)
+        else:
+            self.counts.update(hand)
+        self._style = _UNREAD
 
     def rate(self, hits: str, chances: str) -> float | None:
         n = self.counts[chances]
@@ -239,6 +250,12 @@ class OpponentModel:
         return False
 
     def style(self) -> str | None:
+        """The style the counts point to (None: not clear yet); read once per change of the counts."""
+        if self._style is _UNREAD:
+            self._style = self._read_style()
+        return self._style
+
+    def _read_style(self) -> str | None:
         c = self.counts
         if c["hands"] < self.MIN_HANDS:
             return None
@@ -288,14 +305,12 @@ class PokerReference(Agent):
             return
         if table and table["over"]:
             hand = hand_counts(table)
-            model = self.models.get(table["opponent"])
+            opponent = table["opponent"]
+            model = self.models.get(opponent)
             if model is None:
-                model = self.models[table["opponent"]] = OpponentModel()
-            if model.contradicted_by(hand):
-                model.counts = Counter(hand)  # the opponent has changed: what we knew about it is wrong
-            else:
-                model.counts.update(hand)
-            self._books.clear()
+                model = self.models[opponent] = OpponentModel()
+            model.observe(hand)
+            self._books.pop(opponent, None)  # only this opponent's playbook may have changed
 
     def state_dict(self) -> dict:
         return {"models": {name: dict(m.counts) for name, m in self.models.items()}}
