@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v4: reward semantics, agents, the band re-plan (drift), feedback that gives no
+"""SpectrumMonitor-v5: reward semantics, agents, the band re-plan (drift), feedback that gives no
 answers away, the red team's memoryless families, fresh worlds, and the issues' must-show numbers. The env contract (check_env, reset modes, determinism, info keys, spec card, r_max and
 r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
 
-ENV = "clbench/SpectrumMonitor-v4"
+ENV = "clbench/SpectrumMonitor-v5"
 
 
 def test_schedule_shape_and_latent_plan():
@@ -107,7 +107,9 @@ def test_answers_that_ignore_the_scan_score_below_the_reference():
         for slot in u.schedule.order(0):
             env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
             rewards.append(env.step(json.dumps({"transmitters": answer}))[1])
-        assert np.mean(rewards) < 0.7 * u.r_reference  # v3: the whole (true) plan 0.33 vs 0.51
+        # v5: the whole (true) plan 0.376 vs 0.535 (v4: 0.376 vs 0.549; the plan's score does not depend on the
+        # width noise v5 raised, the reference's does)
+        assert np.mean(rewards) < 0.75 * u.r_reference
 
 
 def test_iou_geometry():
@@ -312,12 +314,11 @@ def test_no_memoryless_family_reaches_the_reference():
     assert means[best] < r_ref, (best, means[best], r_ref)
 
 
-#: fresh worlds where the red team's point chosen on re-deals reaches the stateless reference on the
-#: benchmark (v4, worlds 1-20): strict, so a fix shows; the echo rule ties the reference (test_worlds.WORLD_HOLES)
-RED_TEAM_TIES = {3: "+0.0007 (echo-threshold)", 12: "+0.0018 (plan-echo)"}
-WORLDS = [pytest.param(w, marks=pytest.mark.xfail(strict=True, reason=f"issue 28: chosen point reaches r_reference by "
-                                                                        f"{RED_TEAM_TIES[w]}"))
-          if w in RED_TEAM_TIES else w for w in (range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1, 7))]
+#: every fresh world by default a few (CLBENCH_SLOW=1: 1-20). v4's red team tied the reference in worlds 3 and 12
+#: (its single-scan rule was no better than echoing every non-spike peak inside the band); v5's pools a scan's
+#: widths, which measured widths no longer give for free: every chosen point stays below (worlds 1-20: by
+#: 0.003-0.010)
+WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (3, 12)
 
 
 @pytest.mark.parametrize("world_seed", WORLDS)
@@ -325,7 +326,7 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
     """issue 29: a fresh world draws another plan and re-plan (no channel in common with the canonical one)
     and keeps the canonical world's difficulty within a band: headroom, learnable, the drift costs a
     frozen reference, and no red-team family's point chosen on re-deals of the world reaches the stateless
-    reference on the benchmark's scans (clbench.redteam; v4, worlds 1-20: 2 of 20 do, RED_TEAM_TIES)."""
+    reference on the benchmark's scans (clbench.redteam; v5, worlds 1-20: none does; v4: worlds 3 and 12)."""
     def plan(env):
         return sorted(c["center"] for c in env.latent()["channels"] if c["name"][0] == "W" and not c["name"].endswith("r"))
 

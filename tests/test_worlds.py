@@ -133,7 +133,7 @@ def _world_params():
 #: holes open in fresh worlds only (the canonical red team passes): strict, so the day a fix lands shows
 WORLD_HOLES = {
     "spectrummonitor": (pytest.mark.xfail(strict=True, reason=(
-        "issue 28/29, SpectrumMonitor-v4 (worlds 1-20, each family's point chosen on re-deals 1-2 and scored on "
+        "issue 28/29, SpectrumMonitor-v5 (worlds 1-20, each family's point chosen on re-deals 1-2 and scored on "
         "the benchmark): the chosen point reaches the stateless reference in worlds 3 and 12 (+0.0007, +0.0018; "
         "mean over worlds -0.0040): a tie in expectation, not selection luck (in 16 of 20 worlds the point chosen "
         "on re-deals is the one the benchmark itself would pick, 'report every non-spike peak inside the band', "
