@@ -114,7 +114,7 @@ def peak_features(peaks: Peaks, scan: int, total: int, low: float, high: float) 
 
 
 #: logistic weights of FEATURES, fitted on the train split's worlds (tasks/spectrummonitor/fit_reference.py)
-COEF = (1.374, 0.696, -9.244, 0.122, -0.359, 0.652, 0.139, 0.418, -2.64, -0.564, 0.108, -0.343)
+COEF = (1.729, 0.909, -9.346, 0.023, -0.159, 0.288, 0.836, 0.569, -2.434, -0.829, 0.147, -0.467)
 #: how far a wide peak's reported width moves from its own measurement to the scan's width scale: the
 #: widths of one kind's peaks in a scan (channels and look-alikes alike) estimate the kind's width with
 #: less noise than one measurement (chosen on the train split's worlds, tasks/spectrummonitor/fit_reference.py)

@@ -141,7 +141,7 @@ def test_icl_replays_the_stateful_reference_and_none_does_not(runs, reference):
     assert rewards(runs["icl"]["records"], "stateful") == rewards(reference, "stateful")
     assert rewards(runs["none"]["records"], "stateful") == rewards(reference, "stateless")
     # the two replays are told apart: the stateful reference plays otherwise than the stateless one
-    # (on SpectrumMonitor-v5's 8-scan `short` schedule its memory does not pay yet: -0.31 in sum)
+    # (on SpectrumMonitor-v4's 8-scan `short` schedule its memory does not pay yet: -0.31 in sum)
     assert rewards(reference, "stateful") != rewards(reference, "stateless")
 
 

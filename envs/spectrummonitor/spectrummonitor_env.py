@@ -99,7 +99,9 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
       so a family's point chosen on re-deals tied it in fresh worlds 3 and 12; the stateless reference's
       weights are refitted; the stateful reference takes a cluster seen twice for a channel (v4's three
       detections left it dropping real channels for most of the 8-scan `short` schedule, where its memory
-      then lost to the stateless rule).
+      then lost to the stateless rule); the channels the re-plan changes are on the air through the week
+      before it (left to chance, whether a stale plan knew them, and so the drift cost, swung between
+      deals of one world's scans: 0.24-0.67 of the headroom over four deals of fresh world 18).
     * v4: redealable: the plan, the channels each week allows and the re-plan are drawn from their own
       seed (the world's), the scans from another (`draw_seed`), so a re-deal keeps the world; false
       alarms come per allowed channel of each kind (v3's fixed rate made a week with fewer channels
