@@ -520,7 +520,7 @@ def test_an_instance_id_names_the_same_problem_in_every_rollout_and_the_stateles
 
 
 def test_the_fingerprint_removes_the_position_only():
-    env = gym.make("clbench/SpectrumMonitor-v4")
+    env = gym.make("clbench/SpectrumMonitor-v5")
     env.reset(seed=0)
     a, ia = env.reset(options={"instance": "scan-001"})
     b, ib = env.reset(options={"instance": "scan-002"})

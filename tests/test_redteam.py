@@ -70,7 +70,7 @@ def test_family_entries_take_every_form():
 
 def test_the_check_fails_when_a_policy_reaches_r_reference():
     # the oracle played as if it were a memoryless family: it reaches r_reference, and is reported
-    env_id = "clbench/SpectrumMonitor-v4"
+    env_id = "clbench/SpectrumMonitor-v5"
     report = redteam.run(env_id, policies=[Policy("planted-oracle", "planted", "oracle", {}),
                                            Policy("empty", "degenerate", "empty", {})])
     assert [r["policy"] for r in report["failures"]] == ["planted-oracle"]
@@ -82,7 +82,7 @@ def test_the_check_fails_when_a_policy_reaches_r_reference():
 def test_a_redealable_env_chooses_each_familys_point_on_re_deals_never_on_the_benchmark(tmp_path):
     """Selection data come from re-deals 1..K only; each family's chosen point is its best mean over them
     (whatever it scores on the benchmark), and only chosen points are played on the benchmark."""
-    env_id = "clbench/SpectrumMonitor-v4"
+    env_id = "clbench/SpectrumMonitor-v5"
     assert env_class(env_id).redealable
     fam = "echo"
     points = [Policy(f"{fam}(min_width={w})", fam, "clbench.agents.spectrummonitor_redteam:EchoThreshold",
@@ -129,7 +129,7 @@ def test_selection_deals_skip_the_deal_under_test():
 
 
 def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
-    env_id = "clbench/SpectrumMonitor-v4"
+    env_id = "clbench/SpectrumMonitor-v5"
     actions = redteam.train_actions(env_id, {}, 1, tmp_path)
     from clbench.runner import cached_env
 
@@ -143,7 +143,7 @@ def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
 def test_feedback_memorizer_replays_the_best_sequence_of_the_variant():
     from clbench.agent import AgentCard
 
-    card = AgentCard(env_id="clbench/SpectrumMonitor-v4", tools=[])
+    card = AgentCard(env_id="clbench/SpectrumMonitor-v5", tools=[])
     m = FeedbackMemorizer(card)
     n = len(m.candidates)
     assert n >= 2  # the env's fixed answers

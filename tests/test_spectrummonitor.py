@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v4: reward semantics, agents, the band re-plan (drift), feedback that gives no
+"""SpectrumMonitor-v5: reward semantics, agents, the band re-plan (drift), feedback that gives no
 answers away, the red team's memoryless families, fresh worlds, and the issues' must-show numbers. The env contract (check_env, reset modes, determinism, info keys, spec card, r_max and
 r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
 
-ENV = "clbench/SpectrumMonitor-v4"
+ENV = "clbench/SpectrumMonitor-v5"
 
 
 def test_schedule_shape_and_latent_plan():
@@ -107,7 +107,9 @@ def test_answers_that_ignore_the_scan_score_below_the_reference():
         for slot in u.schedule.order(0):
             env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
             rewards.append(env.step(json.dumps({"transmitters": answer}))[1])
-        assert np.mean(rewards) < 0.7 * u.r_reference  # v3: the whole (true) plan 0.33 vs 0.51
+        # v5: the whole (true) plan 0.376 vs 0.535 (v4: 0.376 vs 0.549; the plan's score does not depend on the
+        # width noise v5 raised, the reference's does)
+        assert np.mean(rewards) < 0.75 * u.r_reference
 
 
 def test_iou_geometry():
@@ -312,12 +314,11 @@ def test_no_memoryless_family_reaches_the_reference():
     assert means[best] < r_ref, (best, means[best], r_ref)
 
 
-#: fresh worlds where the red team's point chosen on re-deals reaches the stateless reference on the
-#: benchmark (v4, worlds 1-20): strict, so a fix shows; the echo rule ties the reference (test_worlds.WORLD_HOLES)
-RED_TEAM_TIES = {3: "+0.0007 (echo-threshold)", 12: "+0.0018 (plan-echo)"}
-WORLDS = [pytest.param(w, marks=pytest.mark.xfail(strict=True, reason=f"issue 28: chosen point reaches r_reference by "
-                                                                        f"{RED_TEAM_TIES[w]}"))
-          if w in RED_TEAM_TIES else w for w in (range(1, 21) if os.environ.get("CLBENCH_SLOW") else (1, 7))]
+#: every fresh world by default a few (CLBENCH_SLOW=1: 1-20). v4's red team tied the reference in worlds 3 and 12
+#: (its single-scan rule was no better than echoing every non-spike peak inside the band); v5's pools a scan's
+#: widths, which measured widths no longer give for free: every chosen point stays below (worlds 1-20: by
+#: 0.003-0.016)
+WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (3, 12)
 
 
 @pytest.mark.parametrize("world_seed", WORLDS)
@@ -325,7 +326,7 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
     """issue 29: a fresh world draws another plan and re-plan (no channel in common with the canonical one)
     and keeps the canonical world's difficulty within a band: headroom, learnable, the drift costs a
     frozen reference, and no red-team family's point chosen on re-deals of the world reaches the stateless
-    reference on the benchmark's scans (clbench.redteam; v4, worlds 1-20: 2 of 20 do, RED_TEAM_TIES)."""
+    reference on the benchmark's scans (clbench.redteam; v5, worlds 1-20: none does; v4: worlds 3 and 12)."""
     def plan(env):
         return sorted(c["center"] for c in env.latent()["channels"] if c["name"][0] == "W" and not c["name"].endswith("r"))
 
@@ -451,3 +452,27 @@ def test_the_reference_weights_reproduce_from_the_train_split():
     from clbench.agents import spectrummonitor as sm
 
     assert _fit_module().fit() == pytest.approx(sm.COEF, abs=1e-3)
+
+
+def test_the_channels_the_replan_changes_transmit_through_the_week_before_it():
+    """v5: left to the on/off process, whether a stale plan knew the channels the re-plan changes (and so the
+    drift cost) swung between deals of one world's scans (fresh world 18: 0.24-0.67 of the headroom over four)."""
+    for kw in ({}, {"world_seed": 18}, {"world_seed": 18, "redeal": 3}):
+        env = gym.make(ENV, **kw).unwrapped
+        changed = {c.name[:-1] for c in env.channels if c.name.endswith("r")}
+        retired = {n for n in {c["name"] for i in range(31, 61) for c in env.latent()["active"][f"scan-{i:03d}"]}
+                   if n.startswith("W")} - {c["name"] for i in range(61, 91)
+                                             for c in env.latent()["active"][f"scan-{i:03d}"]} - changed
+        assert len(changed) == 2 and len(retired) == 1
+        week2 = [{c["name"] for c in env.latent()["active"][f"scan-{i:03d}"]} for i in range(31, 61)]
+        assert all(changed | retired <= names for names in week2), kw
+
+
+def test_memory_pays_on_the_short_schedule():
+    """v5: v4's reference needed three detections of a channel and lost to its stateless rule over the 8-scan
+    `short` schedule (-0.31 in sum); confirming a channel on two detections, it gains in every rollout here
+    (canonical: +0.17 to +0.37 in sum over 5 rollouts, stateless 3.89)."""
+    env = gym.make(ENV, schedule="short")
+    stateless = sum(_stateless_rewards(env).values())
+    gains = [sum(r for _, r in _stateful(env, seed).values()) - stateless for seed in range(5)]
+    assert min(gains) > 0.1, gains

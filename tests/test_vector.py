@@ -231,7 +231,7 @@ def test_error_in_a_sub_env_is_raised_with_its_index_and_close_does_not_hang(ind
 
 
 def test_workers_are_gone_after_close():
-    vec = gym.make_vec("clbench/SpectrumMonitor-v4", 4, vectorization_mode="vector_entry_point", workers=3)
+    vec = gym.make_vec("clbench/SpectrumMonitor-v5", 4, vectorization_mode="vector_entry_point", workers=3)
     pids = vec.unwrapped.worker_pids
     assert len(pids) == 2 and not any(_pid_gone(p) for p in pids)
     vec.reset(seed=0)
@@ -297,8 +297,8 @@ def test_stacked_infos_equal_gymnasiums_add_info():
 def test_lazy_infos_equal_infos_stacked_in_step(mode):
     """Step by step, the lazy info read late (after the next step) equals the one stacked in step()."""
     kw = dict(cycle=True, workers=1, autoreset_mode=mode, schedule="short")
-    lazy = BatchedVectorEnv("clbench/SpectrumMonitor-v4", 4, **kw)
-    eager = BatchedVectorEnv("clbench/SpectrumMonitor-v4", 4, lazy_info=False, **kw)
+    lazy = BatchedVectorEnv("clbench/SpectrumMonitor-v5", 4, **kw)
+    eager = BatchedVectorEnv("clbench/SpectrumMonitor-v5", 4, lazy_info=False, **kw)
     try:
         lazy.reset(seed=3)
         eager.reset(seed=3)

@@ -132,14 +132,6 @@ def _world_params():
 
 #: holes open in fresh worlds only (the canonical red team passes): strict, so the day a fix lands shows
 WORLD_HOLES = {
-    "spectrummonitor": (pytest.mark.xfail(strict=True, reason=(
-        "issue 28/29, SpectrumMonitor-v4 (worlds 1-20, each family's point chosen on re-deals 1-2 and scored on "
-        "the benchmark): the chosen point reaches the stateless reference in worlds 3 and 12 (+0.0007, +0.0018; "
-        "mean over worlds -0.0040): a tie in expectation, not selection luck (in 16 of 20 worlds the point chosen "
-        "on re-deals is the one the benchmark itself would pick, 'report every non-spike peak inside the band', "
-        "which the reference beats only by its width snapping); the drift cost's share of the headroom leaves "
-        "the band in worlds 3, 7, 9 and 18 (0.61-0.71 vs canonical 0.39, band 0.195-0.585): the canonical world's "
-        "re-plan costs less than most fresh worlds'")),),
 }
 
 

@@ -9,8 +9,9 @@ the truth of a scan is the set of channels transmitting in it. False alarms mimi
 (a channel's width and power, anywhere in the band), so a single scan cannot tell them apart.
 A variant marked `replan` changes the plan for itself and every later variant: some eligible
 wideband channels are re-tuned (new centre and width), one is retired and a new licensee takes
-over part of the retired channel's spectrum with a different centre and width; the new plan's
-channels stay on the air through the variant that brings them. The plan, the channels each variant
+over part of the retired channel's spectrum with a different centre and width; the channels it
+changes are on the air through the variant before it, the new plan's through the variant that brings
+them. The plan, the channels each variant
 allows and the re-plan come from `plan_seed`, the scans from `seed`. A drawn world's band has a
 margin of the same kind at both ends, and the re-plan keeps every channel inside it.
 """
@@ -175,7 +176,10 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
     on = {c.name: bool(rng.random() < 0.6) for c in channels}
     changes: dict[str, Channel] = {}
     scans: list[Scan] = []
-    for v, allowed in zip(variants, eligible):
+    # the channels the re-plan changes are on the air through the variant before it too, so what a stale plan
+    # knows of them (and so what the re-plan costs it) does not depend on whether they happened to be dormant
+    at = next((i for i, v in enumerate(variants) if v.get("replan")), None)
+    for k, (v, allowed) in enumerate(zip(variants, eligible)):
         if v.get("replan") and not changes:
             changes = replan
             channels = channels + list(changes.values())
@@ -185,7 +189,8 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
             on.update({name: True for name in changes})
         # a changed channel's successor inherits its on/off state (keyed by the original name)
         live = [changes.get(c.name, c) for c in allowed]
-        on_air = set(changes) if v.get("replan") else set()
+        on_air = set(changes) if v.get("replan") else set(replan) if at is not None and k == at - 1 else set()
+        on.update({name: True for name in on_air})
         for _ in range(v["scans"]):
             for c in allowed:  # persistent on/off process
                 if c.name in on_air:

@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v4: blind spectrum monitoring from noisy scans."""
+"""SpectrumMonitor-v5: blind spectrum monitoring from noisy scans."""
 from __future__ import annotations
 
 import json
@@ -92,6 +92,16 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     from the task spec's or `world_rng`'s plan seed, only the scans from `draw_seed`.
 
     ## Version History
+    * v5: peak widths are measured with more noise (a single detection's width is a poor estimate of its
+      channel's), so a single-scan analyst who pools the widths of a scan's peaks of one kind (the
+      reference's `snapped`) beats every rule that echoes its peaks as measured by a margin that holds in
+      every fresh world: v4's reference was no better than echoing every non-spike peak inside the band,
+      so a family's point chosen on re-deals tied it in fresh worlds 3 and 12; the stateless reference's
+      weights are refitted; the stateful reference takes a cluster seen twice for a channel (v4's three
+      detections left it dropping real channels for most of the 8-scan `short` schedule, where its memory
+      then lost to the stateless rule); the channels the re-plan changes are on the air through the week
+      before it (left to chance, whether a stale plan knew them, and so the drift cost, swung between
+      deals of one world's scans: 0.24-0.67 of the headroom over four deals of fresh world 18).
     * v4: redealable: the plan, the channels each week allows and the re-plan are drawn from their own
       seed (the world's), the scans from another (`draw_seed`), so a re-deal keeps the world; false
       alarms come per allowed channel of each kind (v3's fixed rate made a week with fewer channels
@@ -127,7 +137,7 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SpectrumMonitor-v4"
+    env_id = "clbench/SpectrumMonitor-v5"
     redealable = True
     reward_unit = "IoU"
     brief = (
