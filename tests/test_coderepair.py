@@ -228,6 +228,47 @@ def check_bug(issue_id: str, backend: str) -> None:
                 assert any(UNGUESSABLE.match(k) for k in changed), (issue_id, changed[:10])
 
 
+def test_every_graded_test_starts_on_the_checkout_clock(tmp_path):
+    """The fixed tree's records are cached on one day and a submission is graded on another: a value
+    made from today's date (tablib's DBF header, a default timestamp) must read the same in both, so
+    the grader starts each test, and the imports before them, on the checkout's wall clock. Durations
+    keep the real clock (monotonic)."""
+    import datetime
+    import json
+    import shutil
+
+    from clbench.envs.coderepair.checkout import CHECKOUT_TIME
+    from clbench.envs.coderepair.evaluation import record_tree
+    from clbench.envs.coderepair.runtime import runtime_for
+    from clbench.sandbox import Limits, open_sandbox
+
+    backend = backend_or_skip("bwrap")
+    repo = SPEC["repos"]["tenacity"]
+    tree = Path(shutil.copytree(pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"]), tmp_path / "tree"))
+    (tree / "tests" / "test_clock.py").write_text(
+        "import datetime, time\n"
+        "AT_IMPORT = datetime.date.today()\n\n"
+        "def test_today():\n"
+        "    assert (AT_IMPORT, datetime.date.today(), int(time.time()) // 60) == (None, None, None)\n\n"
+        "def test_sleep_takes_real_time():\n"
+        "    t0 = time.monotonic(); w0 = time.time(); time.sleep(0.2)\n"
+        "    assert (time.monotonic() - t0 >= 0.2, 0.15 < time.time() - w0 < 5) == (False, False)\n")
+    ids = ["tests/test_clock.py::test_today", "tests/test_clock.py::test_sleep_takes_real_time"]
+    runtime = runtime_for("tenacity", repo, SPEC["workdir"], backend)
+
+    def make(t):
+        return open_sandbox(t, backend=backend, runtime=runtime, workdir=SPEC["workdir"], limits=Limits(timeout=120))
+
+    records = record_tree(tree, ids, [], make, 120, SPEC["workdir"], repo, rename=False)
+    assert {i: records[i][""]["status"] for i in ids} == dict.fromkeys(ids, "ok"), records
+    date = ["obj", "datetime.date", "datetime.date(2023, 6, 1)"]
+    assert date[2] == repr(datetime.datetime.fromtimestamp(CHECKOUT_TIME, datetime.timezone.utc).date())
+    (today,) = [json.loads(v) for v in records[ids[0]][""]["records"].values()]
+    assert today[1] == [date, date, CHECKOUT_TIME // 60], today  # at import and in the test
+    (slept,) = [json.loads(v) for v in records[ids[1]][""]["records"].values()]
+    assert slept[1] == [True, True], slept  # both clocks tick
+
+
 @pytest.mark.parametrize("issue_id", SAMPLE_PARAMS)
 def test_injected_bug_check_bwrap_sample(issue_id):
     check_bug(issue_id, backend_or_skip("bwrap"))

@@ -10,6 +10,9 @@ process that imports or runs repository code holds an expected value or computes
   expected values and the checks' polarity are dropped from the rewritten code; the hidden
   FAIL_TO_PASS tests get fresh names each grading (`secrets`), drawn from the words of the
   module's own test names;
+- every test starts on the same wall clock (the checkout's date, ticking from there), so a value
+  made from today's date (a file header, a default timestamp) is the same in the fixed tree's
+  cached records and in a submission's run on any later day;
 - the sandbox's runner (grade_runner.py) writes the records and each test's status to a file;
   the grader (this module, in the env's process, which never imports the repository) reads it as
   untrusted data and compares it with the records of the fixed tree (the release with the true
@@ -43,6 +46,7 @@ from pathlib import Path
 
 from clbench.envs.coderepair.bounds import bounds as module_bounds
 from clbench.envs.coderepair.bounds import holds
+from clbench.envs.coderepair.checkout import CHECKOUT_TIME
 from clbench.envs.coderepair.instrument import RECORDER_MODULE, instrument
 
 HERE = Path(__file__).parent
@@ -50,7 +54,8 @@ HERE = Path(__file__).parent
 RUNNER = HERE / "grade_runner.py"
 RECORDER = HERE / "recorder.py"
 #: bump when the rewriting or the records change: cached expected records are keyed by it
-RECORD_FORMAT = 1
+#: (2: every test starts on the same pinned wall clock)
+RECORD_FORMAT = 2
 #: largest record file read back (bytes); larger is tampering
 MAX_RECORDING = 32 << 20
 _WORD = re.compile(r"[a-z0-9]+")
@@ -133,7 +138,7 @@ def bounds_of_tests(tree: Path, ids: list[str]) -> dict[str, dict]:
 def write_job(plan: GradingPlan, tree: Path, import_root: str, ini: str) -> None:
     original = plan.original
     seeds = {i: test_seed(original.get(i, i)) for i in plan.run_ids}
-    job = {"ids": plan.run_ids, "ini": ini, "import_root": import_root, "seeds": seeds}
+    job = {"ids": plan.run_ids, "ini": ini, "import_root": import_root, "seeds": seeds, "clock": CHECKOUT_TIME}
     (tree / plan.folder / "job.json").write_text(json.dumps(job))
 
 
