@@ -1112,24 +1112,35 @@ def test_fresh_world_baselines_are_its_own_never_the_canonical_ones(tmp_path, mo
     assert CodeRepairEnv(backend="bwrap").r_reference == pytest.approx(SPEC["r_reference"])
 
 
-def test_clbench_worlds_uses_the_computed_baselines_instead_of_playing(tmp_path, monkeypatch):
-    """`clbench worlds` takes a fresh world's r_max and r_reference from the env's computed_baselines() hook
-    (cached for drift-check, nothing played); the canonical default keeps default.yaml's."""
-    from clbench.commands.worlds import use_computed_baselines
+def test_computed_baselines_are_used_instead_of_playing(tmp_path, monkeypatch):
+    """A fresh world's r_max and r_reference come from the env's computed_baselines() hook wherever baselines
+    are ensured (a rollout, drift-check, `clbench worlds`), cached, nothing played; the canonical default
+    keeps default.yaml's."""
+    import gymnasium as gym
+
+    from clbench.calibration import ensure_baselines
+    from clbench.commands.worlds import baselines_source
     from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
     from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, family_means
 
     backend_or_skip("bwrap")
     monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr("clbench.calibration.calibrate_world", lambda *a, **k: pytest.fail("played"))
     assert CodeRepairEnv(backend="bwrap").computed_baselines() is None
-    assert use_computed_baselines(ENV, {"backend": "bwrap"}) == "spec"
-    assert use_computed_baselines(ENV, {"backend": "bwrap", "world_seed": 4}) == "computed"
-    assert use_computed_baselines(ENV, {"backend": "bwrap", "world_seed": 4}) == "cached"
+    assert baselines_source(ENV, {"backend": "bwrap"}) == "spec"
+    assert baselines_source(ENV, {"backend": "bwrap", "world_seed": 4}) == "computed"
+    assert baselines_source(ENV, {"backend": "bwrap", "world_seed": 4}) == "cached"
     fresh = CodeRepairEnv(backend="bwrap", world_seed=4)
     assert fresh.r_max == 1.0
     assert fresh.r_reference == pytest.approx(family_means(fresh, REFERENCE_OUTCOMES)["reference"])
     assert fresh.r_reference != pytest.approx(SPEC["r_reference"])
-    assert CodeRepairEnv(backend="bwrap", world_seed=5).r_reference is None  # per world, never shared
+    env = gym.make(ENV, backend="bwrap", world_seed=5)
+    try:
+        assert env.unwrapped.r_reference is None  # per world, never shared
+        assert ensure_baselines(env, {"backend": "bwrap", "world_seed": 5}, calibrate=False) is None
+        assert env.unwrapped.r_reference == pytest.approx(family_means(env.unwrapped, REFERENCE_OUTCOMES)["reference"])
+    finally:
+        env.close()
 
 
 @pytest.mark.slow  # ~16 plays of the reference's search (minutes on 2 cores)
