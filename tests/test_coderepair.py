@@ -499,6 +499,29 @@ def test_rewritten_tests_hold_no_expected_literal_and_hidden_names_are_fresh(tmp
     assert len({p.folder for p in plans}) == 12 and len({tuple(sorted(p.hidden.values())) for p in plans}) == 12
 
 
+def test_a_measurement_under_a_literal_bound_is_stable_by_its_outcome():
+    """Two runs of the fixed tree rarely measure the same elapsed time (tenacity's `assertLess(t, 1.1)`
+    gave 0 and 1 ms): such an operand is kept by the bound's outcome, as the judge compares it, so a
+    bug that sleeps a second (t = 1002) still fails; an unbounded value that differs is dropped."""
+    from clbench.envs.coderepair.bounds import bounds
+    from clbench.envs.coderepair.grading import judge, stable_records
+
+    source = ("class T:\n    def test_t(self):\n        t = elapsed()\n        self.assertLess(t, 1.1)\n"
+              "        assert now() == 3\n")
+    file_bounds = bounds(source)
+    (site,) = file_bounds
+    node = "tests/test_x.py::T::test_t"
+
+    def run(t, now):
+        return {node: {"": {"status": "ok", "records": {f"{site}.l0#1": str(t), f"{site + 1}.l0#1": str(now)}}}}
+
+    stable = stable_records(run(0, 5), run(1, 6), bounds={"tests/test_x.py": file_bounds})
+    assert stable[node][""]["stable"] == {f"{site}.l0#1": "0"}, stable
+    assert judge(stable, run(1, 7), [node], {"tests/test_x.py": file_bounds}) == {node: "PASSED"}
+    assert judge(stable, run(1002, 5), [node], {"tests/test_x.py": file_bounds}) == {node: "FAILED"}
+    assert stable_records(run(0, 5), run(1, 6))[node][""]["stable"] == {}  # without the bounds: dropped
+
+
 def test_a_tampered_or_linked_record_file_is_tampering(tmp_path):
     """The record file is untrusted: a link, a folder swapped for a link, or a shape the runner does
     not write is Tampering; a missing file is no records (every test MISSING)."""

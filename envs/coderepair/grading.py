@@ -54,8 +54,8 @@ HERE = Path(__file__).parent
 RUNNER = HERE / "grade_runner.py"
 RECORDER = HERE / "recorder.py"
 #: bump when the rewriting or the records change: cached expected records are keyed by it
-#: (2: every test starts on the same pinned wall clock)
-RECORD_FORMAT = 2
+#: (2: every test starts on the same pinned wall clock; 3: bounded operands stable by their outcome)
+RECORD_FORMAT = 3
 #: largest record file read back (bytes); larger is tampering
 MAX_RECORDING = 32 << 20
 _WORD = re.compile(r"[a-z0-9]+")
@@ -199,16 +199,20 @@ def read_recording(workspace: Path, plan: GradingPlan) -> dict[str, dict[str, di
     return out
 
 
-def stable_records(first: dict, second: dict) -> dict[str, dict[str, dict]]:
-    """What two runs of the fixed tree agree on, per test and bucket: the status, the records with equal
-    values ("stable") and every record key either run made ("known")."""
+def stable_records(first: dict, second: dict, bounds: dict[str, dict] | None = None) -> dict[str, dict[str, dict]]:
+    """What two runs of the fixed tree agree on, per test and bucket: the status, the records that agree
+    ("stable": equal values, or for an operand compared with a literal bound, the same outcome, as the
+    judge compares them; a measurement rarely repeats its exact value) and every record key either run
+    made ("known"). `bounds`: test file -> its bounded order comparisons (bounds.py)."""
     out: dict[str, dict[str, dict]] = {}
     for test in set(first) & set(second):
+        file_bounds = (bounds or {}).get(test.split("::")[0])
         for bucket in set(first[test]) & set(second[test]):
             a, b = first[test][bucket], second[test][bucket]
             if a["status"] != b["status"]:
                 continue
-            stable = {k: v for k, v in a["records"].items() if b["records"].get(k) == v}
+            stable = {k: v for k, v in a["records"].items() if k in b["records"]
+                      and agree(k, v, b["records"][k], file_bounds)}
             out.setdefault(test, {})[bucket] = {"status": a["status"], "stable": stable,
                                                 "known": sorted(set(a["records"]) | set(b["records"]))}
     return out
