@@ -97,16 +97,31 @@ def calibrate_world(env_id: str, env_kwargs: dict | None = None, store: bool = T
     return values
 
 
+def use_computed_baselines(base) -> bool:
+    """Store the env's `computed_baselines()` (its r_max and r_reference worked out, not played: an env whose
+    baselines follow from per-instance outcomes that do not depend on the world) in the cache, where it has
+    them; False when it has none."""
+    hook = getattr(base, "computed_baselines", None)
+    values = hook() if hook is not None else None
+    if not values:
+        return False
+    store_baselines(base, values)
+    return True
+
+
 def ensure_baselines(env, env_kwargs: dict | None = None, calibrate: bool = True) -> str | None:
     """Make sure `env` (a gym env made with `env_kwargs`) has r_max and r_reference: the canonical default's come from
-    default.yaml, any other world's or schedule's from the cache, computed now when missing
-    (`calibrate_world`) unless calibrate=False. Returns why normalized metrics stay undefined, or None."""
+    default.yaml, any other world's or schedule's from the cache, else from the env's `computed_baselines()`
+    hook, else played now (`calibrate_world`) unless calibrate=False. Returns why normalized metrics stay
+    undefined, or None."""
     base = env.unwrapped
     if base.calibrated:
         return None
     if base.baselines_from_spec:
         return (f"{base.env_id} is uncalibrated (no r_max / r_reference in its default.yaml): run "
                 f"`clbench calibrate --env {base.env_id} --write`")
+    if use_computed_baselines(base) and base.calibrated:
+        return None
     if not calibrate:
         return (f"{world_label(base)} of {base.env_id} is not calibrated and --no-calibrate was given: run "
                 f"`clbench calibrate --env {base.env_id} --world-seed N` (and the same --env-arg) first")

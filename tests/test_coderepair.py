@@ -228,6 +228,47 @@ def check_bug(issue_id: str, backend: str) -> None:
                 assert any(UNGUESSABLE.match(k) for k in changed), (issue_id, changed[:10])
 
 
+def test_every_graded_test_starts_on_the_checkout_clock(tmp_path):
+    """The fixed tree's records are cached on one day and a submission is graded on another: a value
+    made from today's date (tablib's DBF header, a default timestamp) must read the same in both, so
+    the grader starts each test, and the imports before them, on the checkout's wall clock. Durations
+    keep the real clock (monotonic)."""
+    import datetime
+    import json
+    import shutil
+
+    from clbench.envs.coderepair.checkout import CHECKOUT_TIME
+    from clbench.envs.coderepair.evaluation import record_tree
+    from clbench.envs.coderepair.runtime import runtime_for
+    from clbench.sandbox import Limits, open_sandbox
+
+    backend = backend_or_skip("bwrap")
+    repo = SPEC["repos"]["tenacity"]
+    tree = Path(shutil.copytree(pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"]), tmp_path / "tree"))
+    (tree / "tests" / "test_clock.py").write_text(
+        "import datetime, time\n"
+        "AT_IMPORT = datetime.date.today()\n\n"
+        "def test_today():\n"
+        "    assert (AT_IMPORT, datetime.date.today(), int(time.time()) // 60) == (None, None, None)\n\n"
+        "def test_sleep_takes_real_time():\n"
+        "    t0 = time.monotonic(); w0 = time.time(); time.sleep(0.2)\n"
+        "    assert (time.monotonic() - t0 >= 0.2, 0.15 < time.time() - w0 < 5) == (False, False)\n")
+    ids = ["tests/test_clock.py::test_today", "tests/test_clock.py::test_sleep_takes_real_time"]
+    runtime = runtime_for("tenacity", repo, SPEC["workdir"], backend)
+
+    def make(t):
+        return open_sandbox(t, backend=backend, runtime=runtime, workdir=SPEC["workdir"], limits=Limits(timeout=120))
+
+    records = record_tree(tree, ids, [], make, 120, SPEC["workdir"], repo, rename=False)
+    assert {i: records[i][""]["status"] for i in ids} == dict.fromkeys(ids, "ok"), records
+    date = ["obj", "datetime.date", "datetime.date(2023, 6, 1)"]
+    assert date[2] == repr(datetime.datetime.fromtimestamp(CHECKOUT_TIME, datetime.timezone.utc).date())
+    (today,) = [json.loads(v) for v in records[ids[0]][""]["records"].values()]
+    assert today[1] == [date, date, CHECKOUT_TIME // 60], today  # at import and in the test
+    (slept,) = [json.loads(v) for v in records[ids[1]][""]["records"].values()]
+    assert slept[1] == [True, True], slept  # both clocks tick
+
+
 @pytest.mark.parametrize("issue_id", SAMPLE_PARAMS)
 def test_injected_bug_check_bwrap_sample(issue_id):
     check_bug(issue_id, backend_or_skip("bwrap"))
@@ -456,6 +497,29 @@ def test_rewritten_tests_hold_no_expected_literal_and_hidden_names_are_fresh(tmp
             assert any(isinstance(f, ast.FunctionDef) and f.name == name for f in classes[cls].body), (new, k)
             assert old.split("::")[-1] not in text
     assert len({p.folder for p in plans}) == 12 and len({tuple(sorted(p.hidden.values())) for p in plans}) == 12
+
+
+def test_a_measurement_under_a_literal_bound_is_stable_by_its_outcome():
+    """Two runs of the fixed tree rarely measure the same elapsed time (tenacity's `assertLess(t, 1.1)`
+    gave 0 and 1 ms): such an operand is kept by the bound's outcome, as the judge compares it, so a
+    bug that sleeps a second (t = 1002) still fails; an unbounded value that differs is dropped."""
+    from clbench.envs.coderepair.bounds import bounds
+    from clbench.envs.coderepair.grading import judge, stable_records
+
+    source = ("class T:\n    def test_t(self):\n        t = elapsed()\n        self.assertLess(t, 1.1)\n"
+              "        assert now() == 3\n")
+    file_bounds = bounds(source)
+    (site,) = file_bounds
+    node = "tests/test_x.py::T::test_t"
+
+    def run(t, now):
+        return {node: {"": {"status": "ok", "records": {f"{site}.l0#1": str(t), f"{site + 1}.l0#1": str(now)}}}}
+
+    stable = stable_records(run(0, 5), run(1, 6), bounds={"tests/test_x.py": file_bounds})
+    assert stable[node][""]["stable"] == {f"{site}.l0#1": "0"}, stable
+    assert judge(stable, run(1, 7), [node], {"tests/test_x.py": file_bounds}) == {node: "PASSED"}
+    assert judge(stable, run(1002, 5), [node], {"tests/test_x.py": file_bounds}) == {node: "FAILED"}
+    assert stable_records(run(0, 5), run(1, 6))[node][""]["stable"] == {}  # without the bounds: dropped
 
 
 def test_a_tampered_or_linked_record_file_is_tampering(tmp_path):
@@ -1071,24 +1135,35 @@ def test_fresh_world_baselines_are_its_own_never_the_canonical_ones(tmp_path, mo
     assert CodeRepairEnv(backend="bwrap").r_reference == pytest.approx(SPEC["r_reference"])
 
 
-def test_clbench_worlds_uses_the_computed_baselines_instead_of_playing(tmp_path, monkeypatch):
-    """`clbench worlds` takes a fresh world's r_max and r_reference from the env's computed_baselines() hook
-    (cached for drift-check, nothing played); the canonical default keeps default.yaml's."""
-    from clbench.commands.worlds import use_computed_baselines
+def test_computed_baselines_are_used_instead_of_playing(tmp_path, monkeypatch):
+    """A fresh world's r_max and r_reference come from the env's computed_baselines() hook wherever baselines
+    are ensured (a rollout, drift-check, `clbench worlds`), cached, nothing played; the canonical default
+    keeps default.yaml's."""
+    import gymnasium as gym
+
+    from clbench.calibration import ensure_baselines
+    from clbench.commands.worlds import baselines_source
     from clbench.envs.coderepair.coderepair_env import CodeRepairEnv
     from clbench.envs.coderepair.worlds import REFERENCE_OUTCOMES, family_means
 
     backend_or_skip("bwrap")
     monkeypatch.setenv("CLBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr("clbench.calibration.calibrate_world", lambda *a, **k: pytest.fail("played"))
     assert CodeRepairEnv(backend="bwrap").computed_baselines() is None
-    assert use_computed_baselines(ENV, {"backend": "bwrap"}) == "spec"
-    assert use_computed_baselines(ENV, {"backend": "bwrap", "world_seed": 4}) == "computed"
-    assert use_computed_baselines(ENV, {"backend": "bwrap", "world_seed": 4}) == "cached"
+    assert baselines_source(ENV, {"backend": "bwrap"}) == "spec"
+    assert baselines_source(ENV, {"backend": "bwrap", "world_seed": 4}) == "computed"
+    assert baselines_source(ENV, {"backend": "bwrap", "world_seed": 4}) == "cached"
     fresh = CodeRepairEnv(backend="bwrap", world_seed=4)
     assert fresh.r_max == 1.0
     assert fresh.r_reference == pytest.approx(family_means(fresh, REFERENCE_OUTCOMES)["reference"])
     assert fresh.r_reference != pytest.approx(SPEC["r_reference"])
-    assert CodeRepairEnv(backend="bwrap", world_seed=5).r_reference is None  # per world, never shared
+    env = gym.make(ENV, backend="bwrap", world_seed=5)
+    try:
+        assert env.unwrapped.r_reference is None  # per world, never shared
+        assert ensure_baselines(env, {"backend": "bwrap", "world_seed": 5}, calibrate=False) is None
+        assert env.unwrapped.r_reference == pytest.approx(family_means(env.unwrapped, REFERENCE_OUTCOMES)["reference"])
+    finally:
+        env.close()
 
 
 @pytest.mark.slow  # ~16 plays of the reference's search (minutes on 2 cores)

@@ -21,7 +21,7 @@ from clbench.sandbox.bwrap import BwrapSandbox, bwrap_works
 from clbench.sandbox.docker_backend import engine_status, image_exists
 
 #: images made by `clbench containers build --offline-base`; any one serves these tests
-DOCKER_IMAGES = ["clbench/coderepair-tenacity:8.2.3-v3", "clbench/coderepair-tablib:3.5.0-v3",
+DOCKER_IMAGES = ["clbench/coderepair-tenacity:8.2.3-v4", "clbench/coderepair-tablib:3.5.0-v4",
                  "clbench/offline-base:bookworm"]
 TASK_DATA = Path(__file__).resolve().parents[1] / "tasks" / "coderepair"
 

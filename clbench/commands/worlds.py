@@ -3,7 +3,7 @@
 `clbench worlds --env ID --seeds 1-20` measures, on the canonical world and on each fresh world
 (`world_seed=N`): r_max (oracle mean) and r_reference (stateless reference mean) of that world
 (from the cache; else computed by the env's `computed_baselines()` hook where it has one, else
-played, and cached), the reference's normalized gain and each declared drift's
+played, and cached: clbench.calibration.ensure_baselines), the reference's normalized gain and each declared drift's
 cost (clbench drift-check), and the red team's best non-learning policy (clbench redteam); then
 the mean and range over the fresh worlds, and whether each world stays in the stated band of the
 canonical world's difficulty (BAND, docs/contract.md "Worlds"). Exit 1 when a world leaves it.
@@ -38,12 +38,11 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(seeds)
 
 
-def use_computed_baselines(env_id: str, env_kwargs: dict) -> str:
+def baselines_source(env_id: str, env_kwargs: dict) -> str:
     """Where the world's r_max and r_reference come from: "spec" (default.yaml), "cached", "computed" (the
-    env's `computed_baselines()` hook: an env whose baselines follow from per-instance outcomes that do not
-    depend on the world may compute a world's instead of playing them; stored in the cache here, so
-    drift-check does not play them again) or "played" (calibrated by drift-check)."""
-    from clbench.calibration import store_baselines
+    env's `computed_baselines()` hook, stored in the cache by clbench.calibration, so drift-check does not
+    play them) or "played" (calibrated by drift-check)."""
+    from clbench.calibration import use_computed_baselines
     from clbench.runner import make_env
 
     env = make_env(env_id, **env_kwargs)
@@ -53,12 +52,7 @@ def use_computed_baselines(env_id: str, env_kwargs: dict) -> str:
             return "spec"
         if base.calibrated:
             return "cached"
-        hook = getattr(base, "computed_baselines", None)
-        values = hook() if hook is not None else None
-        if not values:
-            return "played"
-        store_baselines(base, values)
-        return "computed"
+        return "computed" if use_computed_baselines(base) else "played"
     finally:
         env.close()
 
@@ -72,7 +66,7 @@ def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = Non
     kwargs = dict(env_kwargs or {})
     if world_seed is not None:
         kwargs["world_seed"] = world_seed
-    source = use_computed_baselines(env_id, kwargs)
+    source = baselines_source(env_id, kwargs)
     rep = run_drift_check(env_id, kwargs, rollouts=rollouts, workers=workers)  # calibrates the world first
     r_max, r_ref = rep["r_max"], rep["r_reference"]
     costs = [d["cost"] for d in rep["drifts"] if d["cost"]["mean"] is not None]

@@ -174,8 +174,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
     world because the canonical draw leaves the most to learn: the most common choices meet one of its
     four drawn conventions before the drift and two after, fresh worlds one to three, so over the 8
     issues the reference resolves it gains 18 conventions on the canonical world and 6 to 16 elsewhere.
-    `computed_baselines()` gives a world's r_max and r_reference from worlds.py (what `clbench worlds`
-    uses instead of playing them). In the canonical world the published values
+    `computed_baselines()` gives a world's r_max and r_reference from worlds.py (what
+    clbench.calibration.ensure_baselines uses instead of playing them). In the canonical world the published values
     are the truth (0.284 as a fixed guess, above r_reference): reading the task file is what
     fresh worlds rule out.
 

@@ -71,8 +71,9 @@ def expected_records(issue, pristine: Path, make_sandbox: Callable[[Path], Sandb
                 tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / "tree")
                 apply_diff(tree, issue.fix_diff)
                 issue.with_hidden_module(tree)
+                bounds = bounds_of_tests(tree, ids)
                 runs.append(record_tree(tree, ids, list(issue.fail_to_pass), make_sandbox, timeout, workdir, repo))
-        stable = stable_records(*runs)
+        stable = stable_records(*runs, bounds=bounds)
         missing = [i for i in ids if not stable.get(i)]
         if missing:
             raise RuntimeError(f"{issue.issue_id}: the fixed tree gave no stable records for {missing[:5]}")

@@ -10,6 +10,9 @@ process that imports or runs repository code holds an expected value or computes
   expected values and the checks' polarity are dropped from the rewritten code; the hidden
   FAIL_TO_PASS tests get fresh names each grading (`secrets`), drawn from the words of the
   module's own test names;
+- every test starts on the same wall clock (the checkout's date, ticking from there), so a value
+  made from today's date (a file header, a default timestamp) is the same in the fixed tree's
+  cached records and in a submission's run on any later day;
 - the sandbox's runner (grade_runner.py) writes the records and each test's status to a file;
   the grader (this module, in the env's process, which never imports the repository) reads it as
   untrusted data and compares it with the records of the fixed tree (the release with the true
@@ -43,6 +46,7 @@ from pathlib import Path
 
 from clbench.envs.coderepair.bounds import bounds as module_bounds
 from clbench.envs.coderepair.bounds import holds
+from clbench.envs.coderepair.checkout import CHECKOUT_TIME
 from clbench.envs.coderepair.instrument import RECORDER_MODULE, instrument
 
 HERE = Path(__file__).parent
@@ -50,7 +54,8 @@ HERE = Path(__file__).parent
 RUNNER = HERE / "grade_runner.py"
 RECORDER = HERE / "recorder.py"
 #: bump when the rewriting or the records change: cached expected records are keyed by it
-RECORD_FORMAT = 1
+#: (2: every test starts on the same pinned wall clock; 3: bounded operands stable by their outcome)
+RECORD_FORMAT = 3
 #: largest record file read back (bytes); larger is tampering
 MAX_RECORDING = 32 << 20
 _WORD = re.compile(r"[a-z0-9]+")
@@ -133,7 +138,7 @@ def bounds_of_tests(tree: Path, ids: list[str]) -> dict[str, dict]:
 def write_job(plan: GradingPlan, tree: Path, import_root: str, ini: str) -> None:
     original = plan.original
     seeds = {i: test_seed(original.get(i, i)) for i in plan.run_ids}
-    job = {"ids": plan.run_ids, "ini": ini, "import_root": import_root, "seeds": seeds}
+    job = {"ids": plan.run_ids, "ini": ini, "import_root": import_root, "seeds": seeds, "clock": CHECKOUT_TIME}
     (tree / plan.folder / "job.json").write_text(json.dumps(job))
 
 
@@ -194,16 +199,20 @@ def read_recording(workspace: Path, plan: GradingPlan) -> dict[str, dict[str, di
     return out
 
 
-def stable_records(first: dict, second: dict) -> dict[str, dict[str, dict]]:
-    """What two runs of the fixed tree agree on, per test and bucket: the status, the records with equal
-    values ("stable") and every record key either run made ("known")."""
+def stable_records(first: dict, second: dict, bounds: dict[str, dict] | None = None) -> dict[str, dict[str, dict]]:
+    """What two runs of the fixed tree agree on, per test and bucket: the status, the records that agree
+    ("stable": equal values, or for an operand compared with a literal bound, the same outcome, as the
+    judge compares them; a measurement rarely repeats its exact value) and every record key either run
+    made ("known"). `bounds`: test file -> its bounded order comparisons (bounds.py)."""
     out: dict[str, dict[str, dict]] = {}
     for test in set(first) & set(second):
+        file_bounds = (bounds or {}).get(test.split("::")[0])
         for bucket in set(first[test]) & set(second[test]):
             a, b = first[test][bucket], second[test][bucket]
             if a["status"] != b["status"]:
                 continue
-            stable = {k: v for k, v in a["records"].items() if b["records"].get(k) == v}
+            stable = {k: v for k, v in a["records"].items() if k in b["records"]
+                      and agree(k, v, b["records"][k], file_bounds)}
             out.setdefault(test, {})[bucket] = {"status": a["status"], "stable": stable,
                                                 "known": sorted(set(a["records"]) | set(b["records"]))}
     return out
