@@ -141,8 +141,9 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
     (workers first reported 2-7 s after the driver called this): the driver plays jobs itself
     meanwhile (_DriverPlays, the shortest first, one at a time, in this process as the inline
     executor would; on a private instance from the end of ray.init, whose RayLifeline ends every
-    process started while it runs), and stops taking new ones once a Ray job has reported. Ray is handed jobs
-    RAY_JOBS_PER_CPU per cluster CPU at a time, longest first, so the driver has jobs to take.
+    process started while it runs), and stops taking new ones once a Ray job has reported. Ray is
+    handed jobs RAY_JOBS_PER_CPU per cluster CPU at a time, longest first, so the driver has jobs
+    to take.
     """
     helper = _DriverPlays(jobs)
     if address:  # on a private instance only after ray.init: processes started while it runs are Ray's
