@@ -33,6 +33,13 @@ from _ratio import Ratio, env_id, run_script, table  # noqa: E402
 #: Ray's connection, workers that import Ray) and its cost per instance are told apart.
 ENV, ROLLOUTS, SMALL = "SpectrumMonitor", 20, 5
 TARGET = 1.2
+WALL_DEFINITION = (f"wall seconds of a fresh `clbench rollout --env {ENV} --agent reference --rollouts {ROLLOUTS} "
+                   "--workers 2 --executor ray --ray-address` process on a 2-node local cluster (1 CPU each, token "
+                   "authentication) / the same command on the local pool (`--workers 2`); the sides alternate, "
+                   "median of the per-repeat ratios")
+INSTANCE_DEFINITION = (f"(Ray's {ROLLOUTS}-rollout wall seconds - its {SMALL}-rollout wall seconds) / (the same for the "
+                       "local pool), per repeat: the cost per instance, each side's fixed cost (start, connection, "
+                       "worker start) taken out")
 
 
 def _free_port() -> int:
@@ -116,9 +123,10 @@ def _ratios(times: dict) -> list[Ratio]:
     ray_small, local_small = times["ray", SMALL], times["local", SMALL]
     what = "--executor ray, 2-node local cluster (1 CPU each) / local pool, 2 workers"
     return [Ratio(f"{what}; wall time of `clbench rollout` {ENV} {ROLLOUTS} rollouts",
-                  [r / b for r, b in zip(ray, local)], TARGET, "lower"),
+                  [r / b for r, b in zip(ray, local)], TARGET, "lower", WALL_DEFINITION),
             Ratio(f"{what}; time per instance ({ROLLOUTS} - {SMALL} rollouts)",
-                  [(r - rs) / (b - bs) for r, rs, b, bs in zip(ray, ray_small, local, local_small)], TARGET, "lower")]
+                  [(r - rs) / (b - bs) for r, rs, b, bs in zip(ray, ray_small, local, local_small)], TARGET, "lower",
+                  INSTANCE_DEFINITION)]
 
 
 def ratios(quick: bool = False) -> list[Ratio]:

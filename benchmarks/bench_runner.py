@@ -8,7 +8,10 @@ every record, trajectory and agent checkpoint written, the run card with its boo
 printed) divided by the wall time of a hand-written loop that plays the same stateful rollouts and
 stateless passes with the same agents and seeds and writes nothing. The two alternate repeat by
 repeat; the value is the median ratio and the spread 1.4826 x its median absolute deviation.
-Target: <= 1.1 (the runner's own time at most 10% of the bare loop's).
+Target: <= 1.1 (the runner's own time at most 10% of the bare loop's). The same repeats also give
+the ratio of CPU seconds of this process (both sides play in it; on shared cores the load moves wall
+time more than CPU time), and the run card's CPU time (metrics with its bootstrap, validation,
+writing: a fixed cost per task and system) is printed as the part of the runner's own time it is.
 
 Also: the run card's bootstrap memory (tracemalloc peak of clbench.metrics.compute) at 5, 40 and
 80 rollouts of SpectrumMonitor; flat means 80 rollouts need no more than 40 (target 80 / 40 <= 1.2).
@@ -37,6 +40,8 @@ DEFINITION = ("wall time of in-process `clbench rollout --agent reference --roll
               "(records, trajectories, checkpoints, run card, metrics) / a hand-written loop playing the same "
               "rollouts and stateless passes with the same agents and seeds, writing nothing; alternated, "
               "median of the per-repeat ratios")
+CPU_DEFINITION = ("the same, CPU seconds of this process (time.process_time: the inline worker plays in it) instead "
+                  "of wall seconds: on shared cores the load slows both sides' wall time unevenly, their CPU time less")
 MEMORY_DEFINITION = ("tracemalloc peak of clbench.metrics.compute (the run card's bootstrap) on SpectrumMonitor "
                      "reference records of 80 stateful rollouts / of 40 (a 5-rollout run's rollouts repeated)")
 
@@ -54,11 +59,33 @@ def command(env: str, out: str, rollouts: int = ROLLOUTS) -> None:
         raise RuntimeError(f"clbench rollout exited {rc}")
 
 
-def timed_command(env: str, rollouts: int = ROLLOUTS) -> float:
+def timed_command(env: str, rollouts: int = ROLLOUTS, clock=time.perf_counter) -> float:
     """Seconds of `command`; making and removing the temporary run directory is not timed (neither
     is part of `clbench rollout`)."""
     with tempfile.TemporaryDirectory() as tmp:
-        return _seconds(lambda: command(env, f"{tmp}/run", rollouts))
+        return _seconds(lambda: command(env, f"{tmp}/run", rollouts), clock)
+
+
+def _run_card_seconds(env: str) -> float:
+    """CPU seconds of the run card alone (its metrics and bootstrap, validation, writing) in one
+    `command`: the runner's fixed cost per (task, system), whatever the number of instances."""
+    import clbench.rollout as rollout
+
+    spent, build = [], rollout.build_run_card
+
+    def timed(*args, **kwargs):
+        t = time.process_time()
+        try:
+            return build(*args, **kwargs)
+        finally:
+            spent.append(time.process_time() - t)
+
+    rollout.build_run_card = timed
+    try:
+        timed_command(env)
+    finally:
+        rollout.build_run_card = build
+    return sum(spent)
 
 
 def bare(env_id_: str, rollouts: int = ROLLOUTS) -> None:
@@ -91,27 +118,47 @@ def bare(env_id_: str, rollouts: int = ROLLOUTS) -> None:
     env.close()
 
 
-def _seconds(fn) -> float:
-    t = time.perf_counter()
+def _seconds(fn, clock=time.perf_counter) -> float:
+    t = clock()
     fn()
-    return time.perf_counter() - t
+    return clock() - t
 
 
-def runner_ratio(name: str, repeats: int) -> Ratio:
+def _both(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of fn()."""
+    w, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def runner_ratio(name: str, repeats: int) -> tuple[Ratio, Ratio]:
+    """(wall-time ratio, CPU-time ratio), from the same alternated repeats."""
     env = env_id(name)
     timed_command(env), bare(env)  # warm-up: imports, caches, built data
-    samples = []
+    wall, cpu = [], []
+
+    def command_once():
+        with tempfile.TemporaryDirectory() as tmp:
+            return _both(lambda: command(env, f"{tmp}/run"))
+
     for k in range(repeats):  # the side that goes first alternates: neither always runs on a warmer cache
         if k % 2:
-            c = timed_command(env)
-            b = _seconds(lambda: bare(env))
+            c = command_once()
+            b = _both(lambda: bare(env))
         else:
-            b = _seconds(lambda: bare(env))
-            c = timed_command(env)
-        samples.append(c / b)
-        print(f"  {name}: bare {b:.3f} s, runner's own {c - b:+.3f} s, ratio {samples[-1]:.3f} "
-              f"(load {os.getloadavg()[0]:.1f})", flush=True)
-    return Ratio(f"runner: clbench rollout / hand-written loop ({name}, {ROLLOUTS} rollouts)", samples, 1.1, "lower")
+            b = _both(lambda: bare(env))
+            c = command_once()
+        wall.append(c[0] / b[0])
+        cpu.append(c[1] / b[1])
+        print(f"  {name}: bare {b[0]:.3f} s ({b[1]:.3f} CPU), runner's own {c[0] - b[0]:+.3f} s "
+              f"({c[1] - b[1]:+.3f} CPU), ratio {wall[-1]:.3f} (CPU {cpu[-1]:.3f}) (load {os.getloadavg()[0]:.1f})",
+              flush=True)
+    card = statistics.median(_run_card_seconds(env) for _ in range(3))
+    print(f"  {name}: of the runner's own time, the run card (metrics, {ROLLOUTS} rollouts' bootstrap, validation, "
+          f"writing) takes {card * 1e3:.1f} ms CPU", flush=True)
+    title = f"runner: clbench rollout / hand-written loop ({name}, {ROLLOUTS} rollouts)"
+    return (Ratio(title, wall, 1.1, "lower", DEFINITION),
+            Ratio(title + ", CPU time", cpu, 1.1, "lower", CPU_DEFINITION))
 
 
 def bootstrap_peaks(rollouts=(5, 40, 80)) -> dict:
@@ -146,7 +193,7 @@ def measured(quick: bool = False, envs=ENVS) -> tuple[list[Ratio], dict]:
     out = []
     for name in envs:
         try:
-            out.append(runner_ratio(name, repeats))
+            out.extend(runner_ratio(name, repeats))
         except Exception as exc:  # one env's missing prerequisite must not hide the others
             print(f"{name}: skipped ({type(exc).__name__}: {exc})")
     peaks = bootstrap_peaks()
@@ -156,7 +203,7 @@ def measured(quick: bool = False, envs=ENVS) -> tuple[list[Ratio], dict]:
 
 def rows(found: list[Ratio], peaks: dict) -> list[dict]:
     out = [{"measure": r.name, "anchor": 1.0, "value": r.value, "spread": r.noise, "samples": r.samples,
-            "target": r.target, "definition": DEFINITION} for r in found]
+            "target": r.target, "definition": r.definition} for r in found]
     out.append({"measure": f"run card bootstrap memory, 80 / 40 rollouts ({peaks[80]:.1f} / {peaks[40]:.1f} MiB; "
                            f"{peaks[5]:.1f} MiB at 5)", "anchor": 1.0, "value": peaks[80] / peaks[40], "spread": 0.0,
                 "target": 1.2, "definition": MEMORY_DEFINITION})
@@ -170,13 +217,14 @@ def ratios(quick: bool = False, envs=ENVS) -> list[dict]:
 
 def main(quick: bool = False, envs=ENVS) -> list[Ratio]:
     found, peaks = measured(quick, envs)
-    print(f"definition: {DEFINITION}; {load()}")
+    print(load())
     print(table(found))
     print("\nbootstrap memory peak: " + ", ".join(f"{v:.1f} MiB at {k} rollouts" for k, v in peaks.items()) +
           f" (80 / 40: {peaks[80] / peaks[40]:.2f}, target <= 1.2, flat; {MEMORY_DEFINITION})")
     for row in rows(found, peaks):
         print(f"  {row['measure']}: {row['value']:.3f} +- {row['spread']:.3f} (target {row['target']})")
-    return found + [Ratio("runner: bootstrap memory, 80 / 40 rollouts", [peaks[80] / peaks[40]], 1.2, "lower")]
+    return found + [Ratio("runner: bootstrap memory, 80 / 40 rollouts", [peaks[80] / peaks[40]], 1.2, "lower",
+                          MEMORY_DEFINITION)]
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@ filesystem and the driver stays the run directory's only writer).
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import ctypes
 import multiprocessing
 import os
+import queue as queue_mod
 import signal
 import threading
 import time
@@ -120,6 +122,11 @@ FLUSH_SECONDS = 0.25
 RAY_RUN_TAG = "CLBENCH_RAY_RUN"
 
 
+#: jobs handed to Ray at a time per CPU of the cluster: enough that no Ray worker waits for its
+#: next job; the rest wait in the driver, which plays some of them itself while Ray starts
+RAY_JOBS_PER_CPU = 2
+
+
 def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None = None) -> list[str]:
     """Fan jobs out as Ray tasks (one CPU each) on a local instance or the cluster at `address`.
 
@@ -129,62 +136,161 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
     actor to start, no round trip per write: those made Ray 3.6-4.4x slower than the local pool).
     A job's writes arrive in the order it made them, so a checkpoint never lands before the records
     it covers.
+
+    Importing Ray, connecting and starting fresh Ray workers took seconds in which no job played
+    (workers first reported 2-7 s after the driver called this): the driver plays jobs itself
+    meanwhile (_DriverPlays, the shortest first, one at a time, in this process as the inline
+    executor would; on a private instance from the end of ray.init, whose RayLifeline ends every
+    process started while it runs), and stops taking new ones once a Ray job has reported. Ray is
+    handed jobs RAY_JOBS_PER_CPU per cluster CPU at a time, longest first, so the driver has jobs
+    to take.
     """
+    helper = _DriverPlays(jobs)
+    if address:  # on a private instance only after ray.init: processes started while it runs are Ray's
+        helper.begin()
     try:
         import ray
     except ImportError:
+        helper.stop()
         raise RuntimeError("the Ray executor needs Ray: pip install 'clbench[ray]'") from None
 
     started = False
     lifeline = None
-    if not ray.is_initialized():
-        if address:
-            check_ray_address(address)
-        else:
-            lifeline = RayLifeline()
-        # "local": a new instance of our own, never a cluster some `ray start` left on this machine
-        kwargs = {"address": address} if address else {"address": "local", "num_cpus": workers}
-        handler = signal.getsignal(signal.SIGTERM)
-        try:
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **kwargs)
-        except BaseException:
-            if lifeline:
-                lifeline.close()
-            raise
-        finally:
-            if lifeline:
-                lifeline.untag()  # processes the driver starts later are not Ray's
-        if handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, handler)  # ray.init replaces it; SIGTERM unwinds like Ctrl-C
-        started = True
+    try:
+        if not ray.is_initialized():
+            if address:
+                check_ray_address(address)
+            else:
+                lifeline = RayLifeline()
+            # "local": a new instance of our own, never a cluster some `ray start` left on this machine
+            kwargs = {"address": address} if address else {"address": "local", "num_cpus": workers}
+            handler = signal.getsignal(signal.SIGTERM)
+            try:
+                ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **kwargs)
+            finally:
+                if lifeline:
+                    lifeline.untag()  # processes the driver starts later are not Ray's
+            if handler is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, handler)  # ray.init replaces it; SIGTERM unwinds like Ctrl-C
+            started = True
+        helper.begin()
+    except BaseException:
+        helper.stop()
+        if lifeline:
+            lifeline.close()
+        raise
     writer = LocalSink(jobs[0].config.out if jobs else ".")
+    errors: list[str] = []
+
+    def finish(job: Job, records, error) -> None:
+        if error:
+            errors.append(error)
+        on_done(job, records, error)
+
     try:
         remote_job = ray.remote(num_cpus=1, max_retries=0)(_ray_job)
-        streams = {remote_job.remote(job): job for job in jobs}
-        errors = []
-        pending = list(streams)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+        capacity = RAY_JOBS_PER_CPU * max(1, int(ray.cluster_resources().get("CPU", workers)))
+        streams: dict = {}
+
+        def submit() -> None:
+            while len(streams) < capacity and (job := helper.take_first()) is not None:
+                streams[remote_job.remote(job)] = job
+
+        submit()
+        while streams or helper.playing():
+            for item in helper.finished():
+                finish(*item)
+            submit()
+            if not streams:  # the driver plays the last jobs itself
+                item = helper.wait_finished(0.25)
+                if item is not None:
+                    finish(*item)
+                continue
+            ready, _ = ray.wait(list(streams), num_returns=1, timeout=0.25)
+            if not ready:
+                continue
             stream = ready[0]
             job = streams[stream]
+            helper.stop()  # Ray's workers are up: the driver finishes its job and takes no other
             try:
                 kind, payload = ray.get(next(stream))
             except Exception as exc:  # the job raised: what it wrote before came in earlier batches
-                errors.append(_failure(job, exc))
-                on_done(job, None, errors[-1])
+                del streams[stream]
+                finish(job, None, _failure(job, exc))
+                submit()
                 continue
             if kind == "ops":
                 _write(writer, payload)
-                pending.append(stream)
             else:
-                on_done(job, payload, None)
+                del streams[stream]
+                finish(job, payload, None)
+                submit()
+        for item in helper.finished():
+            finish(*item)
         return errors
     finally:
+        helper.stop()
         writer.close()
         if started:
             ray.shutdown()
         if lifeline:
             lifeline.close()
+
+
+class _DriverPlays:
+    """The Ray driver as a worker while Ray starts: a thread playing jobs from the end of the
+    queue (the shortest; Ray is handed them from the front) until `stop`, each in this process
+    through its own LocalSink (appends to results.jsonl take the file lock as every writer's do).
+    What it finished is collected by the driver's loop (`finished`), which reports it."""
+
+    def __init__(self, jobs: list[Job]):
+        self.queue = collections.deque(jobs)
+        self.lock = threading.Lock()
+        self.done: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._play, name="clbench-driver-plays", daemon=True)
+
+    def begin(self) -> None:
+        if not self.thread.is_alive() and not self.thread.ident:
+            self.thread.start()
+
+    #: at most this many jobs (None: until stopped); tests set it to see Ray play the others
+    most: int | None = None
+
+    def _play(self) -> None:
+        played = 0
+        while not self.stopped.is_set() and (self.most is None or played < self.most):
+            with self.lock:
+                job = self.queue.pop() if self.queue else None
+            if job is None:
+                return
+            played += 1
+            try:
+                self.done.put((job, run_job(job), None))
+            except Exception as exc:
+                self.done.put((job, None, _failure(job, exc)))
+
+    def take_first(self) -> Job | None:
+        with self.lock:
+            return self.queue.popleft() if self.queue else None
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def playing(self) -> bool:
+        return self.thread.is_alive() or not self.done.empty()
+
+    def finished(self) -> list[tuple]:
+        out = []
+        while not self.done.empty():
+            out.append(self.done.get())
+        return out
+
+    def wait_finished(self, timeout: float) -> tuple | None:
+        try:
+            return self.done.get(timeout=timeout)
+        except queue_mod.Empty:
+            return None
 
 
 def check_ray_address(address: str, timeout: float = 3.0) -> None:

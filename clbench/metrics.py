@@ -660,8 +660,13 @@ def aggregate(task_results: list[dict], draws: list[dict] | None = None, tasks: 
             out[name] = {"mean": None, "se": None, "ci": [None, None], "n": len(chosen),
                          "undefined": f"undefined on {', '.join(missing)}" if missing else "no tasks"}
             continue
-        reps = np.mean([d[name] for _, d in chosen], axis=0) if all(d is not None for _, d in chosen) else None
         out[name] = None  # keeps the order of names
+        if len(chosen) == 1 and chosen[0][1] is not None and {"se", "ci"} <= chosen[0][0][name].keys():
+            # one task: its replicates are the aggregate's (a mean of one), so are its SE and CI
+            one = chosen[0][0][name]
+            out[name] = {"mean": float(points[0]), "se": one["se"], "ci": list(one["ci"]), "n": 1}
+            continue
+        reps = np.mean([d[name] for _, d in chosen], axis=0) if all(d is not None for _, d in chosen) else None
         defined[name] = (float(np.mean(points)), reps, None)
     out.update(summarize_many(defined, len(chosen)))
     return out

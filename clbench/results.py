@@ -37,6 +37,8 @@ def record_key(rec: dict) -> tuple:
 
 
 def _json_default(obj):
+    if getattr(obj, "ndim", 0) and hasattr(obj, "tolist"):  # numpy arrays (item() takes one element only)
+        return obj.tolist()
     if hasattr(obj, "item"):  # numpy scalars
         return obj.item()
     if hasattr(obj, "tolist"):
@@ -277,8 +279,36 @@ def write_json_atomic(path: str | Path, obj) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_finite(obj), indent=2, sort_keys=True, default=_json_default) + "\n")
+    tmp.write_text(pretty(obj) + "\n")
     os.replace(tmp, path)
+
+
+#: the C encoder for `pretty`'s leaves: readable separators, sorted keys, NaN refused (then _finite)
+_C_LEAF = _c_make_encoder(None, _json_default, _ascii, None, ": ", ", ", True, False, False) \
+    if _C_STRICT is not None else None
+
+
+def pretty(obj, indent: str = "") -> str:
+    """Indented, key-sorted JSON with NaN/inf as null (run cards, metadata, config): dicts one key
+    a line, lists of plain values (curves) on one line. The leaves go through the C encoder (the
+    stdlib's indenting encoder is pure Python, and writing a run card with it cost more than its
+    bootstrap's percentiles)."""
+    inner = indent + "  "
+    if type(obj) is dict and obj:
+        items = sorted(obj.items())
+        return "{\n" + ",\n".join(f"{inner}{_leaf(str(k))}: {pretty(v, inner)}" for k, v in items) + f"\n{indent}}}"
+    if type(obj) in (list, tuple) and any(type(v) in (dict, list, tuple) for v in obj):
+        return "[\n" + ",\n".join(inner + pretty(v, inner) for v in obj) + f"\n{indent}]"
+    return _leaf(obj)
+
+
+def _leaf(obj) -> str:
+    try:
+        if _C_LEAF is not None:
+            return "".join(_C_LEAF(obj, 0))
+        return json.dumps(obj, sort_keys=True, default=_json_default, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), sort_keys=True, default=_json_default)
 
 
 def read_json(path: str | Path) -> dict:

@@ -399,3 +399,167 @@ def test_curve_bands_read_off_distinct_weights_equal_the_expanded_percentile():
     values = np.round(rng.normal(size=(len(distinct), 40)), 1)  # rounded: many ties
     got = _percentile_of_counted_rows(values, np.bincount(inverse, minlength=len(distinct)), [2.5, 97.5])
     assert np.array_equal(got, np.percentile(values[inverse], [2.5, 97.5], axis=0))
+
+
+# ---------------------------------------------------------------- the bootstrap's numbers, pinned
+def golden_records():
+    """Two tasks, two systems; rollouts permute instances within variants; 3 stateless passes."""
+    rng = np.random.default_rng(20260126)
+    records = []
+    for task, n, K, P in (("alpha", 24, 4, 3), ("beta", 15, 3, 1)):
+        ids = [f"{task}-{i:02d}" for i in range(n)]
+        variant = {iid: f"v{i * 3 // n}" for i, iid in enumerate(ids)}
+        base = {iid: rng.random() for iid in ids}
+        for system, skill in (("s1", 0.3), ("s2", 0.1)):
+            for p in range(P):
+                records += [{"task": task, "system": system, "mode": "stateless", "rollout": p, "instance_id": iid,
+                             "position": i, "variant": variant[iid],
+                             "reward": round(float(base[iid] * 0.6 + 0.1 * rng.random()), 6)}
+                            for i, iid in enumerate(ids)]
+            for k in range(K):
+                order = [iid for v in sorted(set(variant.values()))
+                         for iid in rng.permutation([x for x in ids if variant[x] == v])]
+                records += [{"task": task, "system": system, "mode": "stateful", "rollout": k, "instance_id": iid,
+                             "position": pos, "variant": variant[iid],
+                             "reward": round(float(base[iid] * 0.6 + skill * min(pos, 5) / 5 + 0.1 * rng.random()), 6)}
+                            for pos, iid in enumerate(order)]
+    meta = {"tasks": {"alpha": {"r_max": 1.0, "r_reference": 0.35, "r_max_se": 0.02},
+                      "beta": {"r_max": 0.9, "r_reference": 0.3}}}
+    return records, meta
+
+
+#: compute(golden_records()) when the bootstrap was last changed on purpose: point, SE and 95% CI of
+#: each estimate, and one curve band. A change of the draws, of their order or of the arithmetic
+#: shows here; rel 1e-9 leaves room for BLAS rounding on other machines (about 1e-13), nothing more.
+#: Update only with a change that keeps the CIs statistically the same, and say why in its commit.
+GOLDEN = {'aggregate': {'s1': {'normalized_gain': [0.42708535500075284,
+                                          0.03477144506049378,
+                                          0.36369095618651165,
+                                          0.5001076261425357],
+                      'normalized_reward': [0.46072754451566955,
+                                            0.050622748705707384,
+                                            0.3603289891464949,
+                                            0.5583354586538893],
+                      'stability': [0.057756894786321206,
+                                    0.019783412909085012,
+                                    0.02222851992516711,
+                                    0.09943270969416124]},
+               's2': {'normalized_gain': [0.12707899725746166,
+                                          0.015298163064101235,
+                                          0.09710092748021731,
+                                          0.1572314935325889],
+                      'normalized_reward': [0.18439761271367516,
+                                            0.04328585412096683,
+                                            0.10000851417958258,
+                                            0.26874950115222895],
+                      'stability': [0.016839126048688192,
+                                    0.00786875544699273,
+                                    0.0024673560645870067,
+                                    0.03331849213197871]}},
+ 'tasks': {('alpha', 's1'): {'cumulative_gain': [6.154923166666665,
+                                                 0.34913017643464334,
+                                                 5.424332475000002,
+                                                 6.791461304166663],
+                             'curve_gain_band_3': [0.13458741874999994, 0.1824380854166666],
+                             'early_gain': [0.0865742605101827,
+                                            0.024359437025392474,
+                                            0.042582043167958446,
+                                            0.13839478789257423],
+                             'normalized_gain': [0.41774154540736474,
+                                                 0.03364120778507064,
+                                                 0.35692358790063566,
+                                                 0.4891394382667113],
+                             'normalized_reward': [0.4500715705128205,
+                                                   0.0552853145681514,
+                                                   0.34287446737913096,
+                                                   0.5594353177668934],
+                             'stability': [0.041571243638779,
+                                           0.017462718310055633,
+                                           0.0098386974230079,
+                                           0.07835849719201501]},
+           ('alpha', 's2'): {'cumulative_gain': [1.9816392499999989,
+                                                 0.1971224631662634,
+                                                 1.5825930687499963,
+                                                 2.3481552125000005],
+                             'curve_gain_band_3': [0.00757433333333335, 0.08557008333333332],
+                             'early_gain': [0.027661512221993742,
+                                            0.009274682352178662,
+                                            0.010373112490104943,
+                                            0.047182848168574126],
+                             'normalized_gain': [0.13464724018713792,
+                                                 0.015468369959910315,
+                                                 0.10530772428907562,
+                                                 0.16634167658971194],
+                             'normalized_reward': [0.18361366987179478,
+                                                   0.051864541987140564,
+                                                   0.08216104559955649,
+                                                   0.28527930431390947],
+                             'stability': [0.013701440879032831,
+                                           0.006504430770275032,
+                                           0.0025919608252849744,
+                                           0.027921861969364754]},
+           ('beta', 's1'): {'cumulative_gain': [3.684244666666668,
+                                                0.38226601352501666,
+                                                2.9099449,
+                                                4.402154566666667],
+                            'curve_gain_band_3': [0.12136399999999999, 0.18502],
+                            'early_gain': [0.15194331346433157,
+                                           0.04752236559936838,
+                                           0.06658475766836988,
+                                           0.25396810033857004],
+                            'normalized_gain': [0.436429164594141,
+                                                0.061144947808467784,
+                                                0.3251539358205118,
+                                                0.5643165631466629],
+                            'normalized_reward': [0.47138351851851856,
+                                                  0.08485827295837306,
+                                                  0.3034902166666666,
+                                                  0.6352729157407406],
+                            'stability': [0.07394254593386342,
+                                          0.03553873356833681,
+                                          0.010347661686036068,
+                                          0.15228154242683598]},
+           ('beta', 's2'): {'cumulative_gain': [0.9953739999999994,
+                                                0.19956460124167572,
+                                                0.5827901833333331,
+                                                1.369820716666667],
+                            'curve_gain_band_3': [0.025058999999999998, 0.05366900000000002],
+                            'early_gain': [0.043894634722659094,
+                                           0.020551338491646184,
+                                           0.005583327766324638,
+                                           0.08706493820657431],
+                            'normalized_gain': [0.11951075432778539,
+                                                0.02625519896414548,
+                                                0.06755362060824331,
+                                                0.17085488164737278],
+                            'normalized_reward': [0.18518155555555552,
+                                                  0.07002620363601789,
+                                                  0.048268876851851834,
+                                                  0.3217646620370369],
+                            'stability': [0.019976811218343552,
+                                          0.014329600561352475,
+                                          -0.005675754538423675,
+                                          0.05074999123359241]}}}
+
+
+def test_bootstrap_numbers_are_pinned():
+    from clbench.metrics import compute
+
+    records, meta = golden_records()
+    got = compute(records, meta)
+    for t in got["tasks"]:
+        want = GOLDEN["tasks"][(t["task"], t["system"])]
+        for name, values in want.items():
+            if name == "curve_gain_band_3":
+                have = [t["curves"]["gain"]["lo"][3], t["curves"]["gain"]["hi"][3]]
+            else:
+                have = [t[name]["mean"], t[name]["se"], *t[name]["ci"]]
+            assert have == pytest.approx(values, rel=1e-9, abs=1e-12), (t["task"], t["system"], name)
+    for system, want in GOLDEN["aggregate"].items():
+        for name, values in want.items():
+            a = got["aggregate"][system][name]
+            assert [a["mean"], a["se"], *a["ci"]] == pytest.approx(values, rel=1e-9, abs=1e-12), (system, name)
+    # one task: the aggregate is the task's estimate (its replicates are the aggregate's), n = 1
+    one = compute([r for r in records if r["task"] == "beta"], meta)
+    task = next(t for t in one["tasks"] if t["system"] == "s2")
+    assert one["aggregate"]["s2"]["normalized_gain"] == {**task["normalized_gain"], "n": 1}

@@ -62,12 +62,27 @@ def test_sigkill_midway_then_resume_gives_the_same_records(tmp_path, agent):
         assert resets == list(range(90)), path
 
 
-def test_ray_executor_matches_local_pool(tmp_path):
+def test_ray_executor_matches_local_pool(tmp_path, monkeypatch):
+    """The same records either way; while Ray starts, the driver plays the shortest jobs itself
+    (Ray is handed the longest, RAY_JOBS_PER_CPU per CPU), and Ray's workers play the others."""
     pytest.importorskip("ray")
+    from clbench import executors
+
     kw = dict(rollouts=2, workers=2, env_kwargs={"schedule": "short"})
     run(RunConfig(ENV, "reference", str(tmp_path / "local"), **kw), say=lambda m: None, quiet=True)
+    in_driver, planned = [], []
+    play, plan = executors.run_job, executors.run_ray
+    monkeypatch.setattr(executors, "run_job", lambda job, sink=None: in_driver.append(job) or play(job, sink))
+    monkeypatch.setattr(executors, "run_ray", lambda jobs, *a, **k: planned.extend(jobs) or plan(jobs, *a, **k))
     run(RunConfig(ENV, "reference", str(tmp_path / "ray"), **kw), say=lambda m: None, quiet=True, executor="ray")
     assert canonical(tmp_path / "local") == canonical(tmp_path / "ray")
+    assert in_driver and in_driver == planned[::-1][:len(in_driver)]  # the shortest, one after another
+    # a driver that plays one job at most: Ray's workers play the rest, the records are the same
+    monkeypatch.setattr(executors._DriverPlays, "most", 1)
+    in_driver.clear()
+    run(RunConfig(ENV, "reference", str(tmp_path / "ray1"), **kw), say=lambda m: None, quiet=True, executor="ray")
+    assert canonical(tmp_path / "local") == canonical(tmp_path / "ray1")
+    assert in_driver == planned[-1:] and len(planned) > 1
 
 
 def test_suite_command_prints_summary(tmp_path, capsys):
