@@ -30,6 +30,8 @@ class HandView:
         blinds = f"{sb} post{'' if sb == 'you' else 's'} {small}, {bb} post{'' if bb == 'you' else 's'} {big}"
         self._streets = {"preflop": [blinds]}
         self._lines = {"preflop": f"  preflop: {blinds}"}  # one per street
+        self._betting = self._lines["preflop"]  # the lines joined
+        self._board: list[str] = []  # the board's card names
         self._opened: set[str] = set()
         self._title = (f"Hand {static['hand']} of {static['hands']} against {self.opp}; you are "
                        f"{'on the button' if static['button'] else 'in the big blind'}.")
@@ -45,17 +47,29 @@ class HandView:
 
     def refresh(self) -> dict:
         """Catch up with the table's moves and rebuild the snapshot."""
-        t, b = self.table, self.table.betting
+        t = self.table
+        b = t.betting
         history, log = self.history, b.log
-        for i in range(len(history), len(log)):
-            st, p, kind, total = log[i]
-            street = STREETS[st]
-            history.append([street, _WHO[p], kind, total])
-            acts = self._streets.setdefault(street, [])
-            acts.append(self._phrase(street, p, kind, total, i))
-            self._lines[street] = f"  {street}: " + "; ".join(acts)
+        if len(history) < len(log):
+            streets, touched = self._streets, {}
+            for i in range(len(history), len(log)):
+                st, p, kind, total = log[i]
+                street = STREETS[st]
+                history.append([street, _WHO[p], kind, total])
+                acts = streets.get(street)
+                if acts is None:
+                    acts = streets[street] = []
+                acts.append(self._phrase(street, p, kind, total, i))
+                touched[street] = None  # in order: one catch-up may cross streets
+            lines = self._lines
+            for street in touched:  # a street's line is written once per catch-up, after all its new moves
+                lines[street] = f"  {street}: " + "; ".join(streets[street])
+            self._betting = "\n".join(lines.values())
+        board = t.game.board
+        if len(board) != len(self._board):  # the board grows once per street: named once per street
+            self._board = card_names(board)
         snap = self._blank.copy()
-        snap["board"], snap["street"] = card_names(t.game.board), STREETS[b.street]
+        snap["board"], snap["street"] = list(self._board), STREETS[b.street]
         snap["pot"], snap["history"], snap["over"] = b.pot + b.bets[0] + b.bets[1], list(history), t.over
         if t.over:
             shown = t.showdown()
@@ -65,8 +79,9 @@ class HandView:
                 snap.update(opp_hole=card_names(t.holes[OPPONENT]),
                             hand_names=[t.hand_name(AGENT), t.hand_name(OPPONENT)])
         else:
-            snap["my_bet"], snap["opp_bet"] = b.bets[AGENT], b.bets[OPPONENT]
-            snap["my_stack"], snap["opp_stack"] = b.stacks[AGENT], b.stacks[OPPONENT]
+            bets, stacks = b.bets, b.stacks
+            snap["my_bet"], snap["opp_bet"] = bets[AGENT], bets[OPPONENT]
+            snap["my_stack"], snap["opp_stack"] = stacks[AGENT], stacks[OPPONENT]
             if b.to_act == AGENT:
                 snap["to_call"], snap["min_raise"], snap["max_raise"] = b.legal()
         self.snap = snap
@@ -99,19 +114,17 @@ class HandView:
     def text(self, title: bool = True) -> str:
         """The hand as it stands; `title` starts with the hand number, opponent and position."""
         snap, opp = self.snap, self.opp
-        lines = [self._title] if title else []
         if snap["board"]:
             board = "Board: " + " ".join(snap["board"]) + ("" if snap["over"] else f" ({snap['street']})")
         else:
             board = "Board: -"
-        lines += [self._cards, board, "Betting so far:", *self._lines.values()]
+        head = f"{self._title}\n" if title else ""
+        body = f"{head}{self._cards}\n{board}\nBetting so far:\n{self._betting}\n"
         if snap["over"]:
-            lines += self.result_lines()
-        else:
-            lines.append(f"Pot: {snap['pot']}. Behind: you {snap['my_stack']}, {opp} {snap['opp_stack']}. "
-                         f"Bet this round: you {snap['my_bet']}, {opp} {snap['opp_bet']}.")
-            lines.append(f"To call: {snap['to_call']}. {self.legal_text()}")
-        return "\n".join(lines)
+            return body + "\n".join(self.result_lines())
+        return (f"{body}Pot: {snap['pot']}. Behind: you {snap['my_stack']}, {opp} {snap['opp_stack']}. "
+                f"Bet this round: you {snap['my_bet']}, {opp} {snap['opp_bet']}.\n"
+                f"To call: {snap['to_call']}. {_legal_text(snap['to_call'], snap['min_raise'], snap['max_raise'])}")
 
     def result_lines(self) -> list[str]:
         snap, opp = self.snap, self.opp
