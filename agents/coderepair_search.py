@@ -6,13 +6,17 @@ pairs from the check's traceback, innermost first; NAMES: names from the report;
 functions those call), in the order KINDS lists the edit kinds. Each edit is kept only if the
 CHECK script (the report's reproduction with its stated expectations) then exits 0 and the
 TEST_COMMAND (the visible tests) passes; otherwise the file is restored. It stops after COUNT
-edits (or TIME_CAP seconds on a very slow machine), printing `NEXT <index>` to resume from, or
-`FIXED <index> <kind> <file>:<line> <edit>`, or `EXHAUSTED <count>`; before that, once,
+edits (or TIME_CAP CPU seconds, or WALL_CAP seconds on a very busy machine), printing
+`NEXT <index>` to resume from, or `FIXED <index> <kind> <file>:<line> <edit>`, or `EXHAUSTED <count>`; before that, once,
 `TESTS-UNUSABLE <exit> <index>` if for an edit that passed the CHECK the TEST_COMMAND tested
 nothing at all (pytest exit 4, e.g. a path that does not exist, or 5, no tests collected).
+Its limits count CPU time where they can, so the same edits are tried and kept on a busy machine
+as on an idle one: an edit that loops is cut at CHECK_CPU CPU seconds, one that sleeps or blocks
+at CHECK_TIMEOUT seconds.
 """
 import ast
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -23,8 +27,10 @@ KINDS = ("comparison", "off_by_one", "swap_statements", "constant_to_name", "att
 _FLIP = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt), ast.GtE: (ast.Gt, ast.LtE),
          ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,), ast.Is: (ast.IsNot,), ast.IsNot: (ast.Is,), ast.In: (ast.NotIn,),
          ast.NotIn: (ast.In,)}
-CHECK_TIMEOUT = 4.0
-TIME_CAP = 45.0  # below the env's 60 s per command
+CHECK_CPU = 4  # CPU seconds of a check
+CHECK_TIMEOUT = 15.0  # wall seconds of a check that sleeps or blocks (a busy machine's slow start is not this)
+TIME_CAP = 45.0  # CPU seconds of a batch, the search's and its checks'
+WALL_CAP = 55.0  # below the env's 60 s per command
 #: the file under trial and its original bytes, so a search killed mid-trial is undone by the next one
 RESTORE = "/tmp/.search-restore"
 
@@ -222,15 +228,25 @@ def candidates(kinds, sources, chosen):
 UNUSABLE = (4, 5)
 
 
-def exit_code(command, timeout):
+def exit_code(command, timeout, cpu=None):
+    def bound():
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+
     try:
-        return subprocess.run(command, shell=True, capture_output=True, timeout=timeout).returncode
+        return subprocess.run(command, shell=True, capture_output=True, timeout=timeout,
+                              preexec_fn=bound if cpu else None).returncode
     except subprocess.TimeoutExpired:
         return -1
 
 
-def passes(command, timeout):
-    return exit_code(command, timeout) == 0
+def passes(command, timeout, cpu=None):
+    return exit_code(command, timeout, cpu) == 0
+
+
+def cpu_spent():
+    """CPU seconds of this process and the commands it ran (those it waited for)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def main(argv):
@@ -249,7 +265,7 @@ def main(argv):
     for index, (kind, path, line, what, data) in enumerate(candidates(kinds.split(","), sources, chosen)):
         if index < start:
             continue
-        if index >= start + count or time.monotonic() - began > TIME_CAP:
+        if index >= start + count or cpu_spent() > TIME_CAP or time.monotonic() - began > WALL_CAP:
             print(f"NEXT {index}")
             return
         try:
@@ -261,7 +277,7 @@ def main(argv):
             fh.write(path.encode() + b"\0" + original)
         with open(path, "wb") as fh:
             fh.write(data)
-        if passes(f"{sys.executable} {check}", CHECK_TIMEOUT):
+        if passes(f"{sys.executable} {check}", CHECK_TIMEOUT, CHECK_CPU):
             code = exit_code(tests, 120) if tests else 0
             if code == 0:
                 os.unlink(RESTORE)
