@@ -30,8 +30,9 @@ worker processes step sub-envs (their CPU time is not the parent's), as each row
 In one process a vector can at best match one env plus what it saves: it does the same env work
 (plus a little cache traffic of eight envs' objects instead of one), skips gym.make's two
 forwarding wrappers around each sub-env after their one-time checks (~0.6 us per instance), stacks
-infos only when read, maps the sub-envs' bound step methods over the actions and transposes their
-results in C, and makes three small numpy arrays per vector step (zeros are copied, not converted).
+infos only when read, steps the sub-envs in one plain loop over their bound methods into
+preallocated columns, and makes three small numpy arrays per vector step (zeros are copied, not
+converted).
 Above that needs a free CPU for a second process: worth it when a step is expensive (MemoryProbe
 ~0.35 ms), a loss when it is cheap (a warm DBExplore instance is ~30 us, less than a pipe round trip).
 
