@@ -453,6 +453,7 @@ class BatchedVectorEnv(VectorEnv):
         self._terminations = np.zeros((num_envs,), dtype=np.bool_)
         self._truncations = np.zeros((num_envs,), dtype=np.bool_)
         self._zeros, self._false = self._rewards.copy(), self._truncations.copy()  # copied for steps that only reset
+        self._made: dict[tuple, np.ndarray] = {}  # bool arrays by their values (`_bools`)
         # spaces whose batches gymnasium keeps as plain tuples (Text and its subclasses): concatenate()
         # gives tuple(items) and iterate() gives iter(actions), which step() then does without them
         self._text_obs = concatenate.dispatch(type(obs_space)) is concatenate.dispatch(gym.spaces.Text)
@@ -530,7 +531,7 @@ class BatchedVectorEnv(VectorEnv):
 
     def step(self, actions):
         if self._text_actions and isinstance(actions, (tuple, list)):
-            actions = list(actions)  # what iterate() gives for a Tuple of such spaces
+            pass  # what iterate() gives for a Tuple of such spaces: its items
         else:
             actions = list(iterate(self.action_space, actions))
         if len(actions) != self.num_envs:
@@ -545,12 +546,27 @@ class BatchedVectorEnv(VectorEnv):
                 self._gather([("error", (err.index, _portable(err.exc)))])
         # fresh arrays every step (SyncVectorEnv returns copies); a column of zeros is a copy of one
         rewards = self._zeros.copy() if rewards is None else np.array(rewards, dtype=np.float64)
-        terms = self._false.copy() if terms is None else np.array(terms, dtype=np.bool_)
-        truncs = self._false.copy() if truncs is None else np.array(truncs, dtype=np.bool_)
+        terms, truncs = self._bools(terms), self._bools(truncs)
         self._env_obs, self._rewards, self._terminations, self._truncations = obs, rewards, terms, truncs
         columns = (infos, finals)
         info = LazyInfo(self._stack_step, columns) if self.lazy_info else self._stack_step(columns)
         return self._batch(), rewards, terms, truncs, info
+
+    def _bools(self, column) -> np.ndarray:
+        """A fresh bool array of `column` (None: all False): a copy of the array made the first time
+        the same values came (a copy costs less than a conversion; ends repeat from step to step)."""
+        if column is None:
+            return self._false.copy()
+        key = tuple(column)
+        try:
+            made = self._made.get(key)
+        except TypeError:  # an unhashable end flag (an env's own array): converted each time
+            return np.array(column, dtype=np.bool_)
+        if made is None:
+            if len(self._made) >= 256:
+                self._made.clear()
+            made = self._made[key] = np.array(column, dtype=np.bool_)
+        return made.copy()
 
     def _join(self, answers: list[tuple]) -> tuple:
         """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,
@@ -630,7 +646,7 @@ class BatchedVectorEnv(VectorEnv):
         return out
 
     def _batch(self):
-        if self._text_obs and set(map(type, self._env_obs)) == _STR:
+        if self._text_obs and _STR.issuperset(map(type, self._env_obs)):
             # what concatenate() gives for Text (a tuple), and a deep copy of a tuple of str is itself
             self._observations = tuple(self._env_obs)
             return self._observations

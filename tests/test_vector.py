@@ -540,14 +540,14 @@ gym.register("clbench_test/BreaksOnReset-v0", entry_point=_BreaksOnReset, disabl
 
 @pytest.mark.parametrize("index", [0, 2, 3])
 @pytest.mark.parametrize("env_id", ["clbench_test/Faulty-v0", "clbench_test/BreaksOnReset-v0"], ids=["step", "reset"])
-def test_error_in_the_mapped_pass_names_its_sub_env(env_id, index):
-    """Every sub-env steps in one mapped pass (and, SAME_STEP, when every one ended, resets in
-    another): an exception in either still names the sub-env that raised it."""
+def test_error_in_the_fast_path_names_its_sub_env(env_id, index):
+    """Once the wrappers' checks are done every sub-env steps (and, SAME_STEP, resets) in one loop over
+    bound methods: an exception in a step or a reset there still names the sub-env that raised it."""
     vec = BatchedVectorEnv(env_id, 4, workers=1, autoreset_mode=AutoresetMode.SAME_STEP)
     vec.reset(seed=0)
     for _ in range(3):
         vec.step(("x",) * 4)
-    assert vec._local._ready  # the wrappers' checks are done: the mapped fast path
+    assert vec._local._ready  # the wrappers' checks are done: the fast path
     actions = ["x"] * 4
     actions[index] = "boom"
     with pytest.raises(ValueError, match=rf"sub-env {index}: ValueError: the sub-env broke") as err:
