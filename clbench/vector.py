@@ -106,31 +106,33 @@ class _Shard:
         transposing results afterwards (zip(*...)) costs more than storing them in place."""
         if self.autoreset is not None:
             return self._restart(actions)
-        n, resets, same = self.count, self._resets, self.mode is AutoresetMode.SAME_STEP
+        n, resets = self.count, self._resets
         obs, rewards, terms, truncs, infos = [None] * n, [None] * n, [None] * n, [None] * n, [None] * n
         finals = ends = None
         i = 0
         try:
-            for step in self._steps:
-                o, r, te, tr, inf = step(actions[i])
-                if te or tr:
-                    if ends is None:
-                        ends = [False] * n
-                    ends[i] = True
-                    if same:
+            if self.mode is AutoresetMode.SAME_STEP:
+                for step in self._steps:
+                    obs[i], rewards[i], terms[i], truncs[i], infos[i] = step(actions[i])
+                    if terms[i] or truncs[i]:
                         if finals is None:
                             finals = [None] * n
-                        finals[i] = (o, inf)
-                        o, inf = resets[i]()
-                obs[i] = o
-                rewards[i] = r
-                terms[i] = te
-                truncs[i] = tr
-                infos[i] = inf
-                i += 1
+                        finals[i] = (obs[i], infos[i])
+                        obs[i], infos[i] = resets[i]()
+                    i += 1
+                ended = finals is not None
+            else:
+                for step in self._steps:
+                    obs[i], rewards[i], terms[i], truncs[i], infos[i] = step(actions[i])
+                    if terms[i] or truncs[i]:
+                        if ends is None:
+                            ends = [False] * n
+                        ends[i] = True
+                    i += 1
+                ended = ends is not None
         except Exception as exc:
             raise _SubEnvError(self.first + i, exc) from exc
-        if ends is None:
+        if not ended:
             terms = truncs = None
         elif self.mode is AutoresetMode.NEXT_STEP:
             self.autoreset = ends
