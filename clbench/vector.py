@@ -11,7 +11,7 @@ num_envs / workers sub-envs, and exchanges one message per worker per step. The 
 (`default_workers`) follows the env's declared cost per step (`STEP_SECONDS`, or the env class's
 `vector_step_seconds`): cheap steps keep every sub-env in the parent, where a second process would
 cost a wake-up and a round trip per step, more than it gains; expensive steps (MemoryProbe, ~0.35 ms)
-get as many processes as there are CPUs while each still has about 1 ms of work per vector step.
+get as many processes as there are free CPUs while each still has about 1 ms of work per vector step.
 
 Per step it does little more than the sub-envs' own work: the sub-envs are called directly once
 gym.make's wrappers only forward (OrderEnforcing after a reset, PassiveEnvChecker after its
@@ -33,6 +33,7 @@ pipe ends them) and ignore SIGINT, so Ctrl-C is the parent's to handle.
 """
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -298,17 +299,17 @@ class LazyInfo(dict):
     then goes through `items()` and gets the stacked infos, and code that reads the storage alone
     fails loudly on the key instead of seeing an empty info."""
 
-    __slots__ = ("_build", "_arg")
+    __slots__ = ()
 
-    def __init__(self, build=None, arg=None):  # noqa: D107 - dict.__new__ made it empty
-        self._build, self._arg = build, arg
-        if build is not None:
-            dict.__setitem__(self, _PENDING, None)
+    @classmethod
+    def deferred(cls, build, arg) -> "LazyInfo":
+        """The info `build(arg)` gives, built on first use."""
+        return cls({_PENDING: (build, arg)})
 
     def _ready(self) -> "LazyInfo":
-        if self._build is not None:
-            stacked = self._build(self._arg)
-            self._build = self._arg = None
+        pending = dict.get(self, _PENDING)
+        if pending is not None:
+            stacked = pending[0](pending[1])  # an error leaves the placeholder: the next use raises it again
             dict.clear(self)
             dict.update(self, stacked)
         return self
@@ -386,17 +387,24 @@ def step_seconds(env_id: str) -> float | None:
 
 
 def available_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """CPUs this process may run on, less those the other processes keep busy (the 1-minute load
+    average, this process included), at least 1: a worker process only gains when a CPU is free."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform: count every CPU
+        busy = 0.0
+    return max(1, min(cpus, cpus + 1 - math.ceil(busy)))
 
 
 def default_workers(num_envs: int, step_seconds: float | None = None, cpus: int | None = None) -> int:
     """Processes for `num_envs` sub-envs whose step costs `step_seconds` of CPU, when `workers` is not
-    given: as many as there are CPUs (and sub-envs) while each process still has at least
-    WORKER_MIN_SECONDS of sub-env work per vector step, else one (the parent). Cheap steps (DBExplore
-    warm ~30 us, SpectrumMonitor ~0.1 ms) stay in the parent, where a vector of 8 does one env's work
-    per instance; expensive ones (MemoryProbe ~0.35 ms: 8 x 0.35 = 2.8 ms a vector step) get worker
-    processes when there are CPUs for them. An undeclared cost counts as cheap. The choice counts
-    CPUs, not their load: on a busy machine pass `workers=1` (benchmarks/bench_vector.py measures both)."""
+    given: as many as there are free CPUs (`available_cpus`) and sub-envs while each process still has
+    at least WORKER_MIN_SECONDS of sub-env work per vector step, else one (the parent). Cheap steps
+    (DBExplore warm ~30 us, SpectrumMonitor ~0.1 ms) stay in the parent, where a vector of 8 does one
+    env's work per instance; expensive ones (MemoryProbe ~0.35 ms: 8 x 0.35 = 2.8 ms a vector step)
+    get worker processes when CPUs are free for them. An undeclared cost counts as cheap. The choice
+    changes speed only, never results (benchmarks/bench_vector.py measures both)."""
     cpus = available_cpus() if cpus is None else cpus
     if not step_seconds or cpus < 2:
         return 1
@@ -551,7 +559,7 @@ class BatchedVectorEnv(VectorEnv):
         terms, truncs = self._bools(terms), self._bools(truncs)
         self._env_obs, self._rewards, self._terminations, self._truncations = obs, rewards, terms, truncs
         columns = (infos, finals)
-        info = LazyInfo(self._stack_step, columns) if self.lazy_info else self._stack_step(columns)
+        info = LazyInfo({_PENDING: (self._stack_step, columns)}) if self.lazy_info else self._stack_step(columns)
         return self._batch(), rewards, terms, truncs, info
 
     def _bools(self, column) -> np.ndarray:

@@ -337,15 +337,15 @@ def test_lazy_info_behaves_as_the_dict_it_stands_for():
             lambda d: d != plain, lambda d: d | {"b": 2}, lambda d: {"b": 2} | d, lambda d: json.dumps(dict(d)),
             json.dumps, lambda d: json.dumps({"info": d}, sort_keys=True),
             lambda d: pickle.loads(pickle.dumps(d)), copy.copy, copy.deepcopy, lambda d: d.copy(),
-            lambda d: list(reversed(d)), lambda d: (lambda **kw: kw)(**d), lambda d: d == LazyInfo(build, "other")]
+            lambda d: list(reversed(d)), lambda d: (lambda **kw: kw)(**d), lambda d: d == LazyInfo.deferred(build, "other")]
     for use in uses:
-        lazy = LazyInfo(build, "arg")
+        lazy = LazyInfo.deferred(build, "arg")
         want = use(dict(plain))
         got = use(lazy)
         assert got == want or (use is uses[-1] and got is True), use
         assert "arg" in built and len(dict.keys(lazy)) == 3  # built on first use, then a plain dict inside
         built.clear()
-    lazy = LazyInfo(build, "arg")
+    lazy = LazyInfo.deferred(build, "arg")
     assert type(pickle.loads(pickle.dumps(lazy))) is dict and type(copy.deepcopy(lazy)) is dict
     lazy["b"] = 2
     assert lazy.pop("a") == 1 and dict(lazy) == {"_a": True, "n": {"x": "y"}, "b": 2} and len(built) == 1
@@ -463,6 +463,23 @@ def test_default_workers_follow_the_declared_step_cost(monkeypatch):
         assert vec.workers == 1 and vec.worker_pids == []
     finally:
         vec.close()
+
+
+def test_free_cpus_count_the_load(monkeypatch):
+    """A worker process gains only on a free CPU: the CPUs allowed, less the busy ones (load average)."""
+    from clbench import vector
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    for load, free in ((0.0, 2), (1.0, 2), (1.2, 1), (9.5, 1)):
+        monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+        assert vector.available_cpus() == free, load
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.4, 0.0, 0.0))
+    assert vector.available_cpus() == 13
+    assert default_workers(8, vector.STEP_SECONDS["memoryprobe"]) == 2
+    assert default_workers(8, vector.STEP_SECONDS["cohortstudies"]) == 8
+    monkeypatch.setattr(os, "getloadavg", lambda: (15.2, 0.0, 0.0))
+    assert default_workers(8, vector.STEP_SECONDS["cohortstudies"]) == 1
 
 
 class _Declared(_Faulty):
