@@ -1,6 +1,7 @@
 """Vector envs: instances per second of a vector of 8 sub-envs against one env.
 
     python benchmarks/bench_vector.py [--quick]
+    python benchmarks/bench_vector.py --instructions   # valgrind: instructions per instance, load-independent
 
 What is judged: clbench's own vector (`gym.make_vec(id, 8, vectorization_mode="vector_entry_point")`,
 clbench/vector.py, "batched" below) must not be slower than one env: target >= 1.0 in both autoreset
@@ -224,5 +225,77 @@ def main(quick: bool = False) -> list[Ratio]:
     return found
 
 
+def turnover(eid: str, side: str, instances: int) -> None:
+    """Play `instances` instances on one env ("single") or a parent-only vector of N ("SAME_STEP",
+    "NEXT_STEP"), after a warm-up in which every question's answer gets cached (`--instructions`)."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    import clbench  # noqa: F401
+
+    reply = _reply(eid)
+    if side == "single":
+        env = gym.make(eid, cycle=True)
+        env.reset(seed=0)
+
+        def run(n):
+            for _ in range(n):
+                env.step(reply)
+                env.reset()
+    else:
+        vec = gym.make_vec(eid, N, vectorization_mode="vector_entry_point", cycle=True, workers=1,
+                           autoreset_mode=AutoresetMode[side])
+        vec.reset(seed=0)
+        replies, steps = (reply,) * N, 1 if side == "SAME_STEP" else 2
+
+        def run(n):
+            for _ in range(steps * n // N):
+                vec.step(replies)
+    run(400)
+    run(instances)
+
+
+def instructions(names=("DBExplore", "SpectrumMonitor"), instances: int = 4000) -> str:
+    """Instructions executed per instance (valgrind's cachegrind, PYTHONHASHSEED=0: the same count on a
+    busy machine as on a quiet one) by one env and by a parent-only vector of N in both autoreset
+    modes: the difference of a run of `instances` instances and a run of none, each side in its own
+    process. It measures the bookkeeping, not the cache traffic of eight envs' objects."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    valgrind = shutil.which("valgrind")
+    if not valgrind:
+        return "valgrind is not installed: no instruction counts"
+
+    def count(eid: str, side: str, k: int) -> int:
+        out = subprocess.run([valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                              sys.executable, __file__, "--turnover", eid, side, str(k)], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONHASHSEED": "0"}, check=True).stderr
+        return int(re.search(r"I\s+refs:\s+([\d,]+)", out).group(1).replace(",", ""))
+
+    jobs = [(env_id(name), side, k) for name in names for side in ("single", "SAME_STEP", "NEXT_STEP")
+            for k in (0, instances)]
+    with ThreadPoolExecutor(2) as pool:
+        counts = dict(zip(jobs, pool.map(lambda job: count(*job), jobs)))
+    rows = ["| env | side | instructions per instance | / one env's (<= 1: no more work than one env) |",
+            "|---|---|---|---|"]
+    for name in names:
+        eid = env_id(name)
+        per = {side: (counts[(eid, side, instances)] - counts[(eid, side, 0)]) / instances
+               for side in ("single", "SAME_STEP", "NEXT_STEP")}
+        for side, label in (("single", "one env"), ("SAME_STEP", f"clbench batched({N}) SAME_STEP, parent only"),
+                            ("NEXT_STEP", f"clbench batched({N}) NEXT_STEP, parent only")):
+            rows.append(f"| {name} | {label} | {per[side]:.0f} | {per[side] / per['single']:.3f} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
-    run_script(main, __doc__)
+    if sys.argv[1:2] == ["--turnover"]:
+        turnover(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1:2] == ["--instructions"]:
+        print(instructions())
+    else:
+        run_script(main, __doc__)
