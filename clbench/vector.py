@@ -556,17 +556,18 @@ class BatchedVectorEnv(VectorEnv):
                 self._gather([("error", (err.index, _portable(err.exc)))])
         # fresh arrays every step (SyncVectorEnv returns copies); a column of zeros is a copy of one
         rewards = self._zeros.copy() if rewards is None else np.array(rewards, dtype=np.float64)
-        terms, truncs = self._bools(terms), self._bools(truncs)
+        if terms is None:  # no instance ended (then neither column is given)
+            terms, truncs = self._false.copy(), self._false.copy()
+        else:
+            terms, truncs = self._bools(terms), self._bools(truncs)
         self._env_obs, self._rewards, self._terminations, self._truncations = obs, rewards, terms, truncs
         columns = (infos, finals)
         info = LazyInfo({_PENDING: (self._stack_step, columns)}) if self.lazy_info else self._stack_step(columns)
         return self._batch(), rewards, terms, truncs, info
 
     def _bools(self, column) -> np.ndarray:
-        """A fresh bool array of `column` (None: all False): a copy of the array made the first time
-        the same values came (a copy costs less than a conversion; ends repeat from step to step)."""
-        if column is None:
-            return self._false.copy()
+        """A fresh bool array of `column`: a copy of the array made the first time the same values
+        came (a copy costs less than a conversion; ends repeat from step to step)."""
         key = tuple(column)
         try:
             made = self._made.get(key)
