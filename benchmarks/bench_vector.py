@@ -36,6 +36,11 @@ preallocated columns, and makes three small numpy arrays per vector step (zeros 
 converted).
 Above that needs a free CPU for a second process: worth it when a step is expensive (MemoryProbe
 ~0.35 ms), a loss when it is cheap (a warm DBExplore instance is ~30 us, less than a pipe round trip).
+Eight envs' objects and results take more cache than one env's, so on a machine whose other
+processes share the caches the in-process CPU-time ratios drop as the load rises (on 2 CPUs at load
+averages of 10-14 they measured 0.6-0.9 for envs whose instruction counts are at parity);
+`--instructions` counts the work itself, which no load changes: that is where the vector's
+bookkeeping shows.
 
 Why gymnasium's vectors stay below 1 (sync) and far below (async) on clbench envs: SyncVectorEnv
 does the same env work in one process plus, per sub-env per step, `_add_info` (a fresh array and
