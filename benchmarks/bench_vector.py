@@ -264,7 +264,9 @@ def instructions(names=("DBExplore", "SpectrumMonitor"), instances: int = 4000) 
     """Instructions executed per instance (valgrind's cachegrind, PYTHONHASHSEED=0: the same count on a
     busy machine as on a quiet one) by one env and by a parent-only vector of N in both autoreset
     modes: the difference of a run of `instances` instances and a run of none, each side in its own
-    process. It measures the bookkeeping, not the cache traffic of eight envs' objects."""
+    process. It measures the bookkeeping, not the cache traffic of eight envs' objects. The two runs'
+    setups differ by a few million instructions (DuckDB's threads, the collector), about 1-2% of the
+    per-instance count at 4000 instances: compare sides within that."""
     import os
     import re
     import shutil
