@@ -279,8 +279,8 @@ def instructions(names=("DBExplore", "SpectrumMonitor"), instances: int = 4000) 
 
     def count(eid: str, side: str, k: int) -> int:
         out = subprocess.run([valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-                              sys.executable, __file__, "--turnover", eid, side, str(k)], capture_output=True, text=True,
-                             env={**os.environ, "PYTHONHASHSEED": "0"}, check=True).stderr
+                              sys.executable, __file__, "--turnover", eid, side, str(k)], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONHASHSEED": "0"}, check=True).stderr
         return int(re.search(r"I\s+refs:\s+([\d,]+)", out).group(1).replace(",", ""))
 
     jobs = [(env_id(name), side, k) for name in names for side in ("single", "SAME_STEP", "NEXT_STEP")

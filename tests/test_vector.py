@@ -337,7 +337,8 @@ def test_lazy_info_behaves_as_the_dict_it_stands_for():
             lambda d: d != plain, lambda d: d | {"b": 2}, lambda d: {"b": 2} | d, lambda d: json.dumps(dict(d)),
             json.dumps, lambda d: json.dumps({"info": d}, sort_keys=True),
             lambda d: pickle.loads(pickle.dumps(d)), copy.copy, copy.deepcopy, lambda d: d.copy(),
-            lambda d: list(reversed(d)), lambda d: (lambda **kw: kw)(**d), lambda d: d == LazyInfo.deferred(build, "other")]
+            lambda d: list(reversed(d)), lambda d: (lambda **kw: kw)(**d),
+            lambda d: d == LazyInfo.deferred(build, "other")]
     for use in uses:
         lazy = LazyInfo.deferred(build, "arg")
         want = use(dict(plain))
