@@ -8,13 +8,17 @@ sub-env per step, spends more time in IPC and process switching than in the envs
 SyncVectorEnv's per-step stacking of infos costs more than a cheap instance. `BatchedVectorEnv`
 steps its sub-envs in `workers` processes (the parent is one of them), each holding about
 num_envs / workers sub-envs, and exchanges one message per worker per step. The default
-(`default_workers`) is the parent alone on a machine with at most 2 CPUs: there a second process
-costs a wake-up and a round trip per step, more than it gains whenever the other CPU is busy.
+(`default_workers`) follows the env's declared cost per step (`STEP_SECONDS`, or the env class's
+`vector_step_seconds`): cheap steps keep every sub-env in the parent, where a second process would
+cost a wake-up and a round trip per step, more than it gains; expensive steps (MemoryProbe, ~0.35 ms)
+get as many processes as there are free CPUs while each still has about 1 ms of work per vector step.
 
-Per step it does no more than the sub-envs' own work: the sub-envs are called directly once
+Per step it does little more than the sub-envs' own work: the sub-envs are called directly once
 gym.make's wrappers only forward (OrderEnforcing after a reset, PassiveEnvChecker after its
-one-time checks), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks
-them in step()).
+one-time checks), in one plain loop over their bound methods into preallocated columns (a step in
+which no instance ends, or one of resets only, gives its all-zero columns as copies of ready
+arrays), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks them in
+step()).
 
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
 modes NEXT_STEP (default), SAME_STEP and DISABLED, infos stacked as `_add_info` stacks them, `reset(seed=,
@@ -29,6 +33,7 @@ pipe ends them) and ignore SIGINT, so Ctrl-C is the parent's to handle.
 """
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -60,7 +65,7 @@ def _watch_parent(parent: int) -> None:
 
 
 class _SubEnvError(Exception):
-    def __init__(self, index: int, exc: BaseException):
+    def __init__(self, index: int | None, exc: BaseException):
         super().__init__(index, exc)
         self.index, self.exc = index, exc
 
@@ -73,12 +78,15 @@ class _Shard:
         from clbench.registry import register_all
 
         register_all()
-        self.first, self.mode, self.envs = first, mode, []
-        self.autoreset = [False] * count
+        self.first, self.mode, self.envs, self.count = first, mode, [], count
+        self.autoreset: list | None = None  # NEXT_STEP: per sub-env, whether it resets in the next step
         for _ in range(count):
             self.envs.append(self._run(len(self.envs), gym.make, env_id, **env_kwargs))
         self.calls = list(self.envs)  # what step() calls: each env, or the env inside its forwarding wrappers
         self._direct = [False] * count
+        self._ready = False  # every sub-env called directly
+        self._steps = [env.step for env in self.calls]  # bound methods, looked up once
+        self._resets = [env.reset for env in self.calls]
 
     def _run(self, index: int, fn, *args, **kwargs):
         try:
@@ -91,34 +99,79 @@ class _Shard:
         return env.observation_space, env.action_space, dict(env.metadata), env.render_mode
 
     def step(self, actions):
-        """Columns (observations, rewards, terminations, truncations, infos, finals) of these sub-envs,
-        a final being (final_obs, final_info) of an instance that ended in a SAME_STEP step, else None."""
-        mode, autoreset, calls = self.mode, self.autoreset, self.calls
-        next_step, same_step = mode is AutoresetMode.NEXT_STEP, mode is AutoresetMode.SAME_STEP
-        n = len(calls)
-        obs_, rewards, terms, truncs, infos, finals = [None] * n, [0.0] * n, [False] * n, [False] * n, [None] * n, \
-            [None] * n
+        """Columns (observations, rewards, terminations, truncations, infos, finals) of these sub-envs;
+        None stands for a column of zeros (rewards), of False (ends, when no instance ended) or of None
+        (finals). finals[i] is (final_obs, final_info) of an instance that ended in a SAME_STEP step.
+        One plain loop over the sub-envs' bound methods into preallocated columns: in CPython 3.11+ a
+        Python-to-Python call from the loop costs less than one from map() or a comprehension, and
+        transposing results afterwards (zip(*...)) costs more than storing them in place."""
+        if self.autoreset is not None:
+            return self._restart(actions)
+        n, resets = self.count, self._resets
+        obs, rewards, terms, truncs, infos = [None] * n, [None] * n, [None] * n, [None] * n, [None] * n
+        finals = ends = None
         i = 0
         try:
-            for i, action in enumerate(actions):
-                env = calls[i]
-                if next_step and autoreset[i]:
-                    obs_[i], infos[i] = env.reset()
-                    autoreset[i] = False
-                    continue
-                obs, reward, term, trunc, info = env.step(action)
-                if term or trunc:
-                    autoreset[i] = True
-                    if same_step:
-                        finals[i] = (obs, info)
-                        obs, info = env.reset()
-                    terms[i], truncs[i] = bool(term), bool(trunc)
-                obs_[i], rewards[i], infos[i] = obs, float(reward), info
+            if self.mode is AutoresetMode.SAME_STEP:
+                for step in self._steps:
+                    obs[i], rewards[i], terms[i], truncs[i], infos[i] = step(actions[i])
+                    if terms[i] or truncs[i]:
+                        if finals is None:
+                            finals = [None] * n
+                        finals[i] = (obs[i], infos[i])
+                        obs[i], infos[i] = resets[i]()
+                    i += 1
+                ended = finals is not None
+            else:
+                for step in self._steps:
+                    obs[i], rewards[i], terms[i], truncs[i], infos[i] = step(actions[i])
+                    if terms[i] or truncs[i]:
+                        if ends is None:
+                            ends = [False] * n
+                        ends[i] = True
+                    i += 1
+                ended = ends is not None
         except Exception as exc:
             raise _SubEnvError(self.first + i, exc) from exc
-        if not all(self._direct):
+        if not ended:
+            terms = truncs = None
+        elif self.mode is AutoresetMode.NEXT_STEP:
+            self.autoreset = ends
+        if not self._ready:
             self._settle()
-        return obs_, rewards, terms, truncs, infos, finals
+        return obs, rewards, terms, truncs, infos, finals
+
+    def _restart(self, actions):
+        """NEXT_STEP after some instances ended: those sub-envs reset (reward 0, not ended), the
+        others step, as SyncVectorEnv does them; when all ended, resets only."""
+        autoreset, self.autoreset = self.autoreset, None
+        n, resets = self.count, self._resets
+        obs, infos = [None] * n, [None] * n
+        i = 0
+        if False not in autoreset:
+            try:
+                for reset in resets:
+                    obs[i], infos[i] = reset()
+                    i += 1
+            except Exception as exc:
+                raise _SubEnvError(self.first + i, exc) from exc
+            return obs, None, None, None, infos, None
+        rewards, terms, truncs, ends = [0.0] * n, [False] * n, [False] * n, [False] * n
+        try:
+            for step in self._steps:
+                if autoreset[i]:
+                    obs[i], infos[i] = resets[i]()
+                else:
+                    obs[i], rewards[i], te, tr, infos[i] = step(actions[i])
+                    terms[i], truncs[i], ends[i] = te, tr, bool(te or tr)
+                i += 1
+        except Exception as exc:
+            raise _SubEnvError(self.first + i, exc) from exc
+        if True in ends:
+            self.autoreset = ends
+        if not self._ready:
+            self._settle()
+        return obs, rewards, terms, truncs, infos, None
 
     def _settle(self) -> None:
         """Call an env directly once every wrapper around it only forwards: gym.make's OrderEnforcing
@@ -137,12 +190,18 @@ class _Shard:
                 layer = layer.env
             if forwarding:
                 self.calls[i], self._direct[i] = layer, True
+        self._ready = all(self._direct)
+        self._steps = [env.step for env in self.calls]
+        self._resets = [env.reset for env in self.calls]
 
     def reset(self, seeds, options, mask):
         out = []
+        if self.autoreset is not None:  # a reset sub-env does not reset again in the next step
+            self.autoreset = [pending and not (mask is None or mask[i]) for i, pending in enumerate(self.autoreset)]
+            if True not in self.autoreset:
+                self.autoreset = None
         for i, env in enumerate(self.envs):
             if mask is None or mask[i]:
-                self.autoreset[i] = False
                 out.append(self._run(i, env.reset, seed=seeds[i], options=deepcopy(options)))
             else:
                 out.append(None)
@@ -240,17 +299,17 @@ class LazyInfo(dict):
     then goes through `items()` and gets the stacked infos, and code that reads the storage alone
     fails loudly on the key instead of seeing an empty info."""
 
-    __slots__ = ("_build", "_arg")
+    __slots__ = ()
 
-    def __init__(self, build=None, arg=None):  # noqa: D107 - dict.__new__ made it empty
-        self._build, self._arg = build, arg
-        if build is not None:
-            dict.__setitem__(self, _PENDING, None)
+    @classmethod
+    def deferred(cls, build, arg) -> "LazyInfo":
+        """The info `build(arg)` gives, built on first use."""
+        return cls({_PENDING: (build, arg)})
 
     def _ready(self) -> "LazyInfo":
-        if self._build is not None:
-            stacked = self._build(self._arg)
-            self._build = self._arg = None
+        pending = dict.get(self, _PENDING)
+        if pending is not None:
+            stacked = pending[0](pending[1])  # an error leaves the placeholder: the next use raises it again
             dict.clear(self)
             dict.update(self, stacked)
         return self
@@ -290,14 +349,66 @@ for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__repr__", 
     setattr(LazyInfo, _name, _built_first(_name))
 
 
-def default_workers(num_envs: int) -> int:
-    """Processes for `num_envs` sub-envs when `workers` is not given: one (the parent) on a machine
-    with at most 2 CPUs, else one per CPU. Each vector step costs every worker a pipe round trip and
-    a wake-up; on 2 shared CPUs that exceeds what a second process gains whenever the other CPU is
-    busy, and cheap steps (a warm DBExplore instance, ~30 us) lose to it even when it is idle
-    (benchmarks/bench_vector.py measures both)."""
+#: typical CPU seconds of one sub-env step (its share of instance resets included) with the benchmark's
+#: fixed replies, warm, by task (benchmarks/bench_vector.py; DBExplore's first answer to each question in
+#: a process runs its SQL, ~2 ms, later ones are cached). An env class may declare its own as
+#: `vector_step_seconds`, which wins. Only the order of magnitude matters (`default_workers`).
+STEP_SECONDS = {
+    "dbexplore": 30e-6,
+    "poker": 80e-6,
+    "spectrummonitor": 120e-6,
+    "salesforecast": 350e-6,
+    "memoryprobe": 350e-6,
+    "cohortstudies": 3e-3,
+    "coderepair": 50e-3,  # a sandboxed command
+}
+#: CPU seconds of sub-env work per vector step that make one worker process pay: each worker costs
+#: every vector step a pipe round trip, pickling and a wake-up (~0.1-0.25 ms on a shared machine),
+#: so a process is added only for about four times that much work
+WORKER_MIN_SECONDS = 1e-3
+
+
+def step_seconds(env_id: str) -> float | None:
+    """The declared cost of one step of `env_id` (`vector_step_seconds` of its class, else
+    STEP_SECONDS by task); None when nothing is declared."""
+    try:
+        spec = gym.spec(env_id)
+        cls = spec.entry_point
+        if isinstance(cls, str):
+            from clbench.agent import load_object
+
+            cls = load_object(cls)
+    except Exception:  # noqa: BLE001 - an id or entry point that cannot be resolved: nothing declared
+        return None
+    declared = getattr(cls, "vector_step_seconds", None)
+    if declared is None:
+        declared = STEP_SECONDS.get(getattr(cls, "task", None))
+    return None if declared is None else float(declared)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on, less those the other processes keep busy (the 1-minute load
+    average, this process included), at least 1: a worker process only gains when a CPU is free."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 1 if cpus <= 2 else min(num_envs, cpus)
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform: count every CPU
+        busy = 0.0
+    return max(1, min(cpus, cpus + 1 - math.ceil(busy)))
+
+
+def default_workers(num_envs: int, step_seconds: float | None = None, cpus: int | None = None) -> int:
+    """Processes for `num_envs` sub-envs whose step costs `step_seconds` of CPU, when `workers` is not
+    given: as many as there are free CPUs (`available_cpus`) and sub-envs while each process still has
+    at least WORKER_MIN_SECONDS of sub-env work per vector step, else one (the parent). Cheap steps
+    (DBExplore warm ~30 us, SpectrumMonitor ~0.1 ms) stay in the parent, where a vector of 8 does one
+    env's work per instance; expensive ones (MemoryProbe ~0.35 ms: 8 x 0.35 = 2.8 ms a vector step)
+    get worker processes when CPUs are free for them. An undeclared cost counts as cheap. The choice
+    changes speed only, never results (benchmarks/bench_vector.py measures both)."""
+    cpus = available_cpus() if cpus is None else cpus
+    if not step_seconds or cpus < 2:
+        return 1
+    return max(1, min(cpus, num_envs, int(num_envs * step_seconds / WORKER_MIN_SECONDS)))
 
 
 class BatchedVectorEnv(VectorEnv):
@@ -314,7 +425,8 @@ class BatchedVectorEnv(VectorEnv):
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.env_id, self.num_envs, self.copy, self.lazy_info = env_id, num_envs, copy, lazy_info
         self.autoreset_mode = AutoresetMode(autoreset_mode)
-        self.workers = max(1, min(num_envs, workers or default_workers(num_envs)))
+        self.step_seconds = step_seconds(env_id)
+        self.workers = max(1, min(num_envs, workers or default_workers(num_envs, self.step_seconds)))
         counts = [num_envs // self.workers + (w < num_envs % self.workers) for w in range(self.workers)]
         self._slices = [slice(sum(counts[:w]), sum(counts[:w + 1])) for w in range(self.workers)]
         self._closed, self._procs, self._pipes, self._local = False, [], [], None
@@ -350,6 +462,8 @@ class BatchedVectorEnv(VectorEnv):
         self._rewards = np.zeros((num_envs,), dtype=np.float64)
         self._terminations = np.zeros((num_envs,), dtype=np.bool_)
         self._truncations = np.zeros((num_envs,), dtype=np.bool_)
+        self._zeros, self._false = self._rewards.copy(), self._truncations.copy()  # copied for steps that only reset
+        self._made: dict[tuple, np.ndarray] = {}  # bool arrays by their values (`_bools`)
         # spaces whose batches gymnasium keeps as plain tuples (Text and its subclasses): concatenate()
         # gives tuple(items) and iterate() gives iter(actions), which step() then does without them
         self._text_obs = concatenate.dispatch(type(obs_space)) is concatenate.dispatch(gym.spaces.Text)
@@ -411,12 +525,14 @@ class BatchedVectorEnv(VectorEnv):
                 raise TypeError(f"`options['reset_mask']` must be a numpy bool array of shape ({self.num_envs},)")
             if not mask.any():
                 raise ValueError("`options['reset_mask']` must contain at least one True value")
+            # fresh arrays: the last step's, which the caller may hold, stay as they were returned
+            self._terminations, self._truncations = self._terminations.copy(), self._truncations.copy()
             self._terminations[mask] = self._truncations[mask] = False
         else:
-            self._terminations[:] = self._truncations[:] = False
+            self._terminations, self._truncations = self._false.copy(), self._false.copy()
         masks = self._split(list(mask)) if mask is not None else [None] * self.workers
         answers = self._send("reset", [(s, options, m) for s, m in zip(self._split(seed), masks)])
-        pairs = []
+        pairs, self._env_obs = [], list(self._env_obs)  # a step leaves a tuple
         for i, res in enumerate(r for answer in answers for r in answer):
             if res is not None:
                 self._env_obs[i], info = res
@@ -425,33 +541,62 @@ class BatchedVectorEnv(VectorEnv):
 
     def step(self, actions):
         if self._text_actions and isinstance(actions, (tuple, list)):
-            actions = list(actions)  # what iterate() gives for a Tuple of such spaces
+            pass  # what iterate() gives for a Tuple of such spaces: its items
         else:
             actions = list(iterate(self.action_space, actions))
+        if len(actions) != self.num_envs:
+            raise ValueError(f"{self.env_id}: {len(actions)} actions for {self.num_envs} sub-envs")
         if self._pipes or self._closed:
-            answers = self._send("step", [(a,) for a in self._split(actions)])
+            obs, rewards, terms, truncs, infos, finals = self._join(
+                self._send("step", [(a,) for a in self._split(actions)]))
         else:  # every sub-env in the parent: no messages to send or gather
-            answers = [self._local.handle("step", (actions,))]
-            if answers[0][0] == "error":
-                answers = self._gather(answers)
-            answers = [answers[0][1]]
-        if len(answers) == 1:
-            obs, rewards, terms, truncs, infos, finals = answers[0]
+            try:
+                obs, rewards, terms, truncs, infos, finals = self._local.step(actions)
+            except _SubEnvError as err:
+                self._gather([("error", (err.index, _portable(err.exc)))])
+        # fresh arrays every step (SyncVectorEnv returns copies); a column of zeros is a copy of one
+        rewards = self._zeros.copy() if rewards is None else np.array(rewards, dtype=np.float64)
+        if terms is None:  # no instance ended (then neither column is given)
+            terms, truncs = self._false.copy(), self._false.copy()
         else:
-            obs, rewards, terms, truncs, infos, finals = ([x for answer in answers for x in answer[k]]
-                                                          for k in range(6))
-        self._env_obs = obs
-        # fresh arrays every step (SyncVectorEnv returns copies), kept for reset(options={"reset_mask"})
-        self._rewards = rewards = np.array(rewards, dtype=np.float64)
-        self._terminations = terms = np.array(terms, dtype=np.bool_)
-        self._truncations = truncs = np.array(truncs, dtype=np.bool_)
+            terms, truncs = self._bools(terms), self._bools(truncs)
+        self._env_obs, self._rewards, self._terminations, self._truncations = obs, rewards, terms, truncs
         columns = (infos, finals)
-        info = LazyInfo(self._stack_step, columns) if self.lazy_info else self._stack_step(columns)
+        info = LazyInfo({_PENDING: (self._stack_step, columns)}) if self.lazy_info else self._stack_step(columns)
         return self._batch(), rewards, terms, truncs, info
+
+    def _bools(self, column) -> np.ndarray:
+        """A fresh bool array of `column`: a copy of the array made the first time the same values
+        came (a copy costs less than a conversion; ends repeat from step to step)."""
+        key = tuple(column)
+        try:
+            made = self._made.get(key)
+        except TypeError:  # an unhashable end flag (an env's own array): converted each time
+            return np.array(column, dtype=np.bool_)
+        if made is None:
+            if len(self._made) >= 256:
+                self._made.clear()
+            made = self._made[key] = np.array(column, dtype=np.bool_)
+        return made.copy()
+
+    def _join(self, answers: list[tuple]) -> tuple:
+        """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,
+        False or None, as `_Shard.step` gives it)."""
+        obs = [x for answer in answers for x in answer[0]]
+        infos = [x for answer in answers for x in answer[4]]
+        columns = []
+        for k, fill in ((1, 0.0), (2, False), (3, False), (5, None)):
+            if all(answer[k] is None for answer in answers):
+                columns.append(None)
+            else:
+                columns.append([x for sl, answer in zip(self._slices, answers)
+                                for x in (answer[k] if answer[k] is not None else (fill,) * (sl.stop - sl.start))])
+        rewards, terms, truncs, finals = columns
+        return obs, rewards, terms, truncs, infos, finals
 
     def _stack_step(self, columns) -> dict[str, Any]:
         infos, finals = columns
-        if finals.count(None) == len(finals):
+        if finals is None:
             return self._stack(list(enumerate(infos)))
         pairs = []  # SyncVectorEnv adds a sub-env's final_obs/final_info first, then its new info
         for i, (info, final) in enumerate(zip(infos, finals)):
@@ -512,7 +657,7 @@ class BatchedVectorEnv(VectorEnv):
         return out
 
     def _batch(self):
-        if self._text_obs and set(map(type, self._env_obs)) == _STR:
+        if self._text_obs and _STR.issuperset(map(type, self._env_obs)):
             # what concatenate() gives for Text (a tuple), and a deep copy of a tuple of str is itself
             self._observations = tuple(self._env_obs)
             return self._observations

@@ -337,15 +337,16 @@ def test_lazy_info_behaves_as_the_dict_it_stands_for():
             lambda d: d != plain, lambda d: d | {"b": 2}, lambda d: {"b": 2} | d, lambda d: json.dumps(dict(d)),
             json.dumps, lambda d: json.dumps({"info": d}, sort_keys=True),
             lambda d: pickle.loads(pickle.dumps(d)), copy.copy, copy.deepcopy, lambda d: d.copy(),
-            lambda d: list(reversed(d)), lambda d: (lambda **kw: kw)(**d), lambda d: d == LazyInfo(build, "other")]
+            lambda d: list(reversed(d)), lambda d: (lambda **kw: kw)(**d),
+            lambda d: d == LazyInfo.deferred(build, "other")]
     for use in uses:
-        lazy = LazyInfo(build, "arg")
+        lazy = LazyInfo.deferred(build, "arg")
         want = use(dict(plain))
         got = use(lazy)
         assert got == want or (use is uses[-1] and got is True), use
         assert "arg" in built and len(dict.keys(lazy)) == 3  # built on first use, then a plain dict inside
         built.clear()
-    lazy = LazyInfo(build, "arg")
+    lazy = LazyInfo.deferred(build, "arg")
     assert type(pickle.loads(pickle.dumps(lazy))) is dict and type(copy.deepcopy(lazy)) is dict
     lazy["b"] = 2
     assert lazy.pop("a") == 1 and dict(lazy) == {"_a": True, "n": {"x": "y"}, "b": 2} and len(built) == 1
@@ -433,13 +434,140 @@ def test_error_in_a_sub_env_of_a_parent_only_vector(index):
         vec.step(("x",) * 5)
 
 
-def test_default_workers_is_the_parent_alone_on_two_cpus(monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert default_workers(8) == 1
-    vec = BatchedVectorEnv("clbench/MemoryProbe-v2", 3)
+def test_default_workers_follow_the_declared_step_cost(monkeypatch):
+    """Cheap steps stay in the parent, expensive ones get worker processes when there are CPUs: the
+    choice follows the declared cost per step (not a timing), the CPU count and the vector's size."""
+    from clbench import vector
+
+    cheap, dear = vector.STEP_SECONDS["dbexplore"], vector.STEP_SECONDS["memoryprobe"]
+    assert default_workers(8, cheap, cpus=2) == default_workers(8, cheap, cpus=64) == 1
+    assert default_workers(8, None, cpus=64) == 1  # nothing declared: cheap
+    assert default_workers(8, dear, cpus=1) == 1 and default_workers(8, dear, cpus=2) == 2
+    assert default_workers(8, dear, cpus=64) == int(8 * dear / vector.WORKER_MIN_SECONDS) >= 2  # each >= 1 ms
+    assert default_workers(2, dear, cpus=64) == 1  # two sub-envs' steps do not pay for a process
+    assert default_workers(8, 1.0, cpus=4) == 4 and default_workers(3, 1.0, cpus=64) == 3
+    assert vector.step_seconds("clbench/DBExplore-v3") == cheap
+    assert vector.step_seconds("clbench/MemoryProbe-v2") == dear
+    assert vector.step_seconds("clbench_test/Faulty-v0") is None
+
+    monkeypatch.setattr(vector, "available_cpus", lambda: 2)
+    for env_id, workers in (("clbench/MemoryProbe-v2", 2), ("clbench/SpectrumMonitor-v4", 1)):
+        vec = gym.make_vec(env_id, 8)
+        try:
+            assert vec.unwrapped.workers == workers and len(vec.unwrapped.worker_pids) == workers - 1
+            assert vec.unwrapped.step_seconds == vector.step_seconds(env_id)
+        finally:
+            _close_within(vec)
+    monkeypatch.setattr(vector, "available_cpus", lambda: 1)
+    vec = BatchedVectorEnv("clbench/MemoryProbe-v2", 8)
     try:
         assert vec.workers == 1 and vec.worker_pids == []
     finally:
         vec.close()
+
+
+def test_free_cpus_count_the_load(monkeypatch):
+    """A worker process gains only on a free CPU: the CPUs allowed, less the busy ones (load average)."""
+    from clbench import vector
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    for load, free in ((0.0, 2), (1.0, 2), (1.2, 1), (9.5, 1)):
+        monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+        assert vector.available_cpus() == free, load
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert default_workers(8) == 8 and default_workers(40) == 16
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.4, 0.0, 0.0))
+    assert vector.available_cpus() == 13
+    assert default_workers(8, vector.STEP_SECONDS["memoryprobe"]) == 2
+    assert default_workers(8, vector.STEP_SECONDS["cohortstudies"]) == 8
+    monkeypatch.setattr(os, "getloadavg", lambda: (15.2, 0.0, 0.0))
+    assert default_workers(8, vector.STEP_SECONDS["cohortstudies"]) == 1
+
+
+class _Declared(_Faulty):
+    vector_step_seconds = 0.01
+
+
+gym.register("clbench_test/Declared-v0", entry_point=_Declared, disable_env_checker=True)
+
+
+def test_an_env_class_declares_its_own_step_cost(monkeypatch):
+    from clbench import vector
+
+    assert vector.step_seconds("clbench_test/Declared-v0") == 0.01
+    monkeypatch.setattr(vector, "available_cpus", lambda: 3)
+    vec = BatchedVectorEnv("clbench_test/Declared-v0", 4)
+    try:
+        assert vec.workers == 3 and len(vec.worker_pids) == 2
+    finally:
+        _close_within(vec)
+
+
+def test_every_env_declares_its_step_cost():
+    """An env without a declared cost would get the parent alone; every registered env says its own."""
+    from clbench import vector
+
+    missing = [eid for eid in clbench_env_ids() if vector.step_seconds(eid) is None]
+    assert not missing, f"declare these envs' step cost (vector_step_seconds or clbench.vector.STEP_SECONDS): {missing}"
+
+
+@pytest.mark.parametrize("workers", [WORKERS, 1], ids=["3-processes", "parent-only"])
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+def test_sub_envs_ending_at_different_steps_and_masked_resets_match_sync(mode, workers):
+    """Sub-envs whose instances end at different steps (an answer ends one at once, invalid replies
+    after three), so a step mixes steps and resets within a shard and across shards, and resets
+    with a mask in between: step by step what SyncVectorEnv gives."""
+    env_id = "clbench/MemoryProbe-v2"
+    vec = BatchedVectorEnv(env_id, BATCH_N, workers=workers, autoreset_mode=mode, cycle=True)
+    ref = gym.make_vec(env_id, BATCH_N, vectorization_mode="sync", cycle=True, vector_kwargs={"autoreset_mode": mode})
+    try:
+        assert _same(vec.reset(seed=4), ref.reset(seed=4))
+        ends, mixed = 0, 0
+        for t in range(30):
+            if t in (7, 18):
+                mask = np.array([(i + t) % 2 == 0 for i in range(BATCH_N)])
+                assert _same(vec.reset(seed=t, options={"reset_mask": mask}),
+                             ref.reset(seed=t, options={"reset_mask": mask})), t
+            action = tuple("ANSWER Q1: 0" if (i + t) % 3 == 0 else f"x{t}" for i in range(BATCH_N))
+            got, want = vec.step(action), ref.step(action)
+            for name, x, y in zip(("obs", "reward", "terminated", "truncated", "info"), got, want):
+                assert _same(x, y), f"step {t}: {name} differs from SyncVectorEnv"
+            done = got[2] | got[3]
+            ends += int(done.sum())
+            mixed += bool(done.any() and not done.all())
+        assert ends >= 2 * BATCH_N and mixed >= 5
+    finally:
+        ref.close()
+        _close_within(vec)
+
+
+class _BreaksOnReset(_Faulty):
+    """Every step ends the instance; the reset after the action "boom" raises."""
+
+    def reset(self, *, seed=None, options=None):
+        if getattr(self, "broken", False):
+            raise ValueError("the sub-env broke")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.broken = action == "boom"
+        return "ok", 0.0, True, False, {}
+
+
+gym.register("clbench_test/BreaksOnReset-v0", entry_point=_BreaksOnReset, disable_env_checker=True)
+
+
+@pytest.mark.parametrize("index", [0, 2, 3])
+@pytest.mark.parametrize("env_id", ["clbench_test/Faulty-v0", "clbench_test/BreaksOnReset-v0"], ids=["step", "reset"])
+def test_error_in_the_fast_path_names_its_sub_env(env_id, index):
+    """Once the wrappers' checks are done every sub-env steps (and, SAME_STEP, resets) in one loop over
+    bound methods: an exception in a step or a reset there still names the sub-env that raised it."""
+    vec = BatchedVectorEnv(env_id, 4, workers=1, autoreset_mode=AutoresetMode.SAME_STEP)
+    vec.reset(seed=0)
+    for _ in range(3):
+        vec.step(("x",) * 4)
+    assert vec._local._ready  # the wrappers' checks are done: the fast path
+    actions = ["x"] * 4
+    actions[index] = "boom"
+    with pytest.raises(ValueError, match=rf"sub-env {index}: ValueError: the sub-env broke") as err:
+        vec.step(tuple(actions))
+    assert err.value.env_index == index and vec.closed

@@ -23,6 +23,9 @@ _FENCED = re.compile(r"^```[a-zA-Z]*\s*(.*?)\s*```$", re.DOTALL)
 #: env's own memory (never the agent's: no query reaches it), shared by every env object in the
 #: process (the sub-envs of a vector), so each answer's SQL runs once per process
 _TRUTHS: dict[tuple, object] = {}
+#: the observations that start a question, by everything they are made of, shared by the env objects
+#: of a process (a vector's sub-envs): the same question at the same place reads the same every time
+_ENTRIES: dict[tuple, str] = {}
 
 
 class DBExploreEnv(InstanceSequenceEnv):
@@ -176,6 +179,7 @@ class DBExploreEnv(InstanceSequenceEnv):
         self._question: Question | None = None
         self._release = 1
         self._queries = 0
+        self._instances = len(self.schedule)
         self.discount = float(spec["query_discount"])
 
     # ------------------------------------------------------------------ world, schedule and ground truth
@@ -288,6 +292,16 @@ class DBExploreEnv(InstanceSequenceEnv):
         q: Question = slot.instance.payload
         self._question, self._release, self._queries = q, q.release, 0
         self._connections(q.release)  # the true answer is computed when an answer is graded, not here
+        key = (type(self), self.budget, self.discount, slot.position, self._instances, q.text, q.answer_type,
+               q.tolerance)
+        text = _ENTRIES.get(key)
+        if text is None:
+            if len(_ENTRIES) >= 4096:  # many worlds and rollout seeds in one process
+                _ENTRIES.clear()
+            text = _ENTRIES[key] = self._entry_text(slot, q)
+        return text
+
+    def _entry_text(self, slot: Slot, q: Question) -> str:
         lines = [
             self.brief,
             f"Budget: {self.budget} queries for this question. Reward if your answer is correct: "
@@ -298,7 +312,7 @@ class DBExploreEnv(InstanceSequenceEnv):
             f"{self.max_invalid_repeats} such replies in a row end the question with 0.",
             self.action_grammar,
         ]
-        lines += [f"Question {slot.position + 1} of {len(self.schedule)}: {q.text}",
+        lines += [f"Question {slot.position + 1} of {self._instances}: {q.text}",
                   f"Answer type: {q.describe_type()}"]
         return "\n".join(lines)
 
