@@ -656,6 +656,27 @@ def test_reference_checks_follow_the_reports():
     assert "_outcome(exc, 'RetryError')" in check_script(load_issue("tenacity-10").text)
 
 
+def test_the_reference_search_bounds_a_check_by_cpu_time_not_by_the_machines_load():
+    """The search sent into the sandbox cuts an edit whose check loops at CHECK_CPU CPU seconds and lets
+    one that only waits run to CHECK_TIMEOUT: a busy machine (slow start, no extra CPU) keeps the edits
+    an idle one keeps, where a 4 s wall limit dropped a correct edit at load ~10."""
+    import importlib.util
+    import sys
+    import time
+
+    import clbench.agents.coderepair as reference
+
+    spec = importlib.util.spec_from_file_location("search_script", Path(reference.__file__).with_name("coderepair_search.py"))
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    assert search.CHECK_CPU < search.CHECK_TIMEOUT < search.WALL_CAP < 60
+    t0 = time.monotonic()
+    assert not search.passes(f"{sys.executable} -c 'while True: pass'", 30, cpu=1)  # SIGXCPU after 1 CPU s
+    assert time.monotonic() - t0 < 20
+    assert search.passes(f"{sys.executable} -c 'import time; time.sleep(1.5)'", 30, cpu=1)  # waiting is not CPU
+    assert not search.passes(f"{sys.executable} -c 'import time; time.sleep(5)'", 1, cpu=1)  # the wall limit
+
+
 def test_reference_sees_only_what_an_agent_sees_and_searches_a_fix(env):
     agent = make_agent("reference", env)
     assert not agent.privileged and agent.latent is None
