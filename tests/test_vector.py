@@ -451,7 +451,7 @@ def test_default_workers_follow_the_declared_step_cost(monkeypatch):
     assert vector.step_seconds("clbench_test/Faulty-v0") is None
 
     monkeypatch.setattr(vector, "available_cpus", lambda: 2)
-    for env_id, workers in (("clbench/MemoryProbe-v2", 2), ("clbench/SpectrumMonitor-v4", 1)):
+    for env_id, workers in (("clbench/MemoryProbe-v2", 2), ("clbench/SpectrumMonitor-v5", 1)):
         vec = gym.make_vec(env_id, 8)
         try:
             assert vec.unwrapped.workers == workers and len(vec.unwrapped.worker_pids) == workers - 1
