@@ -1,4 +1,4 @@
-"""Scripted agents of CodeRepair-v5: the oracle (reads the true fix) and the honest reference engineer."""
+"""Scripted agents of CodeRepair-v6: the oracle (reads the true fix) and the honest reference engineer."""
 from __future__ import annotations
 
 import ast

@@ -1,4 +1,4 @@
-"""CodeRepair-v5 and sandbox speed: medians of the operations a rollout repeats; fresh worlds.
+"""CodeRepair-v6 and sandbox speed: medians of the operations a rollout repeats; fresh worlds.
 
 `python benchmarks/bench_coderepair.py worlds [N]`: per world 1..N (default 20), computed from the
 stateless reference's per-issue outcomes (clbench.envs.coderepair.worlds): r_reference and each
@@ -108,7 +108,7 @@ def median_time(fn, repeat: int) -> float:
 
 
 def bench_backend(backend: str, repeat: int = 5) -> dict[str, float]:
-    env = gym.make("clbench/CodeRepair-v5", backend=backend).unwrapped
+    env = gym.make("clbench/CodeRepair-v6", backend=backend).unwrapped
     try:
         obs, info = env.reset(seed=0)
         sandbox = env._sandbox

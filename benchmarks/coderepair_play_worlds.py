@@ -1,4 +1,4 @@
-"""CodeRepair-v5 fresh worlds played in full (bwrap): the reference stateful, frozen before the drift,
+"""CodeRepair-v6 fresh worlds played in full (bwrap): the reference stateful, frozen before the drift,
 and stateless, per world; one JSON file per world with every issue's outcome.
 
 `python benchmarks/coderepair_play_worlds.py OUT_DIR 1-20 [stateful,frozen,stateless]` plays the
@@ -25,7 +25,7 @@ from clbench.commands.drift_check import declared_drifts
 from clbench.commands.worlds import parse_seeds
 from clbench.runner import play_instance
 
-ENV = "clbench/CodeRepair-v5"
+ENV = "clbench/CodeRepair-v6"
 
 
 def _row(out: dict, info: dict) -> dict:

@@ -10,8 +10,9 @@ steps its sub-envs in `workers` processes (the parent is one of them), each hold
 num_envs / workers sub-envs, and exchanges one message per worker per step. The default
 (`default_workers`) follows the env's declared cost per step (`STEP_SECONDS`, or the env class's
 `vector_step_seconds`): cheap steps keep every sub-env in the parent, where a second process would
-cost a wake-up and a round trip per step, more than it gains; expensive steps (MemoryProbe, ~0.35 ms)
-get as many processes as there are free CPUs while each still has about 1 ms of work per vector step.
+cost a wake-up and a round trip per step, more than it gains (DBExplore); dearer steps (SpectrumMonitor,
+MemoryProbe) get as many processes as there are free CPUs while each still has about 0.4 ms of work
+per vector step.
 
 Per step it does little more than the sub-envs' own work: the sub-envs are called directly once
 gym.make's wrappers only forward (OrderEnforcing after a reset, PassiveEnvChecker after its
@@ -33,7 +34,6 @@ pipe ends them) and ignore SIGINT, so Ctrl-C is the parent's to handle.
 """
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
 import signal
@@ -364,8 +364,9 @@ STEP_SECONDS = {
 }
 #: CPU seconds of sub-env work per vector step that make one worker process pay: each worker costs
 #: every vector step a pipe round trip, pickling and a wake-up (~0.1-0.25 ms on a shared machine),
-#: so a process is added only for about four times that much work
-WORKER_MIN_SECONDS = 1e-3
+#: so a process is added only for about twice that much work (on 2 quiet CPUs two processes gave
+#: SpectrumMonitor, 8 x 0.12 ms a vector step, 1.45x one env; DBExplore, 8 x 0.03 ms, 0.88x)
+WORKER_MIN_SECONDS = 0.4e-3
 
 
 def step_seconds(env_id: str) -> float | None:
@@ -388,21 +389,22 @@ def step_seconds(env_id: str) -> float | None:
 
 def available_cpus() -> int:
     """CPUs this process may run on, less those the other processes keep busy (the 1-minute load
-    average, this process included), at least 1: a worker process only gains when a CPU is free."""
+    average, this process included, rounded: a load of 1.2 on 2 CPUs leaves most of one free), at
+    least 1: a worker process only gains when a CPU is free."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
         busy = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average on this platform: count every CPU
         busy = 0.0
-    return max(1, min(cpus, cpus + 1 - math.ceil(busy)))
+    return max(1, min(cpus, cpus + 1 - round(busy)))
 
 
 def default_workers(num_envs: int, step_seconds: float | None = None, cpus: int | None = None) -> int:
     """Processes for `num_envs` sub-envs whose step costs `step_seconds` of CPU, when `workers` is not
     given: as many as there are free CPUs (`available_cpus`) and sub-envs while each process still has
     at least WORKER_MIN_SECONDS of sub-env work per vector step, else one (the parent). Cheap steps
-    (DBExplore warm ~30 us, SpectrumMonitor ~0.1 ms) stay in the parent, where a vector of 8 does one
-    env's work per instance; expensive ones (MemoryProbe ~0.35 ms: 8 x 0.35 = 2.8 ms a vector step)
+    (DBExplore warm ~30 us: 8 x 0.03 = 0.24 ms a vector step) stay in the parent, where a vector of 8
+    does one env's work per instance; dearer ones (SpectrumMonitor ~0.12 ms, MemoryProbe ~0.35 ms)
     get worker processes when CPUs are free for them. An undeclared cost counts as cheap. The choice
     changes speed only, never results (benchmarks/bench_vector.py measures both)."""
     cpus = available_cpus() if cpus is None else cpus

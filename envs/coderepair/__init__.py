@@ -6,4 +6,4 @@ regression and hides the tests that catch it. Between the two tenacity releases 
 out of the package: the task's concept drift. Agents work in a sandbox (Docker or bubblewrap, see
 clbench.sandbox).
 """
-REGISTRATIONS = [{"id": "clbench/CodeRepair-v5", "entry_point": "clbench.envs.coderepair.coderepair_env:CodeRepairEnv"}]
+REGISTRATIONS = [{"id": "clbench/CodeRepair-v6", "entry_point": "clbench.envs.coderepair.coderepair_env:CodeRepairEnv"}]

@@ -1,4 +1,4 @@
-"""CodeRepair-v5: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
+"""CodeRepair-v6: an engineer fixes a sequence of reported bugs in real Python projects, across releases."""
 from __future__ import annotations
 
 import hashlib
@@ -244,9 +244,16 @@ class CodeRepairEnv(InstanceSequenceEnv):
       world's published values) reached the reference in 18 of worlds 1-20; now in none, in any
       world, and the most common choices are the best fixed guess on average over worlds. The
       canonical world is unchanged (its numbers stand).
+    - v6: grading that holds on any day and checks measurements by their bounds: every graded test
+      starts on the checkout's wall clock (test runtimes with time-machine, image tags `-v4`), a
+      measurement compared with a literal bound is kept in the fixed release's records when its
+      bound's outcome agrees in both trusted runs, and tenacity-06 carries a hidden test with
+      written-out sums (its bug was forgeable); the reference's search bounds checks by CPU time.
+      r_max and r_reference unchanged (the oracle's fixes pass; the reference does not fix
+      tenacity-06).
     """
 
-    env_id = "clbench/CodeRepair-v5"
+    env_id = "clbench/CodeRepair-v6"
     reward_unit = "step-efficiency score 0-1"
     brief = ("Resolve each reported bug in the repository checked out at /testbed as efficiently as "
              "possible: one bash command per step, then submit. Issues come from two projects, tablib and "
