@@ -71,7 +71,8 @@ def expected_records(issue, pristine: Path, make_sandbox: Callable[[Path], Sandb
                 tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / "tree")
                 apply_diff(tree, issue.fix_diff)
                 issue.with_hidden_module(tree)
-                bounds = bounds_of_tests(tree, ids)
+                if not runs:  # the test modules are the same in both runs
+                    bounds = bounds_of_tests(tree, ids)
                 runs.append(record_tree(tree, ids, list(issue.fail_to_pass), make_sandbox, timeout, workdir, repo))
         stable = stable_records(*runs, bounds=bounds)
         missing = [i for i in ids if not stable.get(i)]
