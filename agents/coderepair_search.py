@@ -13,12 +13,24 @@ nothing at all (pytest exit 4, e.g. a path that does not exist, or 5, no tests c
 Its limits count CPU time where they can, so the same edits are tried and kept on a busy machine
 as on an idle one: an edit that loops is cut at CHECK_CPU CPU seconds, one that sleeps or blocks
 at CHECK_TIMEOUT seconds.
+Each check runs in a child forked from this process after it imported, once, what the check imports
+from the interpreter's libraries (the standard library, site-packages): a fresh `python CHECK` spent
+most of its time importing those again for every edit. The child imports the code under repair from
+disk, as a fresh interpreter would; when that cannot be ensured (a library module imported the code
+under repair, or a thread runs) every check is a fresh interpreter again.
 """
 import ast
+import contextlib
+import importlib
 import os
 import resource
+import runpy
+import select
+import signal
 import subprocess
 import sys
+import sysconfig
+import threading
 import time
 
 #: the catalog's edit kinds, in the order a newcomer tries them (the agent passes its own order)
@@ -243,6 +255,115 @@ def passes(command, timeout, cpu=None):
     return exit_code(command, timeout, cpu) == 0
 
 
+#: the directories of the interpreter's own libraries: modules from there never hold the code under repair
+LIBRARIES = tuple(sorted({sysconfig.get_path(k) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
+#: run the CHECK once (its verdict is ignored) and write the library modules it imported to LIST
+PROBE = """import os, runpy, sys
+check, listing, libraries = sys.argv[1], sys.argv[2], tuple(sys.argv[3:])
+sys.argv = [check]
+try:
+    runpy.run_path(check, run_name="__main__")
+except BaseException:
+    pass
+names = []
+for name, module in list(sys.modules.items()):
+    spec = getattr(module, "__spec__", None)
+    origin = getattr(spec, "origin", None) or ""
+    if name != "__main__" and (origin in ("built-in", "frozen") or origin.startswith(libraries)):
+        names.append(name)
+with open(listing, "w") as fh:
+    fh.write("\\n".join(names))
+"""
+
+
+def library_module(module):
+    """Whether nothing of `module` comes from outside the interpreter's libraries (modules made in
+    memory, such as typing.io, come from nowhere)."""
+    spec = getattr(module, "__spec__", None)
+    origin = getattr(spec, "origin", None) or getattr(module, "__file__", None) or ""
+    if origin not in ("", "built-in", "frozen") and not origin.startswith(LIBRARIES):
+        return False
+    return all(str(p).startswith(LIBRARIES) for p in (getattr(module, "__path__", None) or ()))
+
+
+def preload(check):
+    """Import here the library modules the CHECK imports; True when checks may then run in forked
+    children: nothing but library modules (and this script) is imported and no other thread runs."""
+    listing = "/tmp/.search-preload"
+    try:
+        subprocess.run([sys.executable, "-c", PROBE, check, listing, *LIBRARIES], capture_output=True,
+                       timeout=CHECK_TIMEOUT, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU,
+                                                                                   (CHECK_CPU, CHECK_CPU)))
+        with open(listing) as fh:
+            names = [n for n in fh.read().split("\n") if n]
+        os.unlink(listing)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except BaseException:  # a module that imports only as a side effect of another: the child imports it
+                pass
+    return threading.active_count() == 1 and all(
+        library_module(m) for n, m in list(sys.modules.items()) if n != "__main__")
+
+
+def _status(code):
+    """The exit status a fresh interpreter gives for SystemExit(code)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+def forked_exit_code(check, timeout, cpu):
+    """What `python CHECK` exits with, run in a forked child of this (preloaded) process: its own
+    process group, CHECK_CPU CPU seconds, output discarded; -1 when it runs past `timeout` seconds."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the search
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            sys.argv = [check]
+            try:
+                runpy.run_path(check, run_name="__main__")
+                code = 0
+            except SystemExit as exc:
+                code = _status(exc.code)
+            threading._shutdown()  # as the interpreter does at exit: wait for the check's threads
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    status = None
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd (before Linux 5.3): poll
+        deadline = time.monotonic() + timeout
+        while status is None and time.monotonic() < deadline:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+            else:
+                time.sleep(0.002)
+    else:
+        if select.select([fd], [], [], timeout)[0]:
+            status = os.waitpid(pid, 0)[1]
+        os.close(fd)
+    if status is None:  # past the timeout: the check and whatever it started
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return -1
+    return os.waitstatus_to_exitcode(status)
+
+
 def cpu_spent():
     """CPU seconds of this process and the commands it ran (those it waited for)."""
     t = os.times()
@@ -261,7 +382,7 @@ def main(argv):
             fh.write(original)
         os.unlink(RESTORE)
     sources, chosen = targets(root, [n for n in names.split(",") if n], [f for f in frames.split(",") if f])
-    index, unusable = -1, False
+    index, unusable, forking = -1, False, None
     for index, (kind, path, line, what, data) in enumerate(candidates(kinds.split(","), sources, chosen)):
         if index < start:
             continue
@@ -272,12 +393,15 @@ def main(argv):
             ast.parse(data)
         except SyntaxError:
             continue
+        if forking is None:  # once, on the untouched code, before the first edit is tried
+            forking = os.environ.get("CLBENCH_SEARCH_FORK", "1") != "0" and preload(check)
         original = sources[path].data
         with open(RESTORE, "wb") as fh:
             fh.write(path.encode() + b"\0" + original)
         with open(path, "wb") as fh:
             fh.write(data)
-        if passes(f"{sys.executable} {check}", CHECK_TIMEOUT, CHECK_CPU):
+        if (forked_exit_code(check, CHECK_TIMEOUT, CHECK_CPU) == 0 if forking else
+                passes(f"{sys.executable} {check}", CHECK_TIMEOUT, CHECK_CPU)):
             code = exit_code(tests, 120) if tests else 0
             if code == 0:
                 os.unlink(RESTORE)

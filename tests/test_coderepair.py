@@ -677,6 +677,73 @@ def test_the_reference_search_bounds_a_check_by_cpu_time_not_by_the_machines_loa
     assert not search.passes(f"{sys.executable} -c 'import time; time.sleep(5)'", 1, cpu=1)  # the wall limit
 
 
+_FORK_PROBE = """
+import json, os, subprocess, sys, time
+src = open(sys.argv[1]).read().split("if __name__")[0]
+exec(compile(src, "search", "exec"))
+root, check = sys.argv[2], sys.argv[3]
+out = {"preloaded": preload(check), "asyncio": "asyncio" in sys.modules, "pkg": "pkg.mod" in sys.modules}
+out["passes_before_fix"] = forked_exit_code(check, 15, 4)
+with open(os.path.join(root, "pkg", "mod.py"), "a") as fh:  # the child must import the edited file from disk
+    fh.write("\\ndef limit(n):\\n    return n <= 3\\n")
+out["passes_after_fix"] = forked_exit_code(check, 15, 4)
+codes = {}
+for name, body in {"exit3": "import sys; sys.exit(3)", "raises": "raise ValueError('x')", "loops": "while True: pass",
+                   "hangs": "import subprocess, time; p = subprocess.Popen(['sleep', '30']); "
+                            "open(sys.argv[0] + '.pid', 'w').write(str(p.pid)); time.sleep(30)"}.items():
+    path = os.path.join(root, name + ".py")
+    open(path, "w").write("import sys\\n" + body + "\\n")
+    t = time.monotonic()
+    codes[name] = [forked_exit_code(path, 20 if name == "loops" else 2, 1), round(time.monotonic() - t, 1)]
+time.sleep(0.2)
+grandchild = int(open(os.path.join(root, "hangs.py.pid")).read())
+out["grandchild_alive"] = os.path.exists(f"/proc/{grandchild}") and "Z" not in open(f"/proc/{grandchild}/stat").read().split()[2]
+out["codes"] = codes
+print(json.dumps(out))
+"""
+
+
+def test_the_reference_search_runs_checks_in_forked_children_that_see_the_code_on_disk(tmp_path):
+    """The search imports the check's library modules once and forks a child per edit: the child must
+    exit as `python CHECK` would (status, exceptions, CPU and wall limits, its own processes killed at
+    the timeout), import the code under repair from disk (never from the parent), and the search must
+    keep the same edit as with a fresh interpreter per check."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import clbench.agents.coderepair as reference
+
+    script = str(Path(reference.__file__).with_name("coderepair_search.py"))
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text("import asyncio\n\n\ndef limit(n):\n    return n < 3\n")
+    check = tmp_path / "check.py"
+    check.write_text(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nfrom pkg.mod import limit\n"
+                     "sys.exit(0 if limit(3) else 1)\n")
+    probe = subprocess.run([sys.executable, "-c", _FORK_PROBE, script, str(tmp_path), str(check)], capture_output=True,
+                           text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    out = json.loads(probe.stdout)
+    assert out["preloaded"] and out["asyncio"] and not out["pkg"]  # libraries here, the code under repair not
+    assert out["passes_before_fix"] == 1 and out["passes_after_fix"] == 0
+    codes = out["codes"]
+    assert codes["exit3"][0] == 3 and codes["raises"][0] == 1
+    assert codes["loops"][0] not in (0, -1) and codes["loops"][1] < 19  # SIGXCPU at 1 CPU s, before the wall limit
+    assert codes["hangs"][0] == -1 and not out["grandchild_alive"]
+    (pkg / "mod.py").write_text("import asyncio\n\n\ndef limit(n):\n    return n < 3\n")
+    found = {}
+    for fork in ("1", "0"):
+        run = subprocess.run([sys.executable, script, str(check), str(pkg), "0", "50", "comparison", "limit",
+                              f"{pkg / 'mod.py'}:limit"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "CLBENCH_SEARCH_FORK": fork}, cwd=tmp_path)
+        found[fork] = run.stdout.strip()
+        (pkg / "mod.py").write_text("import asyncio\n\n\ndef limit(n):\n    return n < 3\n")
+    assert found["1"] == found["0"] and found["1"].startswith("FIXED 0 comparison ") and "<=" in found["1"]
+
+
 def test_reference_sees_only_what_an_agent_sees_and_searches_a_fix(env):
     agent = make_agent("reference", env)
     assert not agent.privileged and agent.latent is None
