@@ -137,12 +137,11 @@ def vector(eid: str, mode: str, autoreset: str, instances: int, warm: bool = Tru
     reply = (_reply(eid),) * N
     vec.reset(seed=0)
     for timed in (False, True) if warm else (True,):  # every sub-env warms up as much as the single env
-        done, goal, ends = 0, instances if timed else N * (instances // 4), []
+        done, goal = 0, instances if timed else N * (instances // 4)
         t = clock()
         while done < goal:
-            for _ in range(16):  # the caller counts ends every 16 steps (see the docstring)
-                ends.append(vec.step(reply)[2:4])
-            done = sum(np.count_nonzero(term) + np.count_nonzero(trunc) for term, trunc in ends)
+            ends = [vec.step(reply)[2:4] for _ in range(16)]  # the caller counts ends every 16 steps (docstring)
+            done += sum(np.count_nonzero(term) + np.count_nonzero(trunc) for term, trunc in ends)
     rate = done / (clock() - t)
     vec.close()
     return rate

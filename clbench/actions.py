@@ -122,6 +122,12 @@ def validate_call(call: ToolCall, tools: list[dict]) -> ToolCall:
     return call
 
 
+@functools.lru_cache(maxsize=256)
+def _prefix_pattern(prefix: str) -> re.Pattern:
+    """`PREFIX: rest`, compiled once per prefix (building the pattern cost more than matching it)."""
+    return re.compile(rf"{re.escape(prefix)}\b\s*:?\s*(.*)\Z", re.IGNORECASE | re.DOTALL)
+
+
 def parse_prefixed(text: str, commands: dict[str, tuple[str, str | None]]) -> ToolCall | None:
     """Text grammar `PREFIX: rest` -> ToolCall(tool, {arg: rest}); case-insensitive prefix.
 
@@ -129,7 +135,7 @@ def parse_prefixed(text: str, commands: dict[str, tuple[str, str | None]]) -> To
     """
     stripped = text.strip()
     for prefix, (tool, arg) in commands.items():
-        m = re.match(rf"{re.escape(prefix)}\b\s*:?\s*(.*)\Z", stripped, re.IGNORECASE | re.DOTALL)
+        m = _prefix_pattern(prefix).match(stripped)
         if m:
             rest = m.group(1).strip()
             return ToolCall(tool, {arg: rest} if arg else {})
