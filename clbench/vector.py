@@ -354,7 +354,7 @@ for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__repr__", 
 #: a process runs its SQL, ~2 ms, later ones are cached). An env class may declare its own as
 #: `vector_step_seconds`, which wins. Only the order of magnitude matters (`default_workers`).
 STEP_SECONDS = {
-    "dbexplore": 30e-6,
+    "dbexplore": 20e-6,
     "poker": 80e-6,
     "spectrummonitor": 120e-6,
     "salesforecast": 350e-6,
