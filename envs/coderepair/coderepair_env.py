@@ -132,8 +132,9 @@ class CodeRepairEnv(InstanceSequenceEnv):
     after a few issues. The strongest memoryless policy written here (the red-team family
     `house-guesser`: the same search, a fixed guess of the conventions) is measured against it.
     Measured on v4 (canonical world, bwrap, one rollout): r_max 1.0 (the oracle on all 26, and
-    on Docker); r_reference 0.2132 (0.2136 re-measured on v6, one search step fewer on tenacity-12; it resolves 8; knowing nothing of the house its guesses meet
-    one of the four drawn conventions before the drift and two after); stateful 0.2882, a
+    on Docker); r_reference 0.2132 (0.2136 re-measured on v6: one search step fewer on tenacity-12;
+    it resolves 8; knowing nothing of the house its guesses meet one of the four drawn conventions
+    before the drift and two after); stateful 0.2882, a
     normalized gain of 0.095 (v3: 0.025): it meets all five from the fifth tablib issue on, and
     again within a few issues after the drift (four of five on the third); house-guesser 0.199, 0.184, 0.199
     (priors 1, 2, 3; the search's per-issue steps as measured, the conventions met by each guess;
