@@ -9,6 +9,12 @@ A trajectory file holds whole instances one after another: an instance's events 
 before it (`split_instances`). Record format 1 kept one trajectory file per stateless instance;
 format 2 keeps one file per stateless job. Where each file lives is clbench.run_dir's (the run
 directory's one owner).
+
+Lines are compact JSON objects with sorted keys, NaN and infinities written as null. They are
+encoded by orjson (`encode_lines`); a line with non-ASCII text, and every line of an install
+without orjson, by the stdlib's encoder, which escapes such text as \\uXXXX. The two spell a float
+with the same shortest digits and differ only in the exponent's padding (`4.1e-5` and `4.1e-05`),
+so any JSON reader reads the same values from either; runs written before orjson read as before.
 """
 from __future__ import annotations
 
