@@ -185,8 +185,8 @@ class JobFiles:
     least every FLUSH_SECONDS, and at once after an errored instance, before a checkpoint and when
     the job ends (`close`): trajectory, then transcripts, then their records (a record on disk means
     its trajectory is too). A file's bytes are those of writing each instance at once. An instance
-    is encoded when it is handed over (clbench.results.encode_into): holding every event's
-    observation until the flush cost more than encoding it."""
+    is encoded when it is handed over (clbench.results.encode_into): until the flush a job holds
+    bytes, not every event's dicts and observations."""
 
     def __init__(self, sink, out: str | Path, trajectory: Path, journal: Path | None = None):
         self.sink, self.out = sink, str(out)
