@@ -62,6 +62,13 @@ class ErrorPolicy:
         spec = f"{int(self.fail_on_error)}" if self.fail_on_error >= 1 else f"{self.fail_on_error:g} of {self.planned}"
         return f"stop after {self.max_consecutive} consecutive errored instances or more than {spec} ({self.limit})"
 
+    def observe_many(self, finished: int) -> str | None:
+        """Count `finished` instances none of which failed on infrastructure (observe of each, at once)."""
+        if finished:
+            self.finished += finished
+            self.consecutive = 0
+        return self.reason
+
     def observe(self, rec: dict) -> str | None:
         """Count one finished instance; the stop reason once the policy trips (then for good)."""
         self.finished += 1

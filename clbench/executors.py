@@ -331,7 +331,10 @@ class _ListSink:
         self.lock = threading.Lock()
 
     def append(self, rel: str, lines: list[dict]) -> None:
-        data = encode_lines(lines)
+        self.write(rel, encode_lines(lines))
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Lines encoded already (JobFiles encodes each instance as it is handed over)."""
         with self.lock:
             self.ops.append((rel, data, None))
 

@@ -368,8 +368,10 @@ def _design(m: Matrices) -> dict:
     return out
 
 
-#: cells (replicates x columns of a product) of the headline replicates computed at a time
-HEADLINE_CELLS = 1 << 17
+#: cells (replicates x columns of a product) of the headline replicates computed at a time: 4 MiB
+#: blocks (a 5-rollout Poker run: 1000 replicates a block, not 323; the numpy calls per block, not
+#: the products, were most of the time)
+HEADLINE_CELLS = 1 << 19
 
 
 def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
@@ -492,14 +494,18 @@ def _per_variant(tr: TaskRecords, sl: dict[str, float], m: Matrices) -> list[dic
     """Per variant: stateful and stateless means, gain, and the gain inside the adaptation window
     (how fast the agent adapts after the boundary; shows faster recovery on returning conditions)."""
     rows: dict[str, dict] = {}
+    window = m.window.tolist()  # plain floats: a numpy scalar per record cost more than the rest of the loop
     for row_k, k in enumerate(sorted(tr.stateful)):  # m's rows are the rollouts in sorted order
+        inside = window[row_k]
         for x in tr.stateful[k]:
-            row = rows.setdefault(x["variant"], {"variant": x["variant"], "start": x["position"], "sf": [], "ids": set(),
-                                                 "early": []})
+            row = rows.get(x["variant"])
+            if row is None:
+                row = rows[x["variant"]] = {"variant": x["variant"], "start": x["position"], "sf": [], "ids": set(),
+                                            "early": []}
             row["start"] = min(row["start"], x["position"])
             row["sf"].append(float(x["reward"]))
             row["ids"].add(x["instance_id"])
-            if m.window[row_k, m.col[x["instance_id"]]]:
+            if inside[m.col[x["instance_id"]]]:
                 row["early"].append(float(x["reward"]) - sl[x["instance_id"]])
     result = []
     for row in sorted(rows.values(), key=lambda r: r["start"]):

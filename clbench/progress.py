@@ -77,6 +77,10 @@ class RunProgress:
         if end < 0:
             return
         self.offset += end + 1
+        if self.quiet and self.policy is not None and _INFRASTRUCTURE not in data:
+            # nothing to show, and no line holds an infrastructure error: each is one finished instance
+            self.policy.observe_many(data.count(b"\n", 0, end + 1))
+            return
         lines = data[: end + 1].splitlines()
         if self.quiet:  # nothing to show: only the policy looks, and only at errors on infrastructure
             self._observe_lines(lines)

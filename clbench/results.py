@@ -9,6 +9,12 @@ A trajectory file holds whole instances one after another: an instance's events 
 before it (`split_instances`). Record format 1 kept one trajectory file per stateless instance;
 format 2 keeps one file per stateless job. Where each file lives is clbench.run_dir's (the run
 directory's one owner).
+
+Lines are compact JSON objects with sorted keys, NaN and infinities written as null. They are
+encoded by orjson (`encode_lines`); a line with non-ASCII text, and every line of an install
+without orjson, by the stdlib's encoder, which escapes such text as \\uXXXX. The two spell a float
+with the same shortest digits and differ only in the exponent's padding (`4.1e-5` and `4.1e-05`),
+so any JSON reader reads the same values from either; runs written before orjson read as before.
 """
 from __future__ import annotations
 
@@ -80,9 +86,39 @@ def _finite(obj):
     return obj
 
 
+try:  # records and trajectory lines: the Rust encoder, an order of magnitude faster than the C one
+    import orjson as _orjson
+
+    _ORJSON_LINE = _orjson.OPT_SORT_KEYS | _orjson.OPT_APPEND_NEWLINE
+except ImportError:  # an install without it writes the same values through `dumps`
+    _orjson = None
+
+
 def encode_lines(objs: Iterable[dict]) -> bytes:
-    """JSON lines (`dumps`, one object a line) as the bytes a file holds."""
-    return "".join(dumps(o) + "\n" for o in objs).encode()
+    """JSON lines (one object a line, compact, keys sorted, NaN/inf as null) as the bytes a file holds.
+
+    Each line is `dumps(o)` up to how a float is spelled: orjson writes the same shortest digits
+    but small and large exponents without padding (`4.1e-5`, not `4.1e-05`), so a line reads back
+    to the same values with any JSON reader. A line that is not plain ASCII (the stdlib escapes
+    such text as \\uXXXX) or that orjson refuses (an integer beyond 64 bits, a key that is not a
+    string, deep nesting) is `dumps(o)` itself."""
+    out = bytearray()
+    encode_into(out, objs)
+    return bytes(out)
+
+
+def encode_into(out: bytearray, objs: Iterable[dict]) -> None:
+    """Append `encode_lines(objs)` to `out`. One growing buffer: keeping every line's bytes object
+    alive until a join made encoding 10x slower (allocation, not encoding)."""
+    if _orjson is None:
+        out += "".join(dumps(o) + "\n" for o in objs).encode()
+        return
+    for o in objs:
+        try:
+            line = _orjson.dumps(o, default=_json_default, option=_ORJSON_LINE)
+        except TypeError:  # orjson.JSONEncodeError is one
+            line = None
+        out += line if line is not None and line.isascii() else (dumps(o) + "\n").encode()
 
 
 def append_lines(path: Path, objs: Iterable[dict]) -> None:

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append,
-                             _write_locked, append_lines, iter_jsonl, load_metadata, load_records, malformed,
-                             read_json, record_key, reset_of, safe_name, split_instances, write_json_atomic)
+                             _write_locked, append_lines, encode_into, iter_jsonl, load_metadata, load_records,
+                             malformed, read_json, record_key, reset_of, safe_name, split_instances, write_json_atomic)
 
 #: written into a run directory by the driver's error policy: jobs stop before their next instance
 STOP_FILE = "STOP"
@@ -169,7 +169,7 @@ class LocalSink:
         self.files.append(os.path.join(self._root, rel), lines)  # str, not Path: a Path per append showed in profiles
 
     def write(self, rel: str, data: bytes) -> None:
-        """Append lines a remote job encoded already (clbench.results.encode_lines)."""
+        """Append lines encoded already (clbench.results.encode_lines), by a job here or remote."""
         self.files.write(os.path.join(self._root, rel), data)
 
     def checkpoint(self, rel: str, line: bytes) -> None:
@@ -184,16 +184,18 @@ class JobFiles:
     records, and (stateful) the agent-state journal. Finished instances are written together, at
     least every FLUSH_SECONDS, and at once after an errored instance, before a checkpoint and when
     the job ends (`close`): trajectory, then transcripts, then their records (a record on disk means
-    its trajectory is too). A file's bytes are those of writing each instance at once."""
+    its trajectory is too). A file's bytes are those of writing each instance at once. An instance
+    is encoded when it is handed over (clbench.results.encode_into): until the flush a job holds
+    bytes, not every event's dicts and observations."""
 
     def __init__(self, sink, out: str | Path, trajectory: Path, journal: Path | None = None):
         self.sink, self.out = sink, str(out)
         self.trajectory = os.path.relpath(trajectory, self.out)
         self.journal = os.path.relpath(journal, self.out) if journal is not None else None
         self._encoder = None  # transcripts: opened on the first instance that has one
-        self._traj: list[dict] = []
+        self._traj = bytearray()
         self._transcripts: list[dict] = []
-        self._records: list[dict] = []
+        self._records = bytearray()
         self._flushed = time.perf_counter()
         self._stop_checked = float("-inf")
 
@@ -206,28 +208,28 @@ class JobFiles:
         return stop_requested(self.out)
 
     def instance(self, traj: list[dict], record: dict, info: dict, transcript: list[dict] | None) -> None:
-        self._traj += traj
+        encode_into(self._traj, traj)
         if transcript:
             from clbench.llm.transcripts import Encoder
 
             if self._encoder is None:
                 self._encoder = Encoder()
             self._transcripts.append(self._encoder.encode(info["instance_id"], info["position"], transcript))
-        self._records.append(record)
+        encode_into(self._records, (record,))
         if record.get("error") or time.perf_counter() - self._flushed >= FLUSH_SECONDS:
             self.flush()
 
     def flush(self) -> None:
         """Write what finished instances are held back."""
         if self._traj:
-            self.sink.append(self.trajectory, self._traj)
+            self.sink.write(self.trajectory, bytes(self._traj))
         if self._transcripts:
             from clbench.llm.transcripts import transcript_rel
 
             self.sink.append(transcript_rel(self.trajectory), self._transcripts)
         if self._records:
-            self.sink.append(RESULTS_FILE, self._records)
-        self._traj, self._transcripts, self._records = [], [], []
+            self.sink.write(RESULTS_FILE, bytes(self._records))
+        self._traj, self._transcripts, self._records = bytearray(), [], bytearray()
         self._flushed = time.perf_counter()
 
     def checkpoint(self, position: int, state) -> None:

@@ -306,6 +306,10 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
     jobs = []
     if cfg.mode in ("both", "stateful"):
         for k in range(cfg.rollouts):
+            if not resume:  # nothing recorded to skip or continue after (each order cost a permutation)
+                rd.restart_rollout(task, cfg.system, k)
+                jobs.append(Job(cfg, "stateful", k, remaining=len(schedule)))
+                continue
             order = [s.instance_id for s in schedule.order(cfg.seed + k)]
             errored = any(("stateful", k, iid) in bad for iid in order)
             if all(("stateful", k, iid) in ok for iid in order) and not errored:

@@ -155,3 +155,25 @@ def test_a_fast_rollout_checkpoints_its_first_instance_then_at_most_every_checkp
     monkeypatch.setattr(runner, "CHECKPOINT_SECONDS", 0.0)
     monkeypatch.setattr(runner, "CHECKPOINT_SHARE", 1e9)
     assert len(checkpoints(tmp_path / "every")) == 8
+
+
+def test_lines_hold_the_values_the_stdlib_encoder_writes():
+    """encode_lines (orjson) reads back to the values of the stdlib's `dumps`, line for line; a line
+    orjson cannot write as plain ASCII, or refuses, is the stdlib's own bytes; an unencodable value
+    fails as the stdlib's does."""
+    from clbench.results import dumps, encode_lines
+
+    objs = [{"event": "step", "observation": "Pot: 15.\nTo call: 5.", "reward": -67.5, "wall_time": 4.1e-05,
+             "big": 1e22, "tiny": 2.5e-07, "nan": float("nan"), "inf": [float("-inf")], "np": np.float32(0.1),
+             "arr": np.arange(3), "int": np.int64(7), "nested": {"b": 1, "a": [True, None]}},
+            {"text": "café ☕"}, {1: "a non-string key"}, {"huge": 1 << 70}]
+    lines = encode_lines(objs).split(b"\n")
+    assert lines[-1] == b"" and len(lines) == len(objs) + 1
+    for obj, line in zip(objs, lines):
+        assert json.loads(line) == json.loads(dumps(obj)), obj
+        assert line.isascii()
+    for obj, line in zip(objs[1:], lines[1:]):  # the stdlib writes these
+        assert line == dumps(obj).encode()
+    assert lines[0].index(b'"arr"') < lines[0].index(b'"big"') < lines[0].index(b'"event"')  # keys sorted
+    with pytest.raises(TypeError):
+        encode_lines([{"x": object()}])

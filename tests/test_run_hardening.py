@@ -232,8 +232,8 @@ def test_a_ray_job_streams_its_writes_in_order_then_its_records(tmp_path, monkey
         batches however the threads are scheduled (a busy machine could otherwise finish first)."""
         waits = 3
 
-        def append(self, rel, lines):
-            super().append(rel, lines)
+        def write(self, rel, data):  # JobFiles hands over encoded lines (append encodes, then writes)
+            super().write(rel, data)
             if self.waits:
                 self.waits -= 1
                 deadline = time.monotonic() + 10
