@@ -257,25 +257,6 @@ def passes(command, timeout, cpu=None):
 
 #: the directories of the interpreter's own libraries: modules from there never hold the code under repair
 LIBRARIES = tuple(sorted({sysconfig.get_path(k) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
-#: run the CHECK once (its verdict is ignored) and write the library modules it imported to LIST
-PROBE = """import os, runpy, sys
-check, listing, libraries = sys.argv[1], sys.argv[2], tuple(sys.argv[3:])
-sys.argv = [check]
-try:
-    runpy.run_path(check, run_name="__main__")
-except BaseException:
-    pass
-names = []
-for name, module in list(sys.modules.items()):
-    spec = getattr(module, "__spec__", None)
-    origin = getattr(spec, "origin", None) or ""
-    if name != "__main__" and (origin in ("built-in", "frozen") or origin.startswith(libraries)):
-        names.append(name)
-with open(listing, "w") as fh:
-    fh.write("\\n".join(names))
-"""
-
-
 def library_module(module):
     """Whether nothing of `module` comes from outside the interpreter's libraries (modules made in
     memory, such as typing.io, come from nowhere)."""
@@ -286,12 +267,25 @@ def library_module(module):
     return all(str(p).startswith(LIBRARIES) for p in (getattr(module, "__path__", None) or ()))
 
 
+def probe(check, listing):
+    """Run the CHECK once (its verdict is ignored) and write to LISTING the names of the library
+    modules it imported (`python search.py --probe CHECK LISTING`, a fresh interpreter)."""
+    sys.argv = [check]
+    try:
+        runpy.run_path(check, run_name="__main__")
+    except BaseException:
+        pass
+    names = [n for n, m in list(sys.modules.items()) if n != "__main__" and library_module(m)]
+    with open(listing, "w") as fh:
+        fh.write("\n".join(names))
+
+
 def preload(check):
-    """Import here the library modules the CHECK imports; True when checks may then run in forked
-    children: nothing but library modules (and this script) is imported and no other thread runs."""
+    """Import here the library modules the CHECK imports (`probe`); True when checks may then run in
+    forked children: nothing but library modules (and this script) is imported and no other thread runs."""
     listing = "/tmp/.search-preload"
     try:
-        subprocess.run([sys.executable, "-c", PROBE, check, listing, *LIBRARIES], capture_output=True,
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--probe", check, listing], capture_output=True,
                        timeout=CHECK_TIMEOUT, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU,
                                                                                    (CHECK_CPU, CHECK_CPU)))
         with open(listing) as fh:
@@ -371,6 +365,9 @@ def cpu_spent():
 
 
 def main(argv):
+    if argv[:1] == ["--probe"]:
+        probe(*argv[1:3])
+        return
     check, root, start, budget, kinds, names, frames = argv[:7]
     tests = argv[7] if len(argv) > 7 else ""
     start, count = int(start), int(budget)

@@ -680,6 +680,7 @@ def test_the_reference_search_bounds_a_check_by_cpu_time_not_by_the_machines_loa
 _FORK_PROBE = """
 import json, os, subprocess, sys, time
 src = open(sys.argv[1]).read().split("if __name__")[0]
+__file__ = sys.argv[1]  # the script's probe runs the script itself
 exec(compile(src, "search", "exec"))
 root, check = sys.argv[2], sys.argv[3]
 out = {"preloaded": preload(check), "asyncio": "asyncio" in sys.modules, "pkg": "pkg.mod" in sys.modules}
