@@ -1,4 +1,4 @@
-"""Scripted agents for Poker-v3: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v4: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
 Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`: one
 parametric line (`DefaultPlay`: preflop ranges, value and bluff shares, bet sizes, calling

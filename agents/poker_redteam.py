@@ -24,12 +24,12 @@ the benchmark's hands beside the stateless reference's, which none may reach (te
 model (`betting.Betting`, which tests check agrees with the library move for move) without the
 runner: the same chips as the env, some thousand times faster, so `search` can sweep grids far
 larger than the runner's (the widest search of issue 28). It reads the env's opponents: a tool
-for measuring the red team, never an agent. `hands(env, k)` is the env's k-th re-deal
-(`PokerEnv(redeal=k)`: seats and opponents kept, other cards), so `replay`/`search` can measure a
-point's expected play apart from its luck on the benchmark's 120 hands; `choose` picks each family's
-point on re-deals (the red team's choice, never on the scored hands); `selection` splits a grid's
-best benchmark mean into that play and the selection gain of picking the luckiest point on the
-hands it is scored on.
+for measuring the red team, never an agent. `hands(env, k)` is the world's k-th deal: deals
+0 .. deals-1 are the benchmark's (rollout seed s plays deal s % deals), later ones re-deal the same
+seats and opponents with other cards, so `replay`/`search` can measure a point's expected play apart
+from its luck on the benchmark's hands; `choose` picks each family's point on held-out deals (the red
+team's choice, never on the scored hands); `selection` splits a grid's best benchmark mean into that
+play and the selection gain of picking the luckiest point on the hands it is scored on.
 """
 from __future__ import annotations
 
@@ -154,14 +154,27 @@ class PushFold(Policy):
         return s.check_or_call() if s.street and not s.to_call else s.check_or_fold()
 
 
-def hands(env, redeal: int = 0) -> list[tuple[str, object, bool, Policy]]:
+def benchmark_deals(env) -> range:
+    """The deals the benchmark plays (`env.deals`: rollout seed s plays deal s % deals)."""
+    return range(type(env).deals)
+
+
+def held_out_deals(env, start: int = 1, count: int | None = None) -> range:
+    """`count` deals (default: as many as the benchmark plays) from the `start`-th copy of the benchmark's
+    deals on: never a deal the benchmark scores, so a point chosen or judged there is not chosen on its luck."""
+    n = type(env).deals
+    return range(start * n, start * n + (n if count is None else count))
+
+
+def hands(env, deal: int = 0) -> list[tuple[str, object, bool, Policy]]:
     """(instance id, deal, agent on the button, opponent policy) of every hand of `env`'s schedule (`env`
-    unwrapped). `redeal=k > 0` keeps the schedule, the seats and the opponents but deals each variant's
-    cards from another seed (the k-th re-deal): what a policy earns there is its play, not its luck on
-    the benchmark's cards."""
-    if not redeal:
+    unwrapped) in the world's deal `deal`: 0 .. deals-1 are the benchmark's (rollout seed s plays deal
+    s % deals); deal k >= deals keeps the schedule, the seats and the opponents and deals other cards
+    (`PokerEnv(redeal=k // deals)`, rollout seed k % deals): what a policy earns there is its play, not its
+    luck on the benchmark's cards."""
+    if deal == env.deal_index:
         return _hands(env)
-    return _redealt(type(env), env.schedule_name, env.split, env.world_seed, int(redeal))
+    return _dealt(type(env), env.schedule_name, env.split, env.world_seed, int(deal))
 
 
 def _hands(env) -> list:
@@ -170,27 +183,35 @@ def _hands(env) -> list:
 
 
 @lru_cache(maxsize=256)
-def _redealt(cls, schedule: str, split: str, world_seed, redeal: int) -> list:
-    """The hands of one re-deal (built once: searches replay many points on the same re-deals)."""
-    return _hands(cls(schedule=schedule, split=split, world_seed=world_seed, redeal=redeal))
+def _dealt(cls, schedule: str, split: str, world_seed, deal: int) -> list:
+    """The hands of one deal (built once: searches replay many points on the same deals)."""
+    env = cls(schedule=schedule, split=split, world_seed=world_seed, redeal=deal // cls.deals)
+    if deal % cls.deals:
+        env.reset(seed=deal % cls.deals)
+    return _hands(env)
 
 
-def replay(env, policy: Policy, redeal: int = 0, style: str | None = None) -> dict[str, float]:
-    """`policy`'s reward (big blinds) on every hand of `env`'s schedule, played on the betting model
-    against the env's opponents (`env` unwrapped; the cards and seats of each hand as the env deals them,
-    or re-dealt: `hands`); `style`: only the hands against opponents of that kind."""
+def replay(env, policy: Policy, deal: int = 0, style: str | None = None) -> dict[str, float]:
+    """`policy`'s reward (big blinds) on every hand of `env`'s schedule in deal `deal` (`hands`), played on
+    the betting model against the env's opponents (`env` unwrapped); `style`: only the hands against
+    opponents of that kind."""
     rewards = {}
-    for iid, deal, button, opponent in hands(env, redeal):
+    for iid, cards, button, opponent in hands(env, deal):
         if style is not None and opponent.style != style:
             continue
         b = Betting(0 if button else 1, env.stack, env.small_blind, env.big_blind)
-        holes, board = (deal.agent, deal.opponent), tuple(deal.board)
+        holes, board = (cards.agent, cards.opponent), tuple(cards.board)
         players = (policy, opponent)
         while not b.over:
             spot = b.spot(holes[b.to_act], board[:BOARD_LEN[b.street]])
             b.apply(spot.legalize(players[b.to_act].decide(spot)))
         rewards[iid] = b.payoff(0, holes, board) / env.big_blind
     return rewards
+
+
+def mean_over(env, policy: Policy, deals) -> float:
+    """`policy`'s mean reward per hand over the deals `deals` (`replay`)."""
+    return float(np.mean([r for k in deals for r in replay(env, policy, k).values()]))
 
 
 def _policies(families: dict, full: bool):
@@ -203,23 +224,22 @@ def _policies(families: dict, full: bool):
             yield name, params, policy_class(**params)
 
 
-def search(env, families: dict, full: bool = True, redeal: int = 0) -> list[tuple[float, str, dict]]:
+def search(env, families: dict, full: bool = True, deals=None) -> list[tuple[float, str, dict]]:
     """(mean reward, family, params) of every point of `families` (clbench.redteam.families of the env
-    class), best first, each played by `replay` (on the benchmark's cards, or re-dealt)."""
-    rows = []
-    for name, params, policy in _policies(families, full):
-        rewards = replay(env, policy, redeal)
-        rows.append((sum(rewards.values()) / len(rewards), name, params))
+    class), best first, each played by `replay` over `deals` (default: the benchmark's)."""
+    deals = benchmark_deals(env) if deals is None else deals
+    rows = [(mean_over(env, policy, deals), name, params) for name, params, policy in _policies(families, full)]
     return sorted(rows, key=lambda r: -r[0])
 
 
-def choose(env, families: dict, full: bool = False, redeals=range(1, 5)) -> dict[str, tuple[dict, Policy]]:
+def choose(env, families: dict, full: bool = False, deals=None) -> dict[str, tuple[dict, Policy]]:
     """Each family's point as the red team chooses it without the benchmark's cards: the best mean over
-    the re-deals `redeals` of `env`'s world ({family: (params, policy)}); the verdict plays it on the
-    benchmark's own hands (re-deal 0)."""
+    the deals `deals` (default `held_out_deals(env)`, the first re-deal's copy of the benchmark's deals)
+    ({family: (params, policy)}); the verdict plays it on the benchmark's deals."""
+    deals = held_out_deals(env) if deals is None else deals
     out = {}
     for name, params, policy in _policies(families, full):
-        mean = float(np.mean([r for k in redeals for r in replay(env, policy, k).values()]))
+        mean = mean_over(env, policy, deals)
         if name not in out or mean > out[name][0]:
             out[name] = (mean, params, policy)
     return {name: (params, policy) for name, (_, params, policy) in out.items()}
@@ -228,15 +248,15 @@ def choose(env, families: dict, full: bool = False, redeals=range(1, 5)) -> dict
 def selection(env, families: dict, reference: Policy, redeals: int = 8, full: bool = True) -> dict:
     """How much of a grid's best mean is its play and how much the choice of the luckiest point.
 
-    Every point and `reference` are played on the benchmark's cards (deal 0) and on `redeals` re-deals.
-    A point's expected value is estimated by its mean over the re-deals; on each re-deal the grid's maximum
-    exceeds the point with the best mean over the *other* re-deals by the *selection gain* (choosing a point
-    on the same hands it is scored on), which a reference must out-earn on top of the best point's play to
-    stay above every grid point on every world."""
+    Every point and `reference` are played on the benchmark's deals (their mean: column 0) and on `redeals`
+    held-out deals. A point's expected value is estimated by its mean over the held-out deals; on each of
+    them the grid's maximum exceeds the point with the best mean over the *other* held-out deals by the
+    *selection gain* (choosing a point on the same hands it is scored on), which a reference must out-earn
+    on top of the best point's play to stay above every grid point on every world."""
     points = [(name, params, policy) for name, params, policy in _policies(families, full)]
-    sets = range(redeals + 1)
-    means = np.array([[np.mean(list(replay(env, policy, k).values())) for k in sets] for _, _, policy in points])
-    ref = np.array([np.mean(list(replay(env, reference, k).values())) for k in sets])
+    sets = [benchmark_deals(env), *([k] for k in held_out_deals(env, count=redeals))]
+    means = np.array([[mean_over(env, policy, d) for d in sets] for _, _, policy in points])
+    ref = np.array([mean_over(env, reference, d) for d in sets])
     expected = means[:, 1:].mean(axis=1)
     best = int(np.argmax(expected))
     top = means.max(axis=0)

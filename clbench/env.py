@@ -223,6 +223,10 @@ class InstanceSequenceEnv(gym.Env):
     #: True when every latent value comes from the spec or `world_rng` and only the instances' noise from
     #: `draw_seed`, so `redeal=K` gives other instances of the same world
     redealable: bool = False
+    #: deals of its instances the benchmark plays (redealable envs): rollout seed s plays deal s % deals,
+    #: so the default run's rollouts each play their own cards and a score averages over `deals` of them
+    #: where one deal's luck would swamp the skill (Poker); 1: every rollout plays the same instances
+    deals: int = 1
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -260,6 +264,7 @@ class InstanceSequenceEnv(gym.Env):
         if redeal and not self.redealable:
             raise ValueError(f"{self.env_id} cannot re-deal: its latent structure is drawn with its instances")
         self.redeal = int(redeal)
+        self._deal = 0  # which of this copy's `deals` the schedule holds (rollout seed % deals)
         self.render_mode = render_mode
         self.schedule_name = schedule
         self.cycle = cycle
@@ -304,15 +309,21 @@ class InstanceSequenceEnv(gym.Env):
         reports), where `world_key` names the latent structure."""
         return self.world_key + (f"/redeal-{self.redeal}" if self.redeal else "")
 
+    @property
+    def deal_index(self) -> int:
+        """Which deal of the world's instances the schedule holds: re-deal K's copy of the benchmark's
+        `deals` deals, at the one the current rollout seed plays (0: the world's own instances)."""
+        return self.redeal * self.deals + self._deal
+
     def draw_seed(self, seed: int) -> int:
         """The generator seed to use for `seed` (a seed from tasks/<task>/default.yaml): `seed` itself
-        in the canonical world; in any other world, or in a re-deal (`redeal=K`), a deterministic seed
-        derived from the task, the world, the re-deal and `seed` (never equal to `seed`), so its
-        instances are other draws of the same generator."""
-        seed = int(seed)
-        if self.canonical_world and not self.redeal:
+        in the canonical world's first deal; in any other world or deal (another rollout seed's deal,
+        `redeal=K`), a deterministic seed derived from the task, the world, the deal and `seed` (never
+        equal to `seed`), so its instances are other draws of the same generator."""
+        seed, n = int(seed), self.deal_index
+        if self.canonical_world and not n:
             return seed
-        what = f"seed/{seed}" + (f"/redeal/{self.redeal}" if self.redeal else "")
+        what = f"seed/{seed}" + (f"/redeal/{n}" if n else "")
         derived = self._world_digest(what) & 0x7FFFFFFF
         return derived if derived != seed else derived ^ 1
 
@@ -505,6 +516,9 @@ class InstanceSequenceEnv(gym.Env):
             self.rollout_seed = int(seed or 0)
             if self.rollout_seed < 0:
                 raise ValueError("rollout seed must be >= 0")
+            if self.deals > 1 and self.rollout_seed % self.deals != self._deal:  # this rollout's own cards
+                self._deal = self.rollout_seed % self.deals
+                self.schedule = self._split_ids(self._build_schedule(self.schedule_name))
             self._order = self.schedule.order(self.rollout_seed)
             self._pos, fresh = 0, True
         elif "instance" not in options:

@@ -187,14 +187,18 @@ def train_actions(env_id: str, env_kwargs: dict, workers: int, out: Path) -> dic
 
 def _play(env_id: str, policies: list[Policy], env_kwargs: dict, workers: int, out: Path,
           params: dict[str, dict] | None = None) -> dict[str, float]:
-    """Each policy's mean reward on the instances `env_kwargs` deal (one run directory `out`), by name."""
+    """Each policy's mean reward on the instances `env_kwargs` deal, over every deal the benchmark plays
+    (one run directory `out`), by name."""
     from clbench.results import load_records
     from clbench.rollout import run_many
     from clbench.runner import RunConfig, cached_env
 
+    from clbench.registry import env_class
+
     params = params or {}
+    n = env_class(env_id).deals  # every deal the benchmark plays (one rollout or pass per deal)
     cfgs = [RunConfig(env_id=env_id, agent=pol.agent, out=str(out), system=pol.name,
-                      mode="stateful" if pol.stateful else "stateless", rollouts=1, stateless_passes=1,
+                      mode="stateful" if pol.stateful else "stateless", rollouts=n, stateless_passes=n,
                       workers=workers, env_kwargs=env_kwargs, agent_kwargs=params.get(pol.name, dict(pol.params)),
                       calibrate=False)
             for pol in policies]

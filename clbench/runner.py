@@ -358,8 +358,14 @@ def stateless_plan(cfg: RunConfig) -> dict:
 
     An agent declares `deterministic = True` when its play depends on the observations only (not
     on its seed): one pass then measures it exactly. Any other agent is treated as stochastic."""
+    from clbench.registry import env_class
+
     if cfg.stateless_passes:
         return {"passes": cfg.stateless_passes, "reason": "set with --stateless-passes"}
+    deals = env_class(cfg.env_id).deals
+    if deals > 1:  # pass k plays rollout k's cards: the two sides average over the same deals
+        return {"passes": max(1, cfg.rollouts),
+                "reason": f"the env deals each rollout seed its own instances (seed % {deals}): one pass per rollout seed"}
     if agent_class(cfg.env_id, cfg.agent).deterministic:
         return {"passes": 1, "reason": "deterministic agent: one pass"}
     return {"passes": max(1, cfg.rollouts), "reason": "stochastic agent: one pass per rollout seed"}

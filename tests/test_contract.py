@@ -65,6 +65,9 @@ FAST = {
     # others. Its oracle scores 1.0 on every issue, so a sample can show r_max; resets are quick
     "coderepair": {"kwargs": {"backend": "bwrap"}, "sample": {"oracle", "degenerate", "play"},
                    "slow": {"reference"}},
+    # the oracle plays 600 hands (five deals) in ~45 s; tests/test_calibration.py plays them by default
+    # (r_max, r_max_se and the oracle's lead), so here they run with the slow tests only
+    "poker": {"slow": {"oracle"}},
     # every shell command runs in bubblewrap: the degenerate agents take 17 s on all 12 years, the
     # reference's actions replayed 60 s; resets are quick, the oracle submits without a command and
     # the stateless reference takes ~15 s, so those checks play the whole schedule
@@ -172,11 +175,12 @@ def test_every_shipped_env_is_calibrated():
 
 
 def stateless_rewards(env, agent: str, ids: list[str]) -> list[float]:
-    """What `clbench calibrate` computes: `agent` played stateless (a fresh one per instance)."""
+    """What `clbench calibrate` computes: `agent` played stateless (a fresh one per instance), in every
+    deal the benchmark plays (rollout seeds 0..deals-1)."""
     rewards = []
-    for iid in ids:
+    for deal, iid in ((d, i) for d in range(env.unwrapped.deals) for i in ids):
         a = make_agent(agent, env, seed=0)
-        obs, info = env.reset(seed=0, options={"instance": iid, "stateless": True})
+        obs, info = env.reset(seed=deal, options={"instance": iid, "stateless": True})
         out = play_instance(env, a, obs, info, [])
         assert out["error"] is None, f"{agent} failed on {iid}: {out['error']}"
         rewards.append(out["reward"])
@@ -499,7 +503,8 @@ def test_an_instance_id_names_the_same_problem_in_every_rollout_and_the_stateles
     n = len(env.unwrapped.schedule)
     ids = instances(env, scope)
     seen: dict[str, dict[str, str]] = {}
-    for seed in (0, 1, 2):
+    deals = env.unwrapped.deals  # an env that deals each rollout its own cards: the same problem within a deal
+    for seed in (0, deals, 2 * deals) if deals > 1 else (0, 1, 2):
         obs, info = env.reset(seed=seed)
         for k, iid in enumerate(ids):
             if scope == "all":  # played in the rollout's order, as a stateful run reaches it
@@ -508,7 +513,7 @@ def test_an_instance_id_names_the_same_problem_in_every_rollout_and_the_stateles
             else:
                 obs, info = env.reset(options={"instance": iid})
             seen.setdefault(info["instance_id"], {})[f"rollout {seed}"] = fingerprint(obs, info["position"], n)
-        if seed == 1:  # the stateless pass jumps within a permuted order
+        if seed == max(1, deals):  # the stateless pass jumps within a permuted order
             for iid in ids:
                 obs, info = env.reset(options={"instance": iid, "stateless": True})
                 seen[iid]["stateless"] = fingerprint(obs, info["position"], n)

@@ -1,4 +1,4 @@
-"""Poker-v3: the library as referee, dealing, hidden cards, opponents, agents. The env contract
+"""Poker-v4: the library as referee, dealing, hidden cards, opponents, agents. The env contract
 (check_env, reset modes, determinism whatever the global random state, info keys, spec card, r_max
 and r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
@@ -16,7 +16,6 @@ from texasholdem.game.game import TexasHoldEm
 
 import clbench  # noqa: F401
 from clbench.agent import make_agent
-from clbench.commands.calibrate import stateless_mean
 from clbench.env import load_task_spec
 from clbench.metrics import estimate
 from clbench.runner import play_instance
@@ -28,12 +27,12 @@ from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Decision
 from clbench.envs.poker.strength import preflop_pct, strength
 from clbench.envs.poker.table import HandTable
 
-ENV_ID = "clbench/Poker-v3"
+ENV_ID = "clbench/Poker-v4"
 SPEC = load_task_spec("poker")
 
 
-def make(schedule: str = "default"):
-    return gym.make(ENV_ID, schedule=schedule)
+def make(schedule: str = "default", **kwargs):
+    return gym.make(ENV_ID, schedule=schedule, **kwargs)
 
 
 def cards(text: str) -> tuple:
@@ -298,6 +297,7 @@ def test_every_step_agrees_with_an_independent_library_replay(agent_name, seeds,
             if pos:
                 obs, info = env.reset()
             hand, done = base.slot.instance.payload, False
+            agent.begin_instance(obs, info)  # as the runner does (the oracle's posterior is per hand)
             while not done:
                 table = info["table"]
                 if not table["over"]:
@@ -409,13 +409,12 @@ def test_each_kind_has_its_own_exploit():
 # ---------------------------------------------------------------- agents
 def test_reference_learns_each_opponent_and_recovers_faster_on_return():
     env = make()
-    stateless = play(env, None, stateless=True)
-    assert np.mean(list(stateless.values())) == pytest.approx(SPEC["r_reference"], abs=1e-6)
-    gains, early = [], {}
+    passes = {seed: play(env, None, seed=seed, stateless=True) for seed in range(5)}  # deal s: seed s's pass
+    assert np.mean([r for p in passes.values() for r in p.values()]) == pytest.approx(SPEC["r_reference"], abs=1e-6)
+    early = {}
     for seed in range(5):
         agent = make_agent("reference", env, seed=seed)
-        stateful = play(env, agent, seed=seed)
-        gains.append(np.mean([stateful[i] - stateless[i] for i in stateful]))
+        stateful, stateless = play(env, agent, seed=seed), passes[seed]
         for slot in env.unwrapped.order:
             if slot.variant_position < 4:
                 early.setdefault(slot.variant, []).append(stateful[slot.instance_id] - stateless[slot.instance_id])
@@ -424,7 +423,6 @@ def test_reference_learns_each_opponent_and_recovers_faster_on_return():
         last = {SPEC["opponents"][v["opponent"]].get("name", v["opponent"]): SPEC["opponents"][v["opponent"]]["style"]
                 for v in SPEC["schedules"]["default"]}
         assert styles == last and last["Mara"] == "loose_aggressive"
-    assert estimate(gains)["ci"][0] > 0
     # first meeting: the first four hands are played exactly as without memory (gain 0, every
     # rollout); a returning opponent that did not change is exploited from its first hand
     assert all(g == 0 for v in ("1-Mara", "2-Dex", "4-Quinn") for g in early[v])
@@ -440,6 +438,20 @@ def test_reference_learns_each_opponent_and_recovers_faster_on_return():
     play(env, agent)
     first = min((s for s in env.unwrapped.order if s.variant == "5-Dex"), key=lambda s: s.position)
     assert agent.books[first.instance_id] is PLAYBOOKS[LAG]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 28, Poker-v4: reading each opponent's kind pays little over the one "
+                   "fitted line in expectation (the station's exploit is that line; vs loose-aggressive +0.1 bb/hand, "
+                   "vs fit-or-fold +0.6): the reference's gain over 25 deals of the canonical world is -0.09 +- 0.11 "
+                   "bb/hand, and on the benchmark's five deals its interval holds 0 (v3's one deal showed +0.75 by luck)")
+def test_reference_gains_over_its_stateless_line_on_the_benchmark():
+    env = make()
+    gains = []
+    for seed in range(5):  # rollout s and stateless pass s play deal s
+        stateless = play(env, None, seed=seed, stateless=True)
+        stateful = play(env, make_agent("reference", env, seed=seed), seed=seed)
+        gains.append(np.mean([stateful[i] - stateless[i] for i in stateful]))
+    assert estimate(gains)["ci"][0] > 0, gains
 
 
 def test_reference_state_round_trip():
@@ -472,12 +484,8 @@ def test_oracle_posterior_always_holds_the_true_cards():
             done = term or trunc
     assert checked >= 12
 
-
-def test_oracle_beats_the_stateless_reference_against_fit_or_fold():
-    """Against fit-or-fold the one-size line leaves most on the table (the station's exploit it plays pays
-    little there): the oracle, which knows the policy, earns clearly more."""
-    assert stateless_mean(ENV_ID, "oracle", {"schedule": "quinn"}) > stateless_mean(
-        ENV_ID, "reference", {"schedule": "quinn"}) + 1
+# (the oracle's lead over the stateless reference on the benchmark's five deals, with its paired interval:
+# tests/test_calibration.py::test_poker_r_max_standard_error_matches_the_oracle_and_its_lead_is_real)
 
 
 
@@ -605,19 +613,43 @@ def test_redeals_keep_the_schedule_and_change_only_the_cards():
         assert len(set(deal.agent) | set(deal.opponent) | set(deal.board)) == 9
 
 
+def test_each_rollout_seed_plays_its_own_deal_and_the_stateless_passes_follow():
+    """Rollout seed s plays deal s % 5 (hands(env, s % 5)), the same ids and seats with other cards; seed 5
+    plays deal 0 again, `redeal=1` holds deals 5-9; every deal of a hand differs; a run's stateless passes
+    are one per rollout seed, so both sides of the gain average over the same deals."""
+    from clbench.agents.poker_redteam import hands
+    from clbench.runner import RunConfig, stateless_plan
+
+    env = make("short")
+    base = env.unwrapped
+    assert base.deals == 5
+    played = {}
+    for seed in (0, 1, 4, 5, 6):
+        env.reset(seed=seed)
+        cards = {inst.instance_id: inst.payload.deal for v in base.schedule.variants for inst in v.instances}
+        assert base.deal_index == seed % 5
+        assert list(cards.values()) == [h[1] for h in hands(base, seed % 5)]
+        played[seed] = cards
+    assert played[5] == played[0] and played[6] == played[1]
+    assert all(played[0][i] != played[1][i] != played[4][i] for i in played[0])
+    again = make("short", redeal=1).unwrapped
+    assert [h[1] for h in hands(again, 5)] == [inst.payload.deal for v in again.schedule.variants for inst in v.instances]
+    assert stateless_plan(RunConfig(env_id=ENV_ID, agent="reference", out="x", rollouts=5))["passes"] == 5
+
+
 def test_selection_gain_separates_the_luckiest_point_from_the_best_play():
     """`selection`: the grid's maximum on a deal set is at least its best point there (the gain is >= 0), the
     best point is the one with the best mean over the re-deals, and the reference's rows are its own replays."""
     from clbench import redteam
     from clbench.agents.poker import PLAYBOOKS
-    from clbench.agents.poker_redteam import replay, selection
+    from clbench.agents.poker_redteam import mean_over, selection
 
     base = make("short").unwrapped
     fams = {k: v for k, v in redteam.families(type(base)).items() if k in ("card_blind_sizing", "push_fold")}
     out = selection(base, fams, PLAYBOOKS["default"], redeals=3, full=False)
     assert out["selection_gain_max"] >= out["selection_gain"] >= 0
     assert out["benchmark_max"] >= out["benchmark_best_point"]
-    ref0 = np.mean(list(replay(base, PLAYBOOKS["default"]).values()))
+    ref0 = mean_over(base, PLAYBOOKS["default"], range(base.deals))  # column 0: the benchmark's five deals
     assert out["benchmark_reference"] == pytest.approx(ref0)
     assert out["max_minus_reference"][0] == pytest.approx(out["benchmark_max"] - ref0)
     assert out["best_point"][0] in fams and len(out["max_minus_reference"]) == 4
@@ -646,35 +678,37 @@ def test_fitted_reference_is_a_coordinate_optimum_of_its_train_fit():
             assert fit.score(envs, {**REFERENCE_PARAMS, name: v}) <= best + 1e-9, (name, v)
 
 
-RED_TEAM_WORLDS = [None, *(range(1, 21) if os.environ.get("CLBENCH_SLOW") == "1" else (1, 2))]
+FULL = os.environ.get("CLBENCH_SLOW") == "1"
+#: worlds whose five benchmark deals still let a chosen family point reach the reference (issue 28, Poker-v4):
+#: the default grid's strength-threshold point in world 5 (its edge in expectation is ~2.3 bb/hand, but deals 0-4
+#: run ~3 standard errors against the reference); the full grid's points also in 1, 8, 9, 14 and 15
+BENCHMARK_FAILS = {1, 5, 8, 9, 14, 15} if FULL else {5}
+RED_TEAM_WORLDS = [None, *(range(1, 21) if FULL else (1, 2, 5))]
 
 
 @functools.lru_cache(maxsize=None)
 def red_team_verdict(world) -> tuple[float, dict, float, dict]:
-    """The red team's verdict in one world: each family's point chosen by its mean over re-deals 1-4 (never the
-    benchmark's hands; full grids with CLBENCH_SLOW=1), then played on the benchmark's hands and on held-out
-    re-deals 5-12. Returns (reference on the benchmark, {family: its benchmark mean}, reference over the
-    held-out re-deals, {family: its mean there})."""
+    """The red team's verdict in one world: each family's point chosen by its mean over five held-out deals
+    (never the benchmark's hands; full grids with CLBENCH_SLOW=1), then played on the benchmark's five deals
+    and on 40 other held-out deals. Returns (reference on the benchmark, {family: its benchmark mean},
+    reference over the held-out deals, {family: its mean there})."""
     from clbench import redteam
     from clbench.agents.poker import PLAYBOOKS
-    from clbench.agents.poker_redteam import choose, replay
+    from clbench.agents.poker_redteam import benchmark_deals, choose, held_out_deals, mean_over
     from clbench.envs.poker.poker_env import PokerEnv
 
     base = PokerEnv(world_seed=world)
-
-    def mean(policy, deals):
-        return float(np.mean([r for k in deals for r in replay(base, policy, k).values()]))
-
-    chosen = choose(base, redteam.families(PokerEnv), full=os.environ.get("CLBENCH_SLOW") == "1")
-    held = range(5, 13)
+    chosen = choose(base, redteam.families(PokerEnv), full=FULL)
+    assert list(held_out_deals(base)) == [5, 6, 7, 8, 9]  # what `choose` looks at: no benchmark deal
+    bench, held = benchmark_deals(base), held_out_deals(base, start=2, count=40)
     reference = PLAYBOOKS["default"]
-    return (mean(reference, (0,)), {name: mean(p, (0,)) for name, (_, p) in chosen.items()},
-            mean(reference, held), {name: mean(p, held) for name, (_, p) in chosen.items()})
+    return (mean_over(base, reference, bench), {name: mean_over(base, p, bench) for name, (_, p) in chosen.items()},
+            mean_over(base, reference, held), {name: mean_over(base, p, held) for name, (_, p) in chosen.items()})
 
 
 def test_red_team_points_chosen_on_redeals_stay_below_the_reference_on_the_benchmark():
-    """The verdict on the benchmark (canonical world): no family's point, chosen on re-deals, reaches
-    r_reference on the benchmark's hands; the betting model replays the runner's stateless reference."""
+    """The verdict on the benchmark (canonical world): no family's point, chosen on held-out deals, reaches
+    r_reference on the benchmark's five deals; the betting model replays the runner's stateless reference."""
     r_ref, bench, _, _ = red_team_verdict(None)
     assert r_ref == pytest.approx(SPEC["r_reference"])
     assert max(bench.values()) < r_ref, (r_ref, bench)
@@ -682,23 +716,22 @@ def test_red_team_points_chosen_on_redeals_stay_below_the_reference_on_the_bench
 
 @pytest.mark.parametrize("world", RED_TEAM_WORLDS)
 def test_red_team_points_chosen_on_redeals_stay_below_the_reference_in_expectation(world):
-    """In every world the reference out-earns each family's chosen point over held-out re-deals (its play,
-    apart from the luck of one deal of 120 hands)."""
+    """In every world the reference out-earns each family's chosen point over 40 held-out deals (its play,
+    apart from the luck of the benchmark's deals)."""
     _, _, r_ref, expected = red_team_verdict(world)
     assert max(expected.values()) < r_ref, (r_ref, expected)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, Poker-v3: 120 hands are too few for the benchmark verdict in every "
-                   "fresh world: the reference leads the best chosen family by ~2 bb/hand in expectation, but the "
-                   "gap's spread over one deal is ~2 bb/hand; in world 1 the reference's deal is unlucky")
-def test_red_team_benchmark_verdict_holds_on_fresh_worlds():
-    for world in (1, 2):
-        r_ref, bench, _, _ = red_team_verdict(world)
-        assert max(bench.values()) < r_ref, (world, r_ref, bench)
+@pytest.mark.parametrize("world", [pytest.param(w, marks=pytest.mark.xfail(
+    strict=True, reason="issue 28, Poker-v4: five deals are still too few for the benchmark verdict in this world"))
+    if w in BENCHMARK_FAILS else w for w in RED_TEAM_WORLDS if w is not None])
+def test_red_team_benchmark_verdict_holds_on_fresh_worlds(world):
+    r_ref, bench, _, _ = red_team_verdict(world)
+    assert max(bench.values()) < r_ref, (world, r_ref, bench)
 
 
 #: fresh worlds where knowing the kinds does not pay over the one fitted line in expectation (3, 10, 14) or
-#: where Mara's old exploit still earns more after her change (17): issue 28, Poker-v3's learning headroom
+#: where Mara's old exploit still earns more after her change (17): issue 28, Poker-v4's learning headroom
 THIN_WORLDS = {3, 10, 14, 17}
 WORLDS = [pytest.param(w, marks=pytest.mark.xfail(strict=True, reason="issue 28: thin learning headroom"))
           if w in THIN_WORLDS else w for w in (range(1, 21) if os.environ.get("CLBENCH_SLOW") == "1" else (1, 2))]

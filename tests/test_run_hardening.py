@@ -197,15 +197,16 @@ def test_a_missing_rollout_and_a_torn_line_are_refused(small_run, tmp_path):
 
 
 def test_a_shock_past_the_schedule_and_a_dead_ray_address_fail_up_front(tmp_path):
+    # five rollouts: Poker deals each rollout seed one of five deals (fewer would add a warning line)
     late = clbench("rollout", "--env", env_id("Poker"), "--env-arg", "schedule=short", "--agent", "reference",
-                   "--rollouts", "1", "--shock", "flush@99999", "--out", str(tmp_path / "a"))
+                   "--rollouts", "5", "--shock", "flush@99999", "--out", str(tmp_path / "a"))
     assert late.returncode == 1
     assert late.stderr.strip().splitlines() == [late.stderr.strip()]  # one line
     assert "position 99999 is outside" in late.stderr and "(positions 0 to 11)" in late.stderr
     assert not (tmp_path / "a" / "results.jsonl").exists()
     started = time.monotonic()
     dead = clbench("rollout", "--env", env_id("Poker"), "--env-arg", "schedule=short", "--agent", "reference",
-                   "--rollouts", "1", "--executor", "ray", "--ray-address", "127.0.0.1:1", "--out", str(tmp_path / "b"))
+                   "--rollouts", "5", "--executor", "ray", "--ray-address", "127.0.0.1:1", "--out", str(tmp_path / "b"))
     assert dead.returncode == 1 and time.monotonic() - started < 30
     assert "no Ray cluster answers at 127.0.0.1:1" in dead.stderr and len(dead.stderr.strip().splitlines()) == 1
 

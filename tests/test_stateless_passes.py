@@ -1,4 +1,5 @@
 """Stateless passes: one per rollout seed for a stochastic agent, one for a deterministic agent,
+one per rollout seed for any agent on an env that deals each rollout its own instances (Poker),
 `--stateless-passes N` to choose; seeds drawn like the stateful rollouts'; the run card says which."""
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from clbench.results import RESULTS_FILE, load_records, read_json
 from clbench.run_dir import instance_trajectory
 from clbench.runner import RunConfig, cached_env, plan_jobs
 
-[POKER] = resolve_tasks(["Poker"])
+[POKER, SPECTRUM] = resolve_tasks(["Poker", "SpectrumMonitor"])
+DEALS_REASON = "the env deals each rollout seed its own instances (seed % 5): one pass per rollout seed"
 
 
-def rollout(out, agent: str, *extra: str) -> list[dict]:
-    assert main(["rollout", "--env", POKER, "--agent", agent, "--rollouts", "2", "--env-arg", "schedule=short",
+def rollout(out, agent: str, *extra: str, env: str = POKER) -> list[dict]:
+    assert main(["rollout", "--env", env, "--agent", agent, "--rollouts", "2", "--env-arg", "schedule=short",
                  "--workers", "1", "--quiet", "--out", str(out), *extra]) == 0
     return load_records(out)
 
@@ -44,22 +46,38 @@ def test_stochastic_agent_plays_one_pass_per_rollout_seed(tmp_path, capsys):
     assert len(first) > 1
     card = read_json(out / "run_card.json")["tasks"]["poker/random"]
     assert card["stateless_passes"] == 2
-    assert card["stateless_plan"] == {"passes": 2, "reason": "stochastic agent: one pass per rollout seed"}
+    assert card["stateless_plan"] == {"passes": 2, "reason": DEALS_REASON}
+    spectrum = by_pass(rollout(tmp_path / "sm", "random", env=SPECTRUM))
+    assert sorted(spectrum) == [0, 1]
+    assert read_json(tmp_path / "sm" / "run_card.json")["tasks"]["spectrummonitor/random"]["stateless_plan"] == {
+        "passes": 2, "reason": "stochastic agent: one pass per rollout seed"}
 
 
 def test_deterministic_agent_keeps_one_pass_unless_asked(tmp_path):
-    one = rollout(tmp_path / "ref", "reference")
+    one = rollout(tmp_path / "ref", "reference", env=SPECTRUM)
     assert sorted(by_pass(one)) == [0]
-    card = read_json(tmp_path / "ref" / "run_card.json")["tasks"]["poker/reference"]
+    card = read_json(tmp_path / "ref" / "run_card.json")["tasks"]["spectrummonitor/reference"]
     assert card["stateless_plan"] == {"passes": 1, "reason": "deterministic agent: one pass"}
-    three = rollout(tmp_path / "ref3", "reference", "--stateless-passes", "3")
+    three = rollout(tmp_path / "ref3", "reference", "--stateless-passes", "3", env=SPECTRUM)
     passes = by_pass(three)
     assert sorted(passes) == [0, 1, 2]
     # deterministic indeed: every pass scores every instance alike
     assert all(passes[p][i]["reward"] == passes[0][i]["reward"] for p in passes for i in passes[0])
-    card = read_json(tmp_path / "ref3" / "run_card.json")["tasks"]["poker/reference"]
+    card = read_json(tmp_path / "ref3" / "run_card.json")["tasks"]["spectrummonitor/reference"]
     assert card["stateless_plan"] == {"passes": 3, "reason": "set with --stateless-passes"}
     assert json.loads((tmp_path / "ref3" / "config.json").read_text())["runs"][0]["stateless_passes"] == 3
+
+
+def test_a_deterministic_agent_plays_one_pass_per_rollout_seed_where_each_rollout_has_its_own_deal(tmp_path):
+    """Poker deals rollout seed s its deal s % 5: pass k plays rollout k's cards, so the deterministic
+    reference gets a pass per rollout seed (one pass would compare every rollout with deal 0)."""
+    records = rollout(tmp_path / "ref", "reference")
+    passes = by_pass(records)
+    assert sorted(passes) == [0, 1]
+    assert {(r["rollout"], r["seed"]) for r in records if r["mode"] == "stateless"} == {(0, 0), (1, 1)}
+    assert any(passes[0][i]["reward"] != passes[1][i]["reward"] for i in passes[0])  # other cards
+    card = read_json(tmp_path / "ref" / "run_card.json")["tasks"]["poker/reference"]
+    assert card["stateless_plan"] == {"passes": 2, "reason": DEALS_REASON}
 
 
 def test_resume_replays_only_the_missing_instances_of_a_pass(tmp_path):

@@ -26,19 +26,21 @@ KEYS = ("r_max", "r_reference")
 def stateless_means(env_id: str, agents: list[str], env_kwargs: dict | None = None, seed: int = 0,
                     instances: list[str] | None = None) -> dict[str, float]:
     """Mean reward of each agent played stateless (a fresh agent per instance) on every instance
-    of the schedule, or on `instances` (ids) only; one env serves all agents."""
+    of the schedule, or on `instances` (ids) only, in every deal the benchmark plays (rollout seeds
+    0..deals-1: an env that deals each rollout its own instances); one env serves all agents."""
     from clbench.agent import make_agent
     from clbench.runner import make_env, play_instance
 
     env = make_env(env_id, **(env_kwargs or {}))
     try:
         ids = instances or [slot.instance_id for slot in env.unwrapped.schedule.order(0)]
+        deals = range(env.unwrapped.deals)
         means = {}
         for agent in agents:
             rewards = []
-            for iid in ids:
+            for deal, iid in ((d, i) for d in deals for i in ids):
                 a = make_agent(agent, env, seed=seed)
-                obs, info = env.reset(seed=0, options={"instance": iid, "stateless": True})
+                obs, info = env.reset(seed=deal, options={"instance": iid, "stateless": True})
                 out = play_instance(env, a, obs, info, [])
                 if out["error"]:
                     raise RuntimeError(f"{agent} failed on {iid}: {out['error']}")

@@ -143,18 +143,26 @@ def drift_report(records: list[dict], task: str, r_max: float, r_reference: floa
             "normalized_gain": gain, "drifts": rows}
 
 
-def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int = 3, seed: int = 0,
+def default_rollouts(env_id: str) -> int:
+    """3, or every deal the env's benchmark plays (an env that deals each rollout seed its own instances)."""
+    from clbench.registry import env_class
+
+    return max(3, env_class(env_id).deals)
+
+
+def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int | None = None, seed: int = 0,
                     workers: int = 1, at: list[str] | None = None, out: str | None = None,
                     window: int = 5, quiet: bool = True) -> dict:
     """Play the reference unfrozen (both modes) and frozen before each drift; return the report.
 
     `at` names variants to treat as drifts instead of the declared ones (e.g. to measure an env
-    version that declares none)."""
+    version that declares none); `rollouts` defaults to `default_rollouts`."""
     from clbench.results import load_records
     from clbench.rollout import run_many
     from clbench.runner import RunConfig, make_env
 
     env_kwargs = dict(env_kwargs or {})
+    rollouts = rollouts or default_rollouts(env_id)
     env = make_env(env_id, **env_kwargs)
     try:
         base = env.unwrapped
@@ -241,7 +249,9 @@ def cmd_drift_check(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("drift-check", help="what each concept drift costs the reference (frozen vs unfrozen)")
     p.add_argument("--env", required=True, help="env id, e.g. clbench/DBExplore-v3")
-    p.add_argument("--rollouts", type=int, default=3, help="stateful rollouts per system (default 3)")
+    p.add_argument("--rollouts", type=int, default=None,
+                   help="stateful rollouts per system (default 3, or one per deal of an env that deals each rollout "
+                        "its own instances: Poker 5)")
     p.add_argument("--seed", type=int, default=0, help="rollout k uses seed SEED+k")
     p.add_argument("--workers", type=int, default=1, help="parallel worker processes")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")

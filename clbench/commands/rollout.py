@@ -190,6 +190,24 @@ def preflight_resumed(cfgs: list[RunConfig]) -> None:
                                        **cfg.agent_kwargs), checked)
 
 
+def warn_uneven_deals(env_id: str, rollouts: int) -> None:
+    """One line on stderr when the rollouts do not play each of the env's deals equally often: r_max and
+    r_reference are means over all of them, the run's rewards are not (normalized rewards then mix the
+    luck of the deals played with the skill)."""
+    import sys
+
+    from clbench.registry import env_class
+
+    try:
+        deals = env_class(env_id).deals
+    except Exception:  # noqa: BLE001 - an unknown env is reported by the run's own checks
+        return
+    if deals > 1 and rollouts % deals:
+        print(f"warning: {env_id} deals rollout seed s its deal s % {deals}; {rollouts} rollouts play its deals "
+              f"unevenly while r_max and r_reference average all {deals}: use a multiple of {deals} rollouts",
+              file=sys.stderr)
+
+
 def cmd_rollout(args) -> int:
     if args.resume:
         return run_and_report(args, [])
@@ -200,6 +218,7 @@ def cmd_rollout(args) -> int:
     world = getattr(args, "world_seed", None)
     if world is None:
         warn_uncalibrated(args.env)  # normalized metrics need r_max/r_reference (other worlds calibrate)
+    warn_uneven_deals(args.env, args.rollouts)
     out = args.out or f"runs/{args.env.split('/')[-1]}-{args.agent}" + ("" if world is None else f"-world-{world}")
     return run_and_report(args, [config_from_args(args, args.env, out)])
 

@@ -57,7 +57,7 @@ def baselines_source(env_id: str, env_kwargs: dict) -> str:
         env.close()
 
 
-def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = None, rollouts: int = 3,
+def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = None, rollouts: int | None = None,
               workers: int = 1, redteam: bool = True) -> dict:
     """One world's difficulty: baselines, the reference's gain, drift costs and the red team's best."""
     from clbench import redteam as red
@@ -192,7 +192,8 @@ def register(sub) -> None:
     p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v5")
     p.add_argument("--seeds", default="1-20", help="world seeds, e.g. 1-20 or 1,4,9 (default 1-20)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
-    p.add_argument("--rollouts", type=int, default=3, help="stateful rollouts of the reference per world (default 3)")
+    p.add_argument("--rollouts", type=int, default=None,
+                   help="stateful rollouts of the reference per world (default 3, or one per deal: Poker 5)")
     p.add_argument("--workers", type=int, default=default_workers(), help="parallel worker processes")
     p.add_argument("--no-redteam", action="store_true", help="skip the red team (faster)")
     p.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="compare these run directories' worlds instead")

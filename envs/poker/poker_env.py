@@ -1,4 +1,4 @@
-"""Poker-v3: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v4: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
 import re
@@ -100,10 +100,18 @@ class PokerEnv(InstanceSequenceEnv):
     almost every bet, one plays few hands and folds without a fit, one plays most hands, bets and
     bluffs a lot and defends by pot odds; what wins against one kind loses against another. Default schedule (120 hands, five variants): Mara (20 hands), Dex (30), Mara
     again (10), Quinn (35), Dex again (25). Each variant deals from its own seed; rollouts
-    permute the hands within a variant. `policy_families` declares opponent-blind memoryless
-    lines (bet-sizing rules, hand-strength thresholds, check/call and bet/give-up lines) for
-    the red team (`clbench redteam`), which chooses each family's point on re-deals of the world
-    (`redeal=K`) and plays it on the benchmark's hands.
+    permute the hands within a variant.
+
+    Deals: rollout seed s plays deal s % 5 of the world's cards (the same opponents, seats and
+    hand ids, other cards; deal 0 of the canonical world is v3's). The default run's five
+    rollouts and five stateless passes (one per rollout seed, paired by seed) play 600 distinct
+    hands, and r_max and r_reference are means over the five deals: one deal of 120 hands is
+    too few for a score, the gain or a verdict (docs/poker-variance-levers.md).
+
+    `policy_families` declares opponent-blind memoryless lines (bet-sizing rules, hand-strength
+    thresholds, check/call and bet/give-up lines) for the red team (`clbench redteam`), which
+    chooses each family's point on re-deals of the world (`redeal=K`: five more deals) and plays
+    it on the benchmark's five deals.
 
     Concept drift (variant 3, hand 51): Mara returns playing a style of another kind, so the
     exploit learned against her in variant 1 now loses chips. Nothing an agent is shown says
@@ -142,8 +150,8 @@ class PokerEnv(InstanceSequenceEnv):
     ## Rewards
     The agent's chip profit in big blinds, on the step that ends the hand (0 before).
     raw_metric = ("chips", profit in chips); solved = profit > 0. r_max is the oracle's mean
-    on the default schedule (it knows each opponent's policy, not the hidden cards);
-    r_reference the stateless reference agent's mean.
+    on the default schedule's five deals (it knows each opponent's policy, not the hidden cards);
+    r_reference the stateless reference agent's mean on the same hands.
 
     ## Episode End
     The hand ends when a player folds or at the showdown (terminated). An illegal or
@@ -158,9 +166,15 @@ class PokerEnv(InstanceSequenceEnv):
     after she changed, for tests); `cycle`; `render_mode` ("ansi"); `split` ("test", the
     benchmark's hands; "train": another world of the same kinds, ids "train-<variant>-hNN");
     `world_seed` (None: the canonical world; N: a fresh world, see Worlds); `redeal` (0: the
-    world's own deal; K >= 1: the same opponents and seats with other cards).
+    benchmark's five deals; K >= 1: five other deals of the same opponents and seats).
+
+    Seeds: `reset(seed=s)` starts rollout s: deal s % 5, hands permuted within variants by s.
 
     ## Version History
+    * v4: five deals (issues 28, 29): rollout seed s plays deal s % 5, stateless passes follow
+      the rollout seeds, and r_max, r_reference and the red team's verdict are means over the
+      five deals (v3 scored one deal of 120 hands); the red team chooses its points on five
+      held-out deals; r_max and r_reference recalibrated.
     * v3: opponents whose exploits are their own (issue 28): the calling station calls only a good
       hand or a pair against overbets, the loose-aggressive player barrels weak hands on the turn
       and river and defends them by pot odds, so card-blind aggression loses; the stateless
@@ -180,7 +194,7 @@ class PokerEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/Poker-v3"
+    env_id = "clbench/Poker-v4"
     #: modules a scripted agent may import (game mechanics, cards, hand strength and the opponent archetypes with their parameter ranges: what a poker player knows, no world's values; tests/test_reference_imports.py)
     public_modules = ("betting", "cards", "opponents", "policy", "strength", "table")
     reward_unit = "BB per hand"
@@ -215,6 +229,9 @@ class PokerEnv(InstanceSequenceEnv):
     #: the opponents come from the spec or `world_rng` only, the cards from `draw_seed`: `redeal=K` deals
     #: other cards to the same opponents
     redealable = True
+    #: rollout seed s plays deal s % 5: the default run's five rollouts (and its stateless passes) play 600
+    #: distinct hands, so a score is the play's, not one deal's luck (docs/poker-variance-levers.md)
+    deals = 5
 
     def __init__(self, schedule: str = "default", cycle: bool = False, render_mode: str | None = None,
                  split: str = "test", world_seed: int | None = None, redeal: int = 0):
