@@ -75,7 +75,9 @@ class TaskRecords:
     uncalibrated: str | None = None  # why r_max / r_reference are missing (None: the generic reason)
     stateful: dict[int, list[dict]] = field(default_factory=dict)  # rollout -> records by position
     stateless: dict[int, dict[str, dict]] = field(default_factory=dict)  # pass -> instance_id -> record
-    uncalibrated: str | None = None  # why r_max / r_reference are missing (which schedule, world)
+    #: deals of the env's instances (Poker: rollout seed s plays deal s % deals); > 1 pairs each rollout
+    #: with the stateless pass of its seed in the bootstrap (`deal_paired`)
+    deals: int = 1
 
 
 #: why normalized metrics of a task without r_max / r_reference are undefined
@@ -140,7 +142,8 @@ def group_records(records: list[dict], params: dict[str, dict]) -> dict[tuple[st
             se = p.get("r_max_se")
             tr = groups[(task, system)] = TaskRecords(task, system, _calibration(p["r_max"]),
                                                       _calibration(p["r_reference"]), float(se) if se else None,
-                                                      uncalibrated=p.get("baselines_undefined") or uncalibrated_reason(p))
+                                                      uncalibrated=p.get("baselines_undefined") or uncalibrated_reason(p),
+                                                      deals=int(p.get("deals") or 1))
         if rec["mode"] == "stateless":
             tr.stateless.setdefault(int(rec.get("rollout") or 0), {})[rec["instance_id"]] = rec
         else:
@@ -395,6 +398,17 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     return out
 
 
+def deal_paired(tr: TaskRecords) -> bool:
+    """Whether rollout k and stateless pass k played the same deal (an env with `deals > 1`, every pass
+    seeded like the rollout of its index): then the bootstrap draws them together, as one unit, so the
+    deal's luck, shared by both sides of the gain, cancels inside each draw instead of widening the CI."""
+    if tr.deals <= 1 or sorted(tr.stateful) != sorted(tr.stateless):
+        return False
+    return all(recs and tr.stateless[k] and recs[0].get("seed") is not None
+               and {r.get("seed") for r in tr.stateless[k].values()} == {recs[0]["seed"]}
+               for k, recs in tr.stateful.items())
+
+
 def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = N_BOOT,
                  keep_draws: bool = False) -> dict:
     """Headline metrics with paired-bootstrap CIs, per-variant means and per-position curves."""
@@ -405,6 +419,9 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
                                                       np.ones(P)).items()}
     rng = np.random.default_rng(bootstrap_seed(tr.task, tr.system))
     ck, ci, cp = _counts(rng, n_boot, K), _counts(rng, n_boot, n), _counts(rng, n_boot, P)
+    paired = deal_paired(tr)
+    if paired:  # rollout k and pass k are one unit (same deal): drawn together
+        cp = ck
     r_max_draws = tr.r_max + tr.r_max_se * rng.standard_normal(n_boot) if tr.r_max_se else tr.r_max
     draws = _replicates(m, r_max_draws, tr.r_reference, ck, ci, cp)
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
@@ -431,8 +448,9 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
         "mean_reward_stateless": None if invalid else point["mean_reward_stateless"],
         "cumulative_reward_stateless": None if invalid else float(m.sl.mean(axis=0).sum()),
         "split_window": window,
-        "bootstrap": {"replicates": n_boot, "resampled": ["instances (paired by instance_id)", "rollouts",
-                                                          "stateless passes"] + (["r_max"] if tr.r_max_se else [])},
+        "bootstrap": {"replicates": n_boot, "resampled": ["instances (paired by instance_id)", *(
+            ["rollouts with the stateless pass of their deal (paired by seed)"] if paired
+            else ["rollouts", "stateless passes"])] + (["r_max"] if tr.r_max_se else [])},
     }
     if tr.r_max_se:
         out["r_max_estimate"] = {"mean": tr.r_max, "se": tr.r_max_se,
@@ -544,6 +562,8 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int)
     gain = sf - slp
     cum_gain = np.where(has, np.nancumsum(gain, axis=1), np.nan)
     ck, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, P)
+    if deal_paired(tr):
+        cp = ck.copy()
     # a replicate's curves depend only on its (rollout, pass) weights, and few rollouts give few
     # distinct weights (5 rollouts, 1 pass: 126 for 1000 replicates): each is computed once
     weights, replicate = _distinct_rows(np.hstack([ck, cp]))

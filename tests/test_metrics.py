@@ -170,6 +170,34 @@ def test_stateless_passes_are_averaged_per_instance_and_resampled():
     assert m["cumulative_gain"]["ci"][0] < 0.4 < m["cumulative_gain"]["ci"][1]
 
 
+def test_rollouts_and_passes_of_the_same_deal_are_resampled_together():
+    """An env that deals each rollout seed its own instances (Poker, `deals` in the task's params): rollout k
+    and stateless pass k (the same seed) played the same cards, so the bootstrap draws them as one unit and a
+    deal's luck, shared by both sides, cancels; without `deals` (or with seeds that do not match) the two
+    sides are drawn apart and that luck widens the gain's interval."""
+    ids = [f"i{j}" for j in range(12)]
+    luck = [0.0, 0.5, -0.3, 0.8, -0.6]  # per deal, on both sides alike; the gain is 0.1 on every instance
+
+    def records(seed_of_pass=lambda k: k):
+        out = []
+        for k, level in enumerate(luck):
+            out += [dict(rec("stateful", k, i, j, "v", 0.3 + level + 0.1), seed=k) for j, i in enumerate(ids)]
+            out += [dict(rec("stateless", k, i, j, "v", 0.3 + level), seed=seed_of_pass(k)) for j, i in enumerate(ids)]
+        return out
+
+    dealt = {"t": {**PARAMS["t"], "r_max": 5.0, "deals": 5}}
+    paired = task_metrics(group_records(records(), dealt)[("t", "s")], n_boot=2000)
+    assert paired["cumulative_gain"]["ci"] == pytest.approx([1.2, 1.2])
+    assert paired["bootstrap"]["resampled"][1] == "rollouts with the stateless pass of their deal (paired by seed)"
+    assert paired["curves"]["gain"]["lo"] == pytest.approx(paired["curves"]["gain"]["hi"])
+    for tr in (group_records(records(), PARAMS)[("t", "s")],
+               group_records(records(lambda k: (k + 1) % 5), dealt)[("t", "s")]):
+        apart = task_metrics(tr, n_boot=2000)
+        assert apart["cumulative_gain"]["mean"] == pytest.approx(1.2)
+        lo, hi = apart["cumulative_gain"]["ci"]
+        assert hi - lo > 3  # the deals' luck (SD 0.5 per instance, 12 instances) on each side apart
+
+
 @pytest.mark.parametrize("r_max", [0.25, 0.25 + 1e-15, 0.2])
 def test_normalized_gain_is_undefined_without_headroom(r_max):
     sl = [("a", "v", 0.2), ("b", "v", 0.3)]  # mean 0.25, the oracle's own score
