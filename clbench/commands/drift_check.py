@@ -100,10 +100,11 @@ def _part_costs(unfrozen, frozen, rollouts: list[int], ids: list[str], parts, ck
 
 
 def drift_report(records: list[dict], task: str, r_max: float, r_reference: float, schedule,
-                 drifts: list[dict], window: int = 5, parts=None) -> dict:
+                 drifts: list[dict], window: int = 5, parts=None, deals: int = 1) -> dict:
     """Drift costs, recoveries and the unfrozen reference's normalized gain from run records;
-    with `parts` (an env's score_parts), each drift's cost per part of the score as well."""
-    groups = group_records(records, {task: {"r_max": r_max, "r_reference": r_reference}})
+    with `parts` (an env's score_parts), each drift's cost per part of the score as well; `deals`:
+    the env's (rollout k and stateless pass k of one deal are resampled together, clbench.metrics)."""
+    groups = group_records(records, {task: {"r_max": r_max, "r_reference": r_reference, "deals": deals}})
     unfrozen = groups[(task, REFERENCE)]
     unfrozen_metrics = task_metrics(unfrozen, n_boot=N_BOOT)
     gain = unfrozen_metrics["normalized_gain"]
@@ -182,6 +183,7 @@ def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int |
             raise ValueError(undefined)
         task, r_max, r_ref, schedule = base.task, base.r_max, base.r_reference, base.schedule
         parts = base.score_parts  # {} for envs whose score has no parts
+        deals = base.deals
         world = base.world_key
     finally:
         env.close()
@@ -197,7 +199,7 @@ def run_drift_check(env_id: str, env_kwargs: dict | None = None, rollouts: int |
         run_many(cfgs, quiet=quiet)
         records = [dict(r, system=REFERENCE) if r["system"] == STATELESS else r
                    for r in load_records(run_dir) if r["task"] == task]
-    report = drift_report(records, task, r_max, r_ref, schedule, drifts, window=window, parts=parts)
+    report = drift_report(records, task, r_max, r_ref, schedule, drifts, window=window, parts=parts, deals=deals)
     report.update({"env_id": env_id, "rollouts": rollouts, "seed": seed, "world": world})
     return report
 
