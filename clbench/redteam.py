@@ -189,11 +189,10 @@ def _play(env_id: str, policies: list[Policy], env_kwargs: dict, workers: int, o
           params: dict[str, dict] | None = None) -> dict[str, float]:
     """Each policy's mean reward on the instances `env_kwargs` deal, over every deal the benchmark plays
     (one run directory `out`), by name."""
+    from clbench.registry import env_class
     from clbench.results import load_records
     from clbench.rollout import run_many
     from clbench.runner import RunConfig, cached_env
-
-    from clbench.registry import env_class
 
     params = params or {}
     n = env_class(env_id).deals  # every deal the benchmark plays (one rollout or pass per deal)
