@@ -18,7 +18,8 @@ How a family's point is chosen. An env whose instances can be dealt anew with th
 structure (`redealable = True`; `redeal=K` keeps the world and draws its instances again) has its
 families' grids searched on re-deals 1..K (`redeals`: 2 by default, 6 with --full / CLBENCH_SLOW=1):
 each family's point with the best mean over the re-deals is then played on the benchmark's own
-instances (redeal 0), and the verdict is that point's benchmark mean against r_reference. The
+instances (redeal 0, every deal of it: an env with `deals > 1` plays one rollout or pass per deal), and
+the verdict is that point's benchmark mean against r_reference. The
 scored instances are never used to choose: in a noisy env the best of hundreds of near-equal
 points on the scored instances beats the reference by selection luck (the maximum of many noisy
 means), which measures the draw, not a policy; a point chosen elsewhere and reaching r_reference

@@ -21,7 +21,7 @@ from clbench.agents.poker_redteam import replay
 from clbench.envs.poker.poker_env import PokerEnv
 
 FIT_WORLDS = 12
-DEALS = 3  # the train deal and re-deals 1..DEALS-1
+DEALS = 3  # the train world's deals 0..DEALS-1 (poker_redteam.hands: the ones its rollout seeds 0-2 play)
 ROUNDS = 4  # passes at most; the search stops at the first pass that changes nothing
 GRID: dict[str, list] = {
     "open_at": [0.0, 0.1, 0.2, 0.3, 0.45],
