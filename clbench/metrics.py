@@ -469,7 +469,7 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     out["per_variant"] = _per_variant(tr, sl_mean, m)
     out["shocks"] = shock_effects(tr)
     out["curves"] = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
-                            n_boot=min(n_boot, CURVE_BOOT))
+                            n_boot=min(n_boot, CURVE_BOOT), paired=paired)
     out["usage"] = _usage(tr)
     out["errors"] = errors_summary(tr)
     if keep_draws:
@@ -535,9 +535,10 @@ def _per_variant(tr: TaskRecords, sl: dict[str, float], m: Matrices) -> list[dic
     return result
 
 
-def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int) -> dict:
+def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int, paired: bool = False) -> dict:
     """Per-position curves: mean over rollouts, min-max, and a 95% CI of the mean (bootstrap over
-    rollouts and stateless passes); the stateless side is paired to each rollout by instance id."""
+    rollouts and stateless passes, drawn together when `paired`: `deal_paired`); the stateless side is
+    paired to each rollout by instance id."""
     n = max(len(v) for v in tr.stateful.values())
     K, P = len(tr.stateful), m.sl.shape[0]
     col = m.col
@@ -562,7 +563,7 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int)
     gain = sf - slp
     cum_gain = np.where(has, np.nancumsum(gain, axis=1), np.nan)
     ck, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, P)
-    if deal_paired(tr):
+    if paired:
         cp = ck.copy()
     # a replicate's curves depend only on its (rollout, pass) weights, and few rollouts give few
     # distinct weights (5 rollouts, 1 pass: 126 for 1000 replicates): each is computed once
