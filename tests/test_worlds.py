@@ -100,6 +100,33 @@ def test_band_flags_worlds_of_another_difficulty():
     assert BAND["headroom_ratio"][0] < 1 < BAND["headroom_ratio"][1]
 
 
+def test_band_is_judged_on_each_worlds_ci():
+    """A world is in the band only when its CI is: a CI reaching across an edge cannot tell (not a pass, not a
+    failure), a CI wholly outside is out; the table and the exit code say which."""
+    from clbench.commands.worlds import IN, OUT, UNDECIDED, band_judgment, format_worlds
+
+    canon = {"world": "canonical", "r_max": 1.0, "r_reference": 0.4, "gain": 0.5, "gain_ci": [0.4, 0.6],
+             "drift_cost": 0.12, "drift_cost_ci": [0.1, 0.14], "drift_share": 0.2, "best_policy": None,
+             "best_mean": None, "redteam_failures": []}  # bands: gain 0.25 .. 0.75, drift share 0.1 .. 0.3
+
+    def verdicts(**changes):
+        return {m: v for m, v, _ in band_judgment(dict(canon, world="world-1", **changes), canon)}
+
+    assert verdicts() == {"gain": IN, "headroom": IN, "drift": IN}
+    assert verdicts(gain=0.6, gain_ci=[0.3, 0.9])["gain"] == UNDECIDED  # the point is in, the CI is not
+    assert verdicts(gain=0.9, gain_ci=[0.7, 1.1])["gain"] == UNDECIDED  # the point is out, the CI is not
+    assert verdicts(gain=0.9, gain_ci=[0.8, 1.0])["gain"] == OUT
+    assert verdicts(gain=0.9, gain_ci=None)["gain"] == OUT  # no CI: the point decides
+    # the drift cost's CI as a share of this world's headroom (0.6): [0.03, 0.09] / 0.6 = [0.05, 0.15]
+    assert verdicts(drift_share=0.1, drift_cost=0.06, drift_cost_ci=[0.03, 0.09])["drift"] == UNDECIDED
+    assert verdicts(drift_share=0.5, drift_cost=0.3, drift_cost_ci=[0.24, 0.36])["drift"] == OUT
+    wide = dict(canon, world="world-2", gain=0.6, gain_ci=[0.3, 0.9])
+    assert band_violations(wide, canon) == [
+        "cannot tell: reference's normalized gain 0.600 [95% CI 0.300, 0.900] vs canonical 0.500 (band 0.250 .. 0.750)"]
+    text = format_worlds("x", canon, [dict(canon, world="world-1"), wide])
+    assert "| world-1 |" in text and "| yes |" in text and "cannot tell: reference's" in text
+
+
 def test_fresh_worlds_are_summarized_with_a_ci_over_worlds():
     from clbench.commands.worlds import format_worlds, pooled
 

@@ -6,7 +6,9 @@
 played, and cached: clbench.calibration.ensure_baselines), the reference's normalized gain and each declared drift's
 cost (clbench drift-check), and the red team's best non-learning policy (clbench redteam); then
 the mean and range over the fresh worlds, and whether each world stays in the stated band of the
-canonical world's difficulty (BAND, docs/contract.md "Worlds"). Exit 1 when a world leaves it.
+canonical world's difficulty (BAND, docs/contract.md "Worlds"), judged on each world's 95% CI: in,
+out, or "cannot tell" when the CI reaches across an edge of the band (`band_judgment`; more
+rollouts narrow it). Exit 1 unless every world is shown to be in the band.
 
 `clbench worlds --runs RUN_A RUN_B ...` puts a system's results from run directories of different
 worlds side by side with 95% CIs (clbench.reporting.worlds): the canonical run and fresh-world runs.
@@ -89,27 +91,62 @@ def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = Non
     return row
 
 
-def band_violations(row: dict, canonical: dict, band: dict = BAND) -> list[str]:
-    """Why `row` (a fresh world) is out of the band of `canonical`'s difficulty ([] when it is in)."""
+#: a world's measure against the band: its 95% CI inside the band, outside it, or reaching across an
+#: edge (the measurement cannot tell: more rollouts narrow the CI)
+IN, OUT, UNDECIDED = "in", "out", "cannot tell"
+
+
+def _judge(point: float, ci, lo: float, hi: float) -> str:
+    """IN, OUT or UNDECIDED for a measure whose band is [lo, hi]; without a CI the point is judged."""
+    a, b = (point, point) if not ci or None in ci else (min(ci), max(ci))
+    if lo <= a and b <= hi:
+        return IN
+    if b < lo or a > hi:
+        return OUT
+    return UNDECIDED
+
+
+def _ci_text(ci) -> str:
+    return f" [95% CI {ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else ""
+
+
+def band_judgment(row: dict, canonical: dict, band: dict = BAND) -> list[tuple[str, str, str]]:
+    """(measure, verdict, why) for each measure of `row` (a fresh world) against the band of `canonical`'s
+    difficulty: IN when the world's 95% CI lies inside the band, OUT when it lies outside, UNDECIDED when
+    it reaches across an edge, so a noisy measurement is never read as a pass or a failure. A measure
+    without a CI (the headroom: fresh worlds record no standard error of r_max) is judged by its point.
+    The band is centred on the canonical world's point estimates."""
     out = []
     if row["gain"] is not None and canonical["gain"] is not None:
         tol = max(band["gain_abs"], band["gain_rel"] * abs(canonical["gain"]))
-        if abs(row["gain"] - canonical["gain"]) > tol:
-            out.append(f"reference's normalized gain {row['gain']:.3f} vs canonical {canonical['gain']:.3f} (tolerance {tol:.3f})")
+        lo, hi = canonical["gain"] - tol, canonical["gain"] + tol
+        verdict = _judge(row["gain"], row.get("gain_ci"), lo, hi)
+        out.append(("gain", verdict, f"reference's normalized gain {row['gain']:.3f}{_ci_text(row.get('gain_ci'))} "
+                                     f"vs canonical {canonical['gain']:.3f} (band {lo:.3f} .. {hi:.3f})"))
     elif (row["gain"] is None) != (canonical["gain"] is None):
-        out.append("the reference's normalized gain is undefined in one world only")
+        out.append(("gain", OUT, "the reference's normalized gain is undefined in one world only"))
     h, hc = row["r_max"] - row["r_reference"], canonical["r_max"] - canonical["r_reference"]
     lo, hi = band["headroom_ratio"]
-    if hc > 0 and not lo <= h / hc <= hi:
-        out.append(f"headroom r_max - r_reference {h:.4g} is {h / hc:.2f}x the canonical {hc:.4g} (band {lo}-{hi}x)")
+    if hc > 0:
+        out.append(("headroom", _judge(h / hc, None, lo, hi),
+                    f"headroom r_max - r_reference {h:.4g} is {h / hc:.2f}x the canonical {hc:.4g} (band {lo}-{hi}x)"))
     if row["drift_share"] is not None and canonical["drift_share"] is not None:
         tol = max(band["drift_abs"], band["drift_rel"] * abs(canonical["drift_share"]))
-        if abs(row["drift_share"] - canonical["drift_share"]) > tol:
-            out.append(f"drift cost {row['drift_share']:.3f} of the headroom vs canonical "
-                       f"{canonical['drift_share']:.3f} (tolerance {tol:.3f})")
+        lo, hi = canonical["drift_share"] - tol, canonical["drift_share"] + tol
+        ci = row.get("drift_cost_ci")
+        share_ci = [c / h for c in ci] if ci and None not in ci and h > 0 else None
+        out.append(("drift", _judge(row["drift_share"], share_ci, lo, hi),
+                    f"drift cost {row['drift_share']:.3f}{_ci_text(share_ci)} of the headroom vs canonical "
+                    f"{canonical['drift_share']:.3f} (band {lo:.3f} .. {hi:.3f})"))
     if row["redteam_failures"]:
-        out.append(f"red team reaches r_reference: {', '.join(row['redteam_failures'])}")
+        out.append(("red team", OUT, f"red team reaches r_reference: {', '.join(row['redteam_failures'])}"))
     return out
+
+
+def band_violations(row: dict, canonical: dict, band: dict = BAND) -> list[str]:
+    """Why `row` (a fresh world) is not shown to be in the band of `canonical`'s difficulty ([] when every
+    measure is): each measure out of it or that cannot tell (`band_judgment`), the verdict first."""
+    return [f"{verdict}: {why}" for _, verdict, why in band_judgment(row, canonical, band) if verdict != IN]
 
 
 def _f(x, digits: int = 4) -> str:
@@ -145,7 +182,7 @@ def format_worlds(env_id: str, canonical: dict, rows: list[dict]) -> str:
                      f"{_with_ci(row['gain'], row.get('gain_ci'))} | "
                      f"{_with_ci(row['drift_cost'], row.get('drift_cost_ci'))} | "
                      f"{row['best_policy'] or 'n/a'} | {_f(row['best_mean'])} | "
-                     f"{'-' if row is canonical else ('yes' if not bad else 'NO: ' + '; '.join(bad))} |")
+                     f"{'-' if row is canonical else ('yes' if not bad else '; '.join(bad))} |")
     if rows:
         stats = []
         for c in cols:
