@@ -39,7 +39,7 @@ def env_id(task: str) -> str:
 #: (task, schedule) played over MCP by default; DBExplore's 40 questions join for `serve` (one client
 #: process) and, with CLBENCH_SLOW=1, for the command agent (one harness process per instance)
 SERVED = [("Poker", "short"), ("SpectrumMonitor", "short"), ("DBExplore", "default")]
-#: one harness per instance is slow (a process each); Poker's schedule runs with CLBENCH_SLOW=1. Poker-v4's
+#: one harness per instance is slow (a process each); Poker's schedule runs with CLBENCH_SLOW=1. Poker's
 #: stateless reference already plays the calling station's exploit, so `short` (Mara, Quinn, Mara) leaves its
 #: memory nothing to add; `drift_short` (Mara, then Mara changed) does: 3.66 stateful vs 2.56 stateless
 COMMANDED = [pytest.param("Poker", "drift_short", marks=pytest.mark.slow), ("SpectrumMonitor", "short")] + \

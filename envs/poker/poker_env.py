@@ -1,4 +1,4 @@
-"""Poker-v4: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v5: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
 import re
@@ -171,6 +171,11 @@ class PokerEnv(InstanceSequenceEnv):
     Seeds: `reset(seed=s)` starts rollout s: deal s % 5, hands permuted within variants by s.
 
     ## Version History
+    * v5: the kinds' exploits that the reference learns to play and the oracle plays out
+      (agents/poker.py `EXPLOIT_PARAMS`) are fitted on 20 deals of the train worlds instead of 3
+      and may check strong hands to a player who bets when checked to; the stateless reference's
+      line is unchanged. Dynamics and scoring are unchanged; r_max recalibrated (3.850 -> 4.803:
+      the oracle plays the new exploits after each decision), r_reference unchanged (2.125).
     * v4: five deals (issues 28, 29): rollout seed s plays deal s % 5, stateless passes follow
       the rollout seeds, and r_max, r_reference and the red team's verdict are means over the
       five deals (v3 scored one deal of 120 hands); the red team chooses its points on five
@@ -194,7 +199,7 @@ class PokerEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/Poker-v4"
+    env_id = "clbench/Poker-v5"
     #: modules a scripted agent may import (game mechanics, cards, hand strength and the opponent archetypes with their parameter ranges: what a poker player knows, no world's values; tests/test_reference_imports.py)
     public_modules = ("betting", "cards", "opponents", "policy", "strength", "table")
     reward_unit = "BB per hand"
