@@ -18,6 +18,8 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
+
 
 def cache_root() -> Path:
     """Where calibrations of non-canonical worlds and schedules are cached."""
@@ -83,13 +85,19 @@ def calibrate_world(env_id: str, env_kwargs: dict | None = None, store: bool = T
     """r_max (the oracle's mean) and r_reference (the stateless reference's mean) of the world and
     schedule `env_kwargs` select, played stateless on every instance; stored in the cache unless
     store=False or it is the canonical default (whose numbers live in default.yaml)."""
-    from clbench.commands.calibrate import stateless_means
+    from clbench.commands.calibrate import stateless_rewards
     from clbench.runner import make_env
 
-    means = stateless_means(env_id, ["oracle", "reference"], env_kwargs)
-    values = {"r_max": means["oracle"], "r_reference": means["reference"]}
+    played = stateless_rewards(env_id, ["oracle", "reference"], env_kwargs)
+    oracle, reference = np.asarray(played["oracle"], dtype=float), np.asarray(played["reference"], dtype=float)
+    values = {"r_max": float(oracle.mean()), "r_reference": float(reference.mean())}
     env = make_env(env_id, **(env_kwargs or {}))
     try:
+        if "r_max_se" in env.unwrapped.spec_data and oracle.size > 1:
+            # a noisy oracle score (the task says so in default.yaml): this world's own standard errors, of
+            # r_max and of the headroom r_max - r_reference (both played on the same instances: paired)
+            values["r_max_se"] = float(oracle.std(ddof=1) / np.sqrt(oracle.size))
+            values["headroom_se"] = float((oracle - reference).std(ddof=1) / np.sqrt(oracle.size))
         if store and not env.unwrapped.baselines_from_spec:
             store_baselines(env.unwrapped, values)
     finally:

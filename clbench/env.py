@@ -470,6 +470,12 @@ class InstanceSequenceEnv(gym.Env):
         return self._baseline("r_reference")
 
     @property
+    def r_max_se(self) -> float | None:
+        """Standard error of r_max where the oracle's score is itself noisy (the task's default.yaml has
+        `r_max_se`: Poker), this world's own (the calibration cache keeps each world's); else None."""
+        return self._baseline("r_max_se") if "r_max_se" in self.spec_data else None
+
+    @property
     def spec_card(self) -> SpecCard:
         say = self.say
         return SpecCard(

@@ -80,8 +80,8 @@ def task_params(env, baselines_undefined: str | None = None) -> dict:
         "instances": len(base.schedule),
         "schedule": base.schedule.name,
         "variants": base.schedule.describe(),
-        # a noisy oracle score (Poker) comes with its standard error; units label every report
-        **{k: base.spec_data[k] for k in ("r_max_se",) if base.spec_data.get(k) is not None},
+        # a noisy oracle score (Poker) comes with its standard error, the world's own; units label every report
+        **({"r_max_se": base.r_max_se} if base.r_max_se is not None else {}),
         # rollout seed s plays deal s % deals: the bootstrap pairs rollout k with stateless pass k
         **({"deals": base.deals} if base.deals > 1 else {}),
         "reward_unit": base.reward_unit,

@@ -120,11 +120,43 @@ def test_band_is_judged_on_each_worlds_ci():
     # the drift cost's CI as a share of this world's headroom (0.6): [0.03, 0.09] / 0.6 = [0.05, 0.15]
     assert verdicts(drift_share=0.1, drift_cost=0.06, drift_cost_ci=[0.03, 0.09])["drift"] == UNDECIDED
     assert verdicts(drift_share=0.5, drift_cost=0.3, drift_cost_ci=[0.24, 0.36])["drift"] == OUT
+    # a noisy oracle's headroom (0.6, the canonical's too) with a standard error: (0.6 -+ 1.96 x 0.3) / 0.6
+    assert verdicts(headroom_se=0.3)["headroom"] == UNDECIDED
+    assert verdicts(headroom_se=0.05)["headroom"] == IN
+    assert verdicts(r_reference=0.9, headroom_se=0.01, drift_share=None)["headroom"] == OUT  # 0.1 / 0.6
     wide = dict(canon, world="world-2", gain=0.6, gain_ci=[0.3, 0.9])
     assert band_violations(wide, canon) == [
         "cannot tell: reference's normalized gain 0.600 [95% CI 0.300, 0.900] vs canonical 0.500 (band 0.250 .. 0.750)"]
     text = format_worlds("x", canon, [dict(canon, world="world-1"), wide])
     assert "| world-1 |" in text and "| yes |" in text and "cannot tell: reference's" in text
+
+
+def test_a_noisy_oracle_keeps_each_worlds_own_standard_error(tmp_path, cache):
+    """Poker's oracle score is noisy (its default.yaml has r_max_se): calibrating a fresh world keeps that
+    world's own r_max_se and the paired headroom_se beside r_max, never the canonical world's, and the run
+    card reports the world's; an env with an exact oracle keeps none."""
+    import numpy as np
+
+    from clbench.calibration import cached_baseline, calibrate_world
+    from clbench.commands.calibrate import stateless_rewards
+    from clbench.commands.worlds import headroom_se
+    from clbench.registry import env_id_for
+    from clbench.runcard import task_params
+
+    poker, kwargs = env_id_for("poker"), {"schedule": "drift_short", "world_seed": 3}
+    values = calibrate_world(poker, kwargs)
+    played = stateless_rewards(poker, ["oracle", "reference"], kwargs)
+    oracle, diff = np.asarray(played["oracle"]), np.subtract(played["oracle"], played["reference"])
+    assert values["r_max_se"] == pytest.approx(oracle.std(ddof=1) / np.sqrt(oracle.size))
+    assert values["headroom_se"] == pytest.approx(diff.std(ddof=1) / np.sqrt(diff.size))
+    env = gym.make(poker, **kwargs).unwrapped
+    canonical_se = gym.make(poker).unwrapped.r_max_se
+    assert env.r_max_se == values["r_max_se"] != canonical_se and canonical_se == env.spec_data["r_max_se"]
+    assert task_params(env)["r_max_se"] == values["r_max_se"]
+    assert headroom_se(poker, kwargs) == values["headroom_se"] and cached_baseline(env, "headroom_se")
+    spectrum = gym.make(TEST_ID, schedule="short", world_seed=7).unwrapped
+    assert spectrum.r_max_se is None and "r_max_se" not in calibrate_world(TEST_ID, {"schedule": "short",
+                                                                                     "world_seed": 7})
 
 
 def test_fresh_worlds_are_summarized_with_a_ci_over_worlds():

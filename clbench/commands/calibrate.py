@@ -28,6 +28,14 @@ def stateless_means(env_id: str, agents: list[str], env_kwargs: dict | None = No
     """Mean reward of each agent played stateless (a fresh agent per instance) on every instance
     of the schedule, or on `instances` (ids) only, in every deal the benchmark plays (rollout seeds
     0..deals-1: an env that deals each rollout its own instances); one env serves all agents."""
+    return {agent: float(np.mean(r)) for agent, r in stateless_rewards(env_id, agents, env_kwargs, seed,
+                                                                        instances).items()}
+
+
+def stateless_rewards(env_id: str, agents: list[str], env_kwargs: dict | None = None, seed: int = 0,
+                      instances: list[str] | None = None) -> dict[str, list[float]]:
+    """What `stateless_means` averages: each agent's rewards, instance by instance in the same order for
+    every agent (deal by deal), so two agents' lists pair up."""
     from clbench.agent import make_agent
     from clbench.runner import make_env, play_instance
 
@@ -35,7 +43,7 @@ def stateless_means(env_id: str, agents: list[str], env_kwargs: dict | None = No
     try:
         ids = instances or [slot.instance_id for slot in env.unwrapped.schedule.order(0)]
         deals = range(env.unwrapped.deals)
-        means = {}
+        played = {}
         for agent in agents:
             rewards = []
             for deal, iid in ((d, i) for d in deals for i in ids):
@@ -45,8 +53,8 @@ def stateless_means(env_id: str, agents: list[str], env_kwargs: dict | None = No
                 if out["error"]:
                     raise RuntimeError(f"{agent} failed on {iid}: {out['error']}")
                 rewards.append(out["reward"])
-            means[agent] = float(np.mean(rewards))
-        return means
+            played[agent] = rewards
+        return played
     finally:
         env.close()
 

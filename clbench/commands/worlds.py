@@ -59,6 +59,21 @@ def baselines_source(env_id: str, env_kwargs: dict) -> str:
         env.close()
 
 
+def headroom_se(env_id: str, env_kwargs: dict) -> float | None:
+    """The standard error of a calibrated fresh world's headroom r_max - r_reference, where the task's oracle
+    is noisy (clbench.calibration keeps it beside r_max); None otherwise."""
+    from clbench.calibration import cached_baseline
+    from clbench.runner import make_env
+
+    env = make_env(env_id, **env_kwargs)
+    try:
+        base = env.unwrapped
+        return None if base.baselines_from_spec or "r_max_se" not in base.spec_data else cached_baseline(
+            base, "headroom_se")
+    finally:
+        env.close()
+
+
 def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = None, rollouts: int | None = None,
               workers: int = 1, redteam: bool = True) -> dict:
     """One world's difficulty: baselines, the reference's gain, drift costs and the red team's best."""
@@ -80,6 +95,7 @@ def world_row(env_id: str, world_seed: int | None, env_kwargs: dict | None = Non
            "baselines": source, "gain": rep["normalized_gain"]["mean"], "gain_ci": rep["normalized_gain"]["ci"], "drift_cost": cost,
            "drift_cost_ci": cost_ci,
            "drift_share": None if cost is None or r_max <= r_ref else cost / (r_max - r_ref),
+           "headroom_se": headroom_se(env_id, kwargs),
            "best_policy": None, "best_mean": None, "redteam_failures": []}
     if redteam:
         report = red.run(env_id, kwargs, workers=workers)
@@ -114,8 +130,8 @@ def band_judgment(row: dict, canonical: dict, band: dict = BAND) -> list[tuple[s
     """(measure, verdict, why) for each measure of `row` (a fresh world) against the band of `canonical`'s
     difficulty: IN when the world's 95% CI lies inside the band, OUT when it lies outside, UNDECIDED when
     it reaches across an edge, so a noisy measurement is never read as a pass or a failure. A measure
-    without a CI (the headroom: fresh worlds record no standard error of r_max) is judged by its point.
-    The band is centred on the canonical world's point estimates."""
+    without a CI (the headroom where the oracle's score is exact: `headroom_se` None) is judged by its
+    point. The band is centred on the canonical world's point estimates."""
     out = []
     if row["gain"] is not None and canonical["gain"] is not None:
         tol = max(band["gain_abs"], band["gain_rel"] * abs(canonical["gain"]))
@@ -128,8 +144,11 @@ def band_judgment(row: dict, canonical: dict, band: dict = BAND) -> list[tuple[s
     h, hc = row["r_max"] - row["r_reference"], canonical["r_max"] - canonical["r_reference"]
     lo, hi = band["headroom_ratio"]
     if hc > 0:
-        out.append(("headroom", _judge(h / hc, None, lo, hi),
-                    f"headroom r_max - r_reference {h:.4g} is {h / hc:.2f}x the canonical {hc:.4g} (band {lo}-{hi}x)"))
+        se = row.get("headroom_se")
+        ratio_ci = [(h - 1.96 * se) / hc, (h + 1.96 * se) / hc] if se else None
+        out.append(("headroom", _judge(h / hc, ratio_ci, lo, hi),
+                    f"headroom r_max - r_reference {h:.4g} is {h / hc:.2f}x{_ci_text(ratio_ci)} the canonical "
+                    f"{hc:.4g} (band {lo}-{hi}x)"))
     if row["drift_share"] is not None and canonical["drift_share"] is not None:
         tol = max(band["drift_abs"], band["drift_rel"] * abs(canonical["drift_share"]))
         lo, hi = canonical["drift_share"] - tol, canonical["drift_share"] + tol
