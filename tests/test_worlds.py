@@ -191,6 +191,12 @@ def _world_params():
 
 #: holes open in fresh worlds only (the canonical red team passes): strict, so the day a fix lands shows
 WORLD_HOLES = {
+    # measured on v5 over worlds 1-20 (docs/poker-variance-levers.md): every world's gain and most drift costs
+    # "cannot tell" at the benchmark's 600 hands; the drift cost is bimodal across worlds (a changed player
+    # who turns from station to loose-aggressive, as in the canonical world, costs a frozen reference little;
+    # the other way round, up to 25 bb/hand), so 4 worlds are out of the canonical world's drift band
+    "poker": (pytest.mark.xfail(strict=True, reason="issue 29: Poker's per-world difficulty cannot be told at "
+                                                   "the benchmark's size, and its drift cost is bimodal over worlds"),),
 }
 
 
