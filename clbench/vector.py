@@ -118,11 +118,12 @@ class _Shard:
                 i += 1
         except Exception as exc:
             if self.same_step:  # as SyncVectorEnv had them before sub-env i failed
-                self._reset_ended([bool(te or tr) for te, tr in zip(terms[:i], truncs[:i])], obs, infos)
+                self._reset_ended([te or tr for te, tr in zip(terms[:i], truncs[:i])], obs, infos)
             raise _SubEnvError(self.first + i, exc) from exc
         finals = None
-        if any(terms) or any(truncs):  # the ends, tested once the loop is done (most steps end nothing)
-            ends = [bool(te or tr) for te, tr in zip(terms, truncs)]
+        term, trunc = any(terms), any(truncs)  # the ends, tested once the loop is done
+        if term or trunc:  # ends[i] true when sub-env i ended: a column itself when the other has no end
+            ends = terms if not trunc else truncs if not term else [te or tr for te, tr in zip(terms, truncs)]
             if self.same_step:
                 finals = self._reset_ended(ends, obs, infos)
             else:
@@ -155,7 +156,7 @@ class _Shard:
         n, resets = self.count, self._resets
         obs, infos = [None] * n, [None] * n
         i = 0
-        if False not in autoreset:
+        if all(autoreset):
             try:
                 for reset in resets:
                     obs[i], infos[i] = reset()
@@ -205,7 +206,7 @@ class _Shard:
         out = []
         if self.autoreset is not None:  # a reset sub-env does not reset again in the next step
             self.autoreset = [pending and not (mask is None or mask[i]) for i, pending in enumerate(self.autoreset)]
-            if True not in self.autoreset:
+            if not any(self.autoreset):
                 self.autoreset = None
         for i, env in enumerate(self.envs):
             if mask is None or mask[i]:
@@ -354,6 +355,12 @@ for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__repr__", 
               "__reversed__", "__setitem__", "__delitem__", "__sizeof__", "keys", "values", "items", "get", "copy",
               "pop", "popitem", "setdefault", "update", "clear"):
     setattr(LazyInfo, _name, _built_first(_name))
+
+
+def _stack_later(arg: tuple) -> dict[str, Any]:
+    """A lazy info's builder: (vector, infos, finals) -> the stacked infos (no bound method kept: no cycle)."""
+    vec, infos, finals = arg
+    return vec._stack_step((infos, finals))
 
 
 #: typical CPU seconds of one sub-env step (its share of instance resets included) with the benchmark's
@@ -567,10 +574,17 @@ class BatchedVectorEnv(VectorEnv):
                 obs, rewards, terms, truncs, infos, finals = self._local.step(actions)
             except _SubEnvError as err:
                 self._gather([("error", (err.index, _portable(err.exc)))])
-        rewards, terms, truncs = self._arrays(rewards, terms, truncs)
+        if terms is None and rewards is None:  # resets only (NEXT_STEP): columns of zeros
+            rewards, terms, truncs = self._zeros.copy(), self._false.copy(), self._false.copy()
+        else:
+            rewards, terms, truncs = self._arrays(rewards, terms, truncs)
         self._env_obs, self._rewards, self._terminations, self._truncations = obs, rewards, terms, truncs
-        columns = (infos, finals)
-        info = LazyInfo({_PENDING: (self._stack_step, columns)}) if self.lazy_info else self._stack_step(columns)
+        info = LazyInfo({_PENDING: (_stack_later, (self, infos, finals))}) if self.lazy_info else \
+            self._stack_step((infos, finals))
+        if self._text_obs and _STR.issuperset(map(type, obs)):
+            # what concatenate() gives for Text (a tuple), and a deep copy of a tuple of str is itself
+            self._observations = tuple(obs)
+            return self._observations, rewards, terms, truncs, info
         return self._batch(), rewards, terms, truncs, info
 
     def _arrays(self, rewards, terms, truncs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
