@@ -102,8 +102,8 @@ class _Shard:
 
     def step(self, actions):
         """Columns (observations, rewards, terminations, truncations, infos, finals) of these sub-envs;
-        None stands for a column of zeros (rewards), of False (ends, when no instance ended) or of None
-        (finals). finals[i] is (final_obs, final_info) of an instance that ended in a SAME_STEP step.
+        None stands for a column of zeros (rewards), of False (terminations or truncations, when no
+        instance ended that way) or of None (finals). finals[i] is (final_obs, final_info) of an instance that ended in a SAME_STEP step.
         One plain loop over the sub-envs' bound methods into preallocated columns: in CPython 3.11+ a
         Python-to-Python call from the loop costs less than one from map() or a comprehension, and
         transposing results afterwards (zip(*...)) costs more than storing them in place."""
@@ -128,6 +128,7 @@ class _Shard:
                 finals = self._reset_ended(ends, obs, infos)
             else:
                 self.autoreset = ends
+            terms, truncs = terms if term else None, truncs if trunc else None
         else:
             terms = truncs = None
         if not self._ready:
@@ -479,11 +480,9 @@ class BatchedVectorEnv(VectorEnv):
         self._terminations = np.zeros((num_envs,), dtype=np.bool_)
         self._truncations = np.zeros((num_envs,), dtype=np.bool_)
         self._zeros, self._false = self._rewards.copy(), self._truncations.copy()  # copied for steps that only reset
-        # the columns' arrays by their values' bytes (`_arrays`); None once they rarely repeat
-        self._made: dict[bytes, tuple] | None = {}
-        self._made_hits = 0
-        self._pack = struct.Struct(f"{num_envs}d{num_envs}?{num_envs}?").pack
-        self._no_ends, self._no_rewards = (False,) * num_envs, (0.0,) * num_envs
+        self._made: dict[tuple, np.ndarray] = {}  # bool arrays by their values (`_bools`)
+        self._made_floats: dict[bytes, np.ndarray] = {}  # float arrays by their values' bytes (`_floats`)
+        self._pack = struct.Struct(f"{num_envs}d").pack
         # spaces whose batches gymnasium keeps as plain tuples (Text and its subclasses): concatenate()
         # gives tuple(items) and iterate() gives iter(actions), which step() then does without them
         self._text_obs = concatenate.dispatch(type(obs_space)) is concatenate.dispatch(gym.spaces.Text)
@@ -574,10 +573,11 @@ class BatchedVectorEnv(VectorEnv):
                 obs, rewards, terms, truncs, infos, finals = self._local.step(actions)
             except _SubEnvError as err:
                 self._gather([("error", (err.index, _portable(err.exc)))])
-        if terms is None and rewards is None:  # resets only (NEXT_STEP): columns of zeros
-            rewards, terms, truncs = self._zeros.copy(), self._false.copy(), self._false.copy()
-        else:
-            rewards, terms, truncs = self._arrays(rewards, terms, truncs)
+        # fresh arrays every step (SyncVectorEnv returns copies): a column of zeros is a copy of one, a
+        # column seen before a copy of the array made then (`_floats`, `_bools`)
+        rewards = self._zeros.copy() if rewards is None else self._floats(rewards)
+        terms = self._false.copy() if terms is None else self._bools(terms)
+        truncs = self._false.copy() if truncs is None else self._bools(truncs)
         self._env_obs, self._rewards, self._terminations, self._truncations = obs, rewards, terms, truncs
         info = LazyInfo({_PENDING: (_stack_later, (self, infos, finals))}) if self.lazy_info else \
             self._stack_step((infos, finals))
@@ -587,42 +587,34 @@ class BatchedVectorEnv(VectorEnv):
             return self._observations, rewards, terms, truncs, info
         return self._batch(), rewards, terms, truncs, info
 
-    def _arrays(self, rewards, terms, truncs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Fresh rewards, terminations and truncations arrays of these columns (SyncVectorEnv returns
-        copies; None: a column of zeros / False): copies of the arrays made the first time the same
-        values came, found by their exact bytes (float64 bits, truth values), since a copy costs
-        less than a conversion and these columns repeat from step to step (rewards are mostly 0,
-        most steps end nothing). Values the packing refuses, or columns that rarely repeat (the
-        cache then stops), are converted each time."""
-        if terms is None:
-            if rewards is None:
-                return self._zeros.copy(), self._false.copy(), self._false.copy()
-            terms = truncs = self._no_ends
-        elif rewards is None:
-            rewards = self._no_rewards
-        made = self._made
-        if made is not None:
-            try:
-                key = self._pack(*rewards, *terms, *truncs)
-            except (struct.error, TypeError, ValueError, OverflowError):
-                key = None
-            if key is not None:
-                arrays = made.get(key)
-                if arrays is None:
-                    if len(made) >= 256:  # a new column every step or so: stop caching
-                        self._made = None if self._made_hits < 1024 else {}
-                        self._made_hits = 0
-                    arrays = self._convert(rewards, terms, truncs)
-                    if self._made is not None:
-                        self._made[key] = arrays
-                else:
-                    self._made_hits += 1
-                return arrays[0].copy(), arrays[1].copy(), arrays[2].copy()
-        return self._convert(rewards, terms, truncs)
+    def _floats(self, column) -> np.ndarray:
+        """A fresh float64 array of `column`: a copy of the array made the first time the same values came,
+        found by their exact bytes (a dict of floats would take -0.0 for 0.0; rewards repeat from step
+        to step, mostly 0); values the packing refuses are converted each time."""
+        try:
+            key = self._pack(*column)
+        except (struct.error, TypeError, ValueError, OverflowError):  # e.g. a reward numpy parses from text
+            return np.array(column, dtype=np.float64)
+        made = self._made_floats.get(key)
+        if made is None:
+            if len(self._made_floats) >= 256:
+                self._made_floats.clear()
+            made = self._made_floats[key] = np.array(column, dtype=np.float64)
+        return made.copy()
 
-    @staticmethod
-    def _convert(rewards, terms, truncs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return np.array(rewards, dtype=np.float64), np.array(terms, dtype=np.bool_), np.array(truncs, dtype=np.bool_)
+    def _bools(self, column) -> np.ndarray:
+        """A fresh bool array of `column`: a copy of the array made the first time the same values
+        came (a copy costs less than a conversion; ends repeat from step to step)."""
+        key = tuple(column)
+        try:
+            made = self._made.get(key)
+        except TypeError:  # an unhashable end flag (an env's own array): converted each time
+            return np.array(column, dtype=np.bool_)
+        if made is None:
+            if len(self._made) >= 256:
+                self._made.clear()
+            made = self._made[key] = np.array(column, dtype=np.bool_)
+        return made.copy()
 
     def _join(self, answers: list[tuple]) -> tuple:
         """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,
