@@ -16,10 +16,13 @@ per vector step.
 
 Per step it does little more than the sub-envs' own work: the sub-envs are called directly once
 gym.make's wrappers only forward (OrderEnforcing after a reset, PassiveEnvChecker after its
-one-time checks), in one plain loop over their bound methods into preallocated columns (a step in
-which no instance ends, or one of resets only, gives its all-zero columns as copies of ready
-arrays), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks them in
-step()).
+one-time checks), in one plain loop over their bound methods into preallocated columns; in
+SAME_STEP every sub-env steps first and then those whose instance ended reset (eight steps, then
+the resets, keep each method's code and data hot, where alternating them evicts them; sub-envs
+share nothing, so the order changes no result, and an error raised is the one SyncVectorEnv's order
+raises first); the reward and end arrays are copies of arrays made when the same values last came
+(a column of zeros or False of ready ones), and the infos are stacked only when read (`LazyInfo`;
+`lazy_info=False` stacks them in step()).
 
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
 modes NEXT_STEP (default), SAME_STEP and DISABLED, infos stacked as `_add_info` stacks them, `reset(seed=,
@@ -103,7 +106,8 @@ class _Shard:
     def step(self, actions):
         """Columns (observations, rewards, terminations, truncations, infos, finals) of these sub-envs;
         None stands for a column of zeros (rewards), of False (terminations or truncations, when no
-        instance ended that way) or of None (finals). finals[i] is (final_obs, final_info) of an instance that ended in a SAME_STEP step.
+        instance ended that way) or of None (finals). finals[i] is (final_obs, final_info) of an
+        instance that ended in a SAME_STEP step.
         One plain loop over the sub-envs' bound methods into preallocated columns: in CPython 3.11+ a
         Python-to-Python call from the loop costs less than one from map() or a comprehension, and
         transposing results afterwards (zip(*...)) costs more than storing them in place."""
