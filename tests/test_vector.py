@@ -571,3 +571,81 @@ def test_error_in_the_fast_path_names_its_sub_env(env_id, index):
     with pytest.raises(ValueError, match=rf"sub-env {index}: ValueError: the sub-env broke") as err:
         vec.step(tuple(actions))
     assert err.value.env_index == index and vec.closed
+
+
+class _Scripted(gym.Env):
+    """Each action names its step's outcome: "<reward> <terminated> <truncated>" (a reward of "-0",
+    "nan", "int:N" or "f32:X"; an end flag "np" is numpy's True, "1" an int, "-" False), "boom"
+    raises in step(), "bad-reset" ends the instance and makes the next reset raise."""
+
+    observation_space = gym.spaces.Text(10)
+    action_space = gym.spaces.Text(20)
+    bad = False
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.bad:
+            raise RuntimeError("the reset broke")
+        return "ready", {"k": 0}
+
+    def step(self, action):
+        if action == "boom":
+            raise ValueError("the step broke")
+        if action == "bad-reset":
+            self.bad = True
+            return "end", 0.0, True, False, {"k": 1}
+        reward, te, tr = action.split()
+        value = (int(reward[4:]) if reward.startswith("int:") else np.float32(reward[4:])
+                 if reward.startswith("f32:") else float(reward))
+        flag = {"np": np.True_, "1": 1, "-": False}
+        return "ok", value, flag[te], flag[tr], {"k": 2}
+
+
+gym.register("clbench_test/Scripted-v0", entry_point=_Scripted, disable_env_checker=True)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+def test_reward_and_end_arrays_are_exact_and_fresh(mode):
+    """The rewards/terminations/truncations arrays (copies of arrays cached by the columns' exact
+    bytes) equal SyncVectorEnv's bit for bit (-0.0, NaN, ints, float32, numpy and int end flags),
+    also when a column repeats, and every step's arrays are fresh: changing one changes no later step's."""
+    steps = [("0 - -", "-0 - -", "nan - -"), ("0 - -", "-0 - -", "nan - -"), ("0 - -", "0 - -", "0 - -"),
+             ("int:3 np -", "f32:0.1 - 1", "0.5 1 np"), ("0 - -", "0 - -", "0 - -"),
+             ("int:3 np -", "f32:0.1 - 1", "0.5 1 np"), ("-0 - -", "0 - -", "0 - -"), ("-0 - -", "0 - -", "nan - -")]
+    vec = BatchedVectorEnv("clbench_test/Scripted-v0", 3, workers=1, autoreset_mode=mode)
+    ref = gym.make_vec("clbench_test/Scripted-v0", 3, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": mode})
+    try:
+        vec.reset(seed=0)
+        ref.reset(seed=0)
+        for t, actions in enumerate(steps * 2):
+            got, want = vec.step(actions), ref.step(actions)
+            assert _same(got, want), t
+            for x, y in zip(got[1:4], want[1:4]):
+                assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), t  # -0.0 and NaN's bits too
+                x[...] = 7  # the caller's to change: a later step with the same columns must not see it
+    finally:
+        vec.close()
+        ref.close()
+
+
+def test_same_step_reports_the_first_failure_in_sync_order():
+    """SAME_STEP steps every sub-env, then resets those that ended: when a later sub-env's step
+    fails, the ended sub-envs before it are reset first, as SyncVectorEnv (step, reset, step, ...)
+    has them, so a failing reset of sub-env 1 is the error reported, not the step of sub-env 3."""
+    kw = dict(autoreset_mode=AutoresetMode.SAME_STEP)
+    actions = ("0 - -", "bad-reset", "0 - -", "boom")
+    ref = gym.make_vec("clbench_test/Scripted-v0", 4, vectorization_mode="sync", vector_kwargs=kw)
+    ref.reset(seed=0)
+    with pytest.raises(RuntimeError, match="the reset broke"):
+        ref.step(actions)
+    ref.close()
+    vec = BatchedVectorEnv("clbench_test/Scripted-v0", 4, workers=1, **kw)
+    vec.reset(seed=0)
+    with pytest.raises(RuntimeError, match=r"sub-env 1: RuntimeError: the reset broke") as err:
+        vec.step(actions)
+    assert err.value.env_index == 1 and vec.closed
+    vec = BatchedVectorEnv("clbench_test/Scripted-v0", 4, workers=1, **kw)  # no reset fails: the step's error
+    vec.reset(seed=0)
+    with pytest.raises(ValueError, match=r"sub-env 3: ValueError: the step broke"):
+        vec.step(("0 - -", "0 np -", "0 - -", "boom"))
