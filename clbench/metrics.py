@@ -282,12 +282,17 @@ CURVE_CELLS = 1 << 16
 BLOCK = 1000
 
 
+#: draws counted at a time by _counts (a block of about 512 KiB; larger ones were slower to allocate)
+COUNT_CELLS = 1 << 16
+
+
 def _counts(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
-    """Bootstrap multiplicities as the smallest integers that hold them, drawn BLOCK replicates at
+    """Bootstrap multiplicities as the smallest integers that hold them, drawn COUNT_CELLS draws at
     a time: the same draws as one call (the generator's stream does not depend on how it is cut)."""
     out = np.empty((n_boot, size), dtype=np.min_scalar_type(size))
-    for s in range(0, n_boot, BLOCK):
-        cells = rng.integers(0, size, size=(min(BLOCK, n_boot - s), size))
+    step = max(1, COUNT_CELLS // max(1, size))
+    for s in range(0, n_boot, step):
+        cells = rng.integers(0, size, size=(min(step, n_boot - s), size))
         rows = len(cells)
         # one bincount over (replicate, unit) cells: the same counts as np.add.at, many times faster
         cells += (np.arange(rows) * size)[:, None]
@@ -300,7 +305,8 @@ def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     return _counts(rng, n_boot, size).astype(float)
 
 
-def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: dict | None = None) -> dict:
+def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: dict | None = None,
+                   work: dict | None = None) -> dict:
     """Every headline statistic from weights on rollouts (ck), instances (ci) and passes (cp).
 
     Weights of ones give the point estimates; bootstrap multiplicities give replicates (one row
@@ -316,18 +322,21 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: d
     rollouts). A replicate costs a few passes over its instance weights, whatever the numbers of
     rollouts and passes; the numbers are those of summing cell by cell up to floating-point
     rounding (relative 1e-12 and below on every statistic). `design` (_design(m)): the products'
-    right-hand sides, built once per task instead of once per block of replicates."""
+    right-hand sides, built once per task instead of once per block of replicates. `work`: arrays to
+    write the products into, reused block after block (_replicates): a fresh (replicates x instances)
+    array per product cost more than the product (the memory is handed back and faulted in again)."""
     ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
     d = design or _design(m)
     B, K = len(ci), m.sf.shape[0]
+    work = {} if work is None else work
     cp_sum = cp.sum(axis=1)
-    y = ci @ d["G"]  # (B, 6K): stateful sums, then masses, per (set, rollout)
+    y = np.matmul(ci, d["G"], out=_buffer(work, "y", B, 6 * K))  # stateful sums, then masses, per (set, rollout)
     sf_x = np.einsum("bk,bxk->bx", ck, y[:, :3 * K].reshape(B, 3, K))
     mass_x = np.einsum("bk,bxk->bx", ck, y[:, 3 * K:].reshape(B, 3, K))
-    w_sl = cp @ m.sl  # ci[i] * slbar[i], in place: (replicates x instances) temporaries cost more than the products
+    w_sl = np.matmul(cp, m.sl, out=_buffer(work, "w", B, len(ci[0])))  # ci[i] * slbar[i], in place
     w_sl /= cp_sum[:, None]
     w_sl *= ci
-    sl_x = np.einsum("bk,bxk->bx", ck, (w_sl @ d["C"]).reshape(B, 3, K))
+    sl_x = np.einsum("bk,bxk->bx", ck, np.matmul(w_sl, d["C"], out=_buffer(work, "z", B, 3 * K)).reshape(B, 3, K))
     mass, rollout_n = mass_x[:, 0], ck.sum(axis=1)
     sf_sum, gain_sum = sf_x[:, 0], sf_x[:, 0] - sl_x[:, 0]
     gain_in, gain_b = sf_x[:, 1] - sl_x[:, 1], sf_x[:, 2] - sl_x[:, 2]
@@ -352,6 +361,16 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: d
         "late_gain": (gain_sum - gain_in) / mass / denom,
         "boundary_share": mass_x[:, 2] / mass,
     }
+
+
+def _buffer(work: dict, name: str, rows: int, cols: int) -> np.ndarray | None:
+    """The first `rows` rows of work[name] (allocated for the largest block), or None (a new array)."""
+    if "rows" not in work:
+        return None
+    buf = work.get(name)
+    if buf is None or buf.shape[1] != cols:
+        buf = work[name] = np.empty((work["rows"], cols))
+    return buf[:rows]
 
 
 def _design(m: Matrices) -> dict:
@@ -379,10 +398,13 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     # the block size is part of the numbers: BLAS may round a row differently at another place in a block
     block = int(np.clip(HEADLINE_CELLS // (3 * n + 10 * K + P), 64, BLOCK))  # cells of a replicate row
     out: dict = {}
+    work = {"rows": block, "ci": np.empty((block, n))}
     for s in range(0, max(len(ck), 1), block):
         rows = slice(s, s + block)
-        part = headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference,
-                              *(c[rows].astype(float) for c in (ck, ci, cp)), design=design)
+        cif = work["ci"][:len(ci[rows])]
+        np.copyto(cif, ci[rows])  # = ci[rows].astype(float), into the same memory every block
+        part = headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference, ck[rows].astype(float),
+                              cif, cp[rows].astype(float), design=design, work=work)
         for k, v in part.items():
             if k not in out:
                 out[k] = np.empty(len(ck))
