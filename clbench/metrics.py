@@ -584,9 +584,14 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
     weights, replicate = _distinct_rows(np.hstack([ck, cp]))
     ck, cp = weights[:, :K], weights[:, K:]
 
+    # every rollout played every position (and every reward is a number): no gap to leave out of a mean
+    full = bool(has.all()) and bool(np.isfinite(sf).all()) and bool(np.isfinite(m.sl).all())
+
     def rows_mean(w: np.ndarray, a: np.ndarray) -> np.ndarray:
         """Weighted mean over rollouts per set of rollout weights w (B, K): a is (K, n) or (B, K, n)."""
         a = np.broadcast_to(a, (len(w), K, n))
+        if full:  # the masked sums below, without their (weights x rollouts x positions) temporaries
+            return np.einsum("bk,bkn->bn", w, a) / w.sum(axis=1)[:, None]
         ok = ~np.isnan(a)
         num, den = np.einsum("bk,bkn->bn", w, np.where(ok, a, 0.0)), np.einsum("bk,bkn->bn", w, ok)
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
