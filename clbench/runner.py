@@ -186,11 +186,11 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
     return out
 
 
-def _record(job: Job, env, info: dict, outcome: dict) -> dict:
+def _record(job: Job, task: str, info: dict, outcome: dict) -> dict:
     cfg = job.config
     return {
         "format": RECORD_FORMAT,
-        "task": env.unwrapped.task,
+        "task": task,
         "env_id": cfg.env_id,
         "system": cfg.system,
         "mode": job.mode,
@@ -233,7 +233,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
         obs, info = env.reset(seed=seed, options={"instance": start})
     else:
         obs, info = env.reset(seed=seed)
-    records = []
+    records, task = [], env.unwrapped.task  # the task once per job (a chain of wrappers to walk per record)
     played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
     saved = float("-inf")  # when the newest checkpoint was taken
     for pos in range(start, n):
@@ -248,7 +248,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
         traj: list[dict] = [{"event": "shock", **e} for e in events]
         outcome = play_instance(env, agent, obs, info, traj)
         transcript = outcome.pop("transcript")
-        rec = _record(job, env, info, outcome)
+        rec = _record(job, task, info, outcome)
         if events:
             rec["shocks"] = [e["event"] for e in events]
         files.instance(traj, rec, info, transcript)
@@ -266,7 +266,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
 
 def _run_stateless(job: Job, env, files: JobFiles) -> list[dict]:
     cfg = job.config
-    records = []
+    records, task = [], env.unwrapped.task
     seed = cfg.seed + job.rollout  # pass k is seeded like stateful rollout k
     for iid in job.instance_ids:
         if files.stop_requested():
@@ -276,7 +276,7 @@ def _run_stateless(job: Job, env, files: JobFiles) -> list[dict]:
         traj: list[dict] = []
         outcome = play_instance(env, agent, obs, info, traj)
         transcript = outcome.pop("transcript")
-        rec = _record(job, env, info, outcome)
+        rec = _record(job, task, info, outcome)
         files.instance(traj, rec, info, transcript)
         records.append(rec)
     return records
