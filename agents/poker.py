@@ -27,14 +27,13 @@ loose-aggressive player bet, and calling its barrels, pays only against it: a st
 from __future__ import annotations
 
 import zlib
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from clbench.agent import Agent
 from clbench.envs.poker.betting import Betting
-from clbench.envs.poker.cards import FULL_DECK, parse_cards
+from clbench.envs.poker.cards import FULL_DECK, card_by_name, parse_cards
 from clbench.envs.poker.opponents import make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Act, Decision, Policy, Spot
 from clbench.envs.poker.strength import all_combos, strength
@@ -43,6 +42,7 @@ from clbench.envs.poker.table import STREETS
 BOARD_LEN = (0, 3, 4, 5)
 _STREET_NO = {name: i for i, name in enumerate(STREETS)}
 _new = tuple.__new__
+_CARD = card_by_name
 # count names, built once (hand_counts runs after every hand)
 _FACED = {kind: f"faced_{kind}" for kind in (FOLD, CHECK, CALL, RAISE)}
 _OPEN_CHANCES = tuple(f"open_chances_{street}" for street in range(4))
@@ -71,12 +71,11 @@ def replay(table: dict) -> Betting:
 
 
 def table_spot(table: dict) -> Spot:
-    hole, board = hand_cards(table)
     # tuple.__new__: an Act without NamedTuple's slower __new__ (this runs at every decision)
     history = tuple([_new(Act, (_STREET_NO[st], who == "you", kind, total)) for st, who, kind, total in table["history"]])
-    return Spot(hole, board, table["pot"], table["to_call"], table["my_bet"], table["my_stack"],
-                table["opp_stack"], table["min_raise"], table["max_raise"], table["button"], table["blinds"][1],
-                history)
+    return Spot(tuple(map(_CARD, table["hole"])), tuple(map(_CARD, table["board"])), table["pot"], table["to_call"],
+                table["my_bet"], table["my_stack"], table["opp_stack"], table["min_raise"], table["max_raise"],
+                table["button"], table["blinds"][1], history)
 
 
 def action_text(d: Decision) -> str:
@@ -187,34 +186,39 @@ PLAYBOOKS: dict[str, Policy] = {"default": DefaultPlay(**REFERENCE_PARAMS),
 
 
 # ------------------------------------------------------------------ opponent modelling
-def _add(counts: dict, *keys: str, n: int = 1) -> None:
-    for key in keys:
-        counts[key] = counts.get(key, 0) + n
-
-
 def hand_counts(table: dict) -> dict[str, int]:
     """One finished hand's counts of the opponent's behaviour (a plain dict: a Counter runs Python
-    code for every key it lacks)."""
+    code for every key it lacks). A key once counted stays, at 0 when nothing was seen (e.g.
+    `sd_weak_calls` after a call without a showdown)."""
     hand = {"hands": 1}
+    get = hand.get
     shown = table.get("opp_hole")
     opp_hole = parse_cards(shown) if shown else None
     board = parse_cards(table["board"])
-    before = None  # the move before, as (street, who, kind)
+    after_bet = -1  # the street on which our bet or raise was the move before, else -1
     for name, who, kind, total in table["history"]:
         street = _STREET_NO[name]
         if who != "you":
-            held = strength(opp_hole, board[:BOARD_LEN[street]]) if opp_hole and street > 0 else None
-            weak = held is not None and held.tier <= 1 and not held.draw  # shown down: a weak hand
+            weak = False  # shown down with a weak hand
+            if opp_hole and street > 0:
+                held = strength(opp_hole, board[:BOARD_LEN[street]])
+                weak = held.tier <= 1 and not held.draw
             # stacks are equal, so the opponent faces a bet exactly after our bet or raise on this street
-            if before == (street, "you", RAISE):
-                _add(hand, "faced", _FACED[kind])
-                _add(hand, "sd_weak_calls", n=weak and kind == CALL)
+            if after_bet == street:
+                hand["faced"] = get("faced", 0) + 1
+                key = _FACED[kind]
+                hand[key] = get(key, 0) + 1
+                hand["sd_weak_calls"] = get("sd_weak_calls", 0) + (weak and kind == CALL)
             else:
-                _add(hand, _OPEN_CHANCES[street])
-                _add(hand, _OPENED[street], n=kind == RAISE)
-                _add(hand, "limped", n=street == 0 and kind == CALL)
-            _add(hand, "sd_weak_bets", n=weak and kind == RAISE)
-        before = (street, who, kind)
+                key = _OPEN_CHANCES[street]
+                hand[key] = get(key, 0) + 1
+                key = _OPENED[street]
+                hand[key] = get(key, 0) + (kind == RAISE)
+                hand["limped"] = get("limped", 0) + (street == 0 and kind == CALL)
+            hand["sd_weak_bets"] = get("sd_weak_bets", 0) + (weak and kind == RAISE)
+            after_bet = -1
+        else:
+            after_bet = street if kind == RAISE else -1
     return hand
 
 
@@ -225,21 +229,27 @@ class OpponentModel:
     MIN_HANDS = 4  # hands seen before judging a style (a few hands of cards say little)
 
     def __init__(self, counts: dict | None = None):
-        self.counts = Counter(counts or {})  # change it through `observe`, which keeps `style` current
+        # a plain dict (a Counter runs Python code for every key it lacks); change it through `observe`,
+        # which keeps `style` current
+        self.counts: dict[str, int] = dict(counts or {})
         self._style: str | None | object = _UNREAD
 
     def observe(self, hand: dict) -> None:
         """Add one finished hand's counts (`hand_counts`); when the hand contradicts the style read so far,
         the opponent has changed and what we knew about it is wrong: start over from this hand."""
         if self.contradicted_by(hand):
-            self.counts = Counter(hand)
+            self.counts = dict(hand)
         else:
-            self.counts.update(hand)
+            counts = self.counts
+            get = counts.get
+            for key, n in hand.items():
+                counts[key] = get(key, 0) + n
         self._style = _UNREAD
 
     def rate(self, hits: str, chances: str) -> float | None:
-        n = self.counts[chances]
-        return self.counts[hits] / n if n >= self.MIN_EVIDENCE else None
+        get = self.counts.get
+        n = get(chances, 0)
+        return get(hits, 0) / n if n >= self.MIN_EVIDENCE else None
 
     def contradicted_by(self, hand: dict) -> bool:
         """One hand's counts (`hand_counts`) show what the style read so far never does: the opponent
@@ -262,19 +272,19 @@ class OpponentModel:
         return self._style
 
     def _read_style(self) -> str | None:
-        c = self.counts
-        if c["hands"] < self.MIN_HANDS:
+        c = self.counts.get
+        if c("hands", 0) < self.MIN_HANDS:
             return None
-        chances = c["open_chances_0"] + c["open_chances_1"]
-        aggression = (c["opened_0"] + c["opened_1"]) / chances if chances >= self.MIN_EVIDENCE else None
+        chances = c("open_chances_0", 0) + c("open_chances_1", 0)
+        aggression = (c("opened_0", 0) + c("opened_1", 0)) / chances if chances >= self.MIN_EVIDENCE else None
         folds = self.rate("faced_FOLD", "faced")
         if aggression is not None and aggression >= 0.6:
             return LAG
         if folds is not None and folds >= 0.3:
             return FIT_OR_FOLD
-        if folds is not None and folds <= 0.05 and c["faced_RAISE"] == 0 and (aggression or 0.0) <= 0.1:
+        if folds is not None and folds <= 0.05 and c("faced_RAISE", 0) == 0 and (aggression or 0.0) <= 0.1:
             return STATION
-        if c["sd_weak_calls"] and not c["faced_FOLD"] and not c["faced_RAISE"]:
+        if c("sd_weak_calls", 0) and not c("faced_FOLD", 0) and not c("faced_RAISE", 0):
             return STATION
         return None
 
@@ -303,7 +313,8 @@ class PokerReference(Agent):
         if table["over"]:
             return CHECK
         spot = table_spot(table)
-        return action_text(spot.legalize(self.playbook(table["opponent"]).decide(spot)))
+        d = spot.legalize(self.playbook(table["opponent"]).decide(spot))
+        return f"RAISE {d.total}" if d.kind == RAISE else d.kind  # = action_text(d)
 
     def end_instance(self, reward: float, info: dict) -> None:
         table = info.get("table")

@@ -83,6 +83,9 @@ def is_calibrated(spec: dict) -> bool:
     return spec.get("r_max") is not None and spec.get("r_reference") is not None
 
 
+_NUMBERS = (int, float, bool, type(None))
+
+
 def _check_text(value) -> None:
     """Encode every string inside `value` (keys too); UnicodeEncodeError on a lone surrogate."""
     if isinstance(value, str):
@@ -99,8 +102,15 @@ def _check_text(value) -> None:
 
 def _require_unicode(call: ToolCall) -> None:
     """Refuse arguments with lone surrogates (JSON's "\\ud800"): no shell, file or database takes them."""
+    args = call.arguments
+    if type(args) is dict:  # the usual call: flat ASCII strings and numbers, checked without a call per value
+        for k, v in args.items():
+            if not (type(k) is str and k.isascii() and (type(v) is str and v.isascii() or type(v) in _NUMBERS)):
+                break
+        else:
+            return
     try:
-        _check_text(call.arguments)
+        _check_text(args)
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start:exc.end]
         raise ActionError(f"tool {call.tool!r}: the arguments contain \\u{ord(bad[0]):04x}, a lone surrogate "
@@ -658,10 +668,11 @@ class InstanceSequenceEnv(gym.Env):
 
     def _info(self) -> dict[str, Any]:
         slot = self._slot
+        inst = slot.instance  # its fields, not Slot's properties: this runs at every step
         return {
-            "instance_id": slot.instance_id,
+            "instance_id": inst.instance_id,
             "position": slot.position,
-            "variant": slot.variant,
+            "variant": inst.variant,
             "variant_position": slot.variant_position,
             "step": self._step_count,
             "steps_left": max(0, self.max_steps - self._step_count),

@@ -282,12 +282,17 @@ CURVE_CELLS = 1 << 16
 BLOCK = 1000
 
 
+#: draws counted at a time by _counts (a block of about 512 KiB; larger ones were slower to allocate)
+COUNT_CELLS = 1 << 16
+
+
 def _counts(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
-    """Bootstrap multiplicities as the smallest integers that hold them, drawn BLOCK replicates at
+    """Bootstrap multiplicities as the smallest integers that hold them, drawn COUNT_CELLS draws at
     a time: the same draws as one call (the generator's stream does not depend on how it is cut)."""
     out = np.empty((n_boot, size), dtype=np.min_scalar_type(size))
-    for s in range(0, n_boot, BLOCK):
-        cells = rng.integers(0, size, size=(min(BLOCK, n_boot - s), size))
+    step = max(1, COUNT_CELLS // max(1, size))
+    for s in range(0, n_boot, step):
+        cells = rng.integers(0, size, size=(min(step, n_boot - s), size))
         rows = len(cells)
         # one bincount over (replicate, unit) cells: the same counts as np.add.at, many times faster
         cells += (np.arange(rows) * size)[:, None]
@@ -300,40 +305,42 @@ def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     return _counts(rng, n_boot, size).astype(float)
 
 
-def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: dict | None = None) -> dict:
+def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: dict | None = None,
+                   work: dict | None = None) -> dict:
     """Every headline statistic from weights on rollouts (ck), instances (ci) and passes (cp).
 
     Weights of ones give the point estimates; bootstrap multiplicities give replicates (one row
     per replicate). Instances carry one weight for both modes: the pairing by instance id.
 
     Each statistic is a sum over played (rollout, instance) cells of a set X (all cells, the
-    adaptation window, the variant boundaries), weighted ck[k] * ci[i] (and, stateless, by the
-    passes' mean): sum_k ck[k] sum_i ci[i] f(k, i). The inner sums over instances are matrix
-    products with the schedule as inner dimension (ci @ F, F: instances x (set, rollout[, pass]));
-    what is left is small (replicates x rollouts [x passes]). With many rollouts and passes
-    (rollouts x passes columns per set) the stateless sums go through the weighted cell counts per
-    instance instead. Either way a replicate costs a few passes over its instance weights, not
-    several per statistic; the numbers are those of summing cell by cell up to floating-point
+    adaptation window, the variant boundaries), weighted ck[k] * ci[i]: sum_k ck[k] sum_i ci[i] f(k, i),
+    with f the stateful reward, 1 (the cell's mass) or the stateless reward of instance i averaged
+    over the weighted passes (slbar[i] = sum_p cp[p] sl[p, i] / sum_p cp[p], the same for every k).
+    The inner sums over instances are matrix products with the schedule as inner dimension:
+    ci @ [SF | C] for the stateful sums and the masses, (ci * slbar) @ C for the stateless ones
+    (C: the cells of each set and rollout, SF: their rewards); what is left is small (replicates x
+    rollouts). A replicate costs a few passes over its instance weights, whatever the numbers of
+    rollouts and passes; the numbers are those of summing cell by cell up to floating-point
     rounding (relative 1e-12 and below on every statistic). `design` (_design(m)): the products'
-    right-hand sides, built once per task instead of once per block of replicates."""
+    right-hand sides, built once per task instead of once per block of replicates. `work`: arrays to
+    write the products into, reused block after block (_replicates): a fresh (replicates x instances)
+    array per product cost more than the product (the memory is handed back and faulted in again)."""
     ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
     d = design or _design(m)
-    B, (K, n), P = len(ci), m.sf.shape, m.sl.shape[0]
+    B, K = len(ci), m.sf.shape[0]
+    work = {} if work is None else work
     cp_sum = cp.sum(axis=1)
-    if d["joint"]:  # one product: stateful sums, cell counts, stateless sums per (k, p)
-        y = ci @ d["F"]
-        sf_x = np.einsum("bk,bxk->bx", ck, y[:, :3 * K].reshape(B, 3, K))
-        mass_x = np.einsum("bk,bxk->bx", ck, y[:, 3 * K:6 * K].reshape(B, 3, K))
-        sl_x = np.einsum("bk,bp,bxkp->bx", ck, cp, y[:, 6 * K:].reshape(B, 3, K, P)) / cp_sum[:, None]
-    else:
-        sf_x = np.einsum("bk,bxk->bx", ck, (ci @ d["SF"]).reshape(B, 3, K))
-        played = (ck @ d["cells"]).reshape(B, 3, n) * ci[:, None, :]
-        mass_x = played.sum(axis=2)
-        sl_x = np.einsum("bxp,bp->bx", (played.reshape(B * 3, n) @ d["slT"]).reshape(B, 3, P), cp) / cp_sum[:, None]
+    y = np.matmul(ci, d["G"], out=_buffer(work, "y", B, 6 * K))  # stateful sums, then masses, per (set, rollout)
+    sf_x = np.einsum("bk,bxk->bx", ck, y[:, :3 * K].reshape(B, 3, K))
+    mass_x = np.einsum("bk,bxk->bx", ck, y[:, 3 * K:].reshape(B, 3, K))
+    w_sl = np.matmul(cp, m.sl, out=_buffer(work, "w", B, len(ci[0])))  # ci[i] * slbar[i], in place
+    w_sl /= cp_sum[:, None]
+    w_sl *= ci
+    sl_x = np.einsum("bk,bxk->bx", ck, np.matmul(w_sl, d["C"], out=_buffer(work, "z", B, 3 * K)).reshape(B, 3, K))
     mass, rollout_n = mass_x[:, 0], ck.sum(axis=1)
     sf_sum, gain_sum = sf_x[:, 0], sf_x[:, 0] - sl_x[:, 0]
     gain_in, gain_b = sf_x[:, 1] - sl_x[:, 1], sf_x[:, 2] - sl_x[:, 2]
-    mean_sl = np.einsum("bp,bp->b", ci @ d["slT"], cp) / cp_sum / ci.sum(axis=1)
+    mean_sl = w_sl.sum(axis=1) / ci.sum(axis=1)
     mean_sf = sf_sum / mass
     r_max = np.broadcast_to(np.asarray(r_max, dtype=float), mean_sf.shape)
     bad = no_headroom(mean_sl, r_max)
@@ -356,24 +363,28 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: d
     }
 
 
+def _buffer(work: dict, name: str, rows: int, cols: int) -> np.ndarray | None:
+    """The first `rows` rows of work[name] (allocated for the largest block), or None (a new array)."""
+    if "rows" not in work:
+        return None
+    buf = work.get(name)
+    if buf is None or buf.shape[1] != cols:
+        buf = work[name] = np.empty((work["rows"], cols))
+    return buf[:rows]
+
+
 def _design(m: Matrices) -> dict:
-    """The right-hand sides of headline_stats' products, which depend on the task alone."""
-    (K, n), P = m.sf.shape, m.sl.shape[0]
+    """The right-hand sides of headline_stats' products, which depend on the task alone: C (instances
+    x (set, rollout)), the played cells of each set, and G = [SF | C], SF their stateful rewards."""
+    K, n = m.sf.shape
     cells = np.stack([m.present, m.present * m.window, m.present * m.boundary])  # (X=3, K, n)
-    out = {"joint": K * P <= 4 * (K + P) + 16, "slT": m.sl.T}
-    if out["joint"]:
-        cols = [(m.sf * cells).reshape(3 * K, n), cells.reshape(3 * K, n),
-                (cells[:, :, None, :] * m.sl[None, None]).reshape(3 * K * P, n)]
-        out["F"] = np.vstack(cols).T
-    else:
-        out["SF"] = (m.sf * cells).reshape(3 * K, n).T
-        out["cells"] = cells.transpose(1, 0, 2).reshape(K, 3 * n)
-    return out
+    C = cells.reshape(3 * K, n).T
+    return {"C": np.ascontiguousarray(C), "G": np.hstack([(m.sf * cells).reshape(3 * K, n).T, C])}
 
 
 #: cells (replicates x columns of a product) of the headline replicates computed at a time: 4 MiB
-#: blocks (a 5-rollout Poker run: 1000 replicates a block, not 323; the numpy calls per block, not
-#: the products, were most of the time)
+#: blocks (a 5-rollout Poker run: 1000 replicates a block; the numpy calls per block, not the
+#: products, were most of the time)
 HEADLINE_CELLS = 1 << 19
 
 
@@ -385,12 +396,15 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     (K, n), P = m.sf.shape, m.sl.shape[0]
     design = _design(m)
     # the block size is part of the numbers: BLAS may round a row differently at another place in a block
-    block = int(np.clip(HEADLINE_CELLS // (3 * (n + K * (2 + P))), 64, BLOCK))
+    block = int(np.clip(HEADLINE_CELLS // (3 * n + 10 * K + P), 64, BLOCK))  # cells of a replicate row
     out: dict = {}
+    work = {"rows": block, "ci": np.empty((block, n))}
     for s in range(0, max(len(ck), 1), block):
         rows = slice(s, s + block)
-        part = headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference,
-                              *(c[rows].astype(float) for c in (ck, ci, cp)), design=design)
+        cif = work["ci"][:len(ci[rows])]
+        np.copyto(cif, ci[rows])  # = ci[rows].astype(float), into the same memory every block
+        part = headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference, ck[rows].astype(float),
+                              cif, cp[rows].astype(float), design=design, work=work)
         for k, v in part.items():
             if k not in out:
                 out[k] = np.empty(len(ck))
@@ -570,9 +584,14 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
     weights, replicate = _distinct_rows(np.hstack([ck, cp]))
     ck, cp = weights[:, :K], weights[:, K:]
 
+    # every rollout played every position (and every reward is a number): no gap to leave out of a mean
+    full = bool(has.all()) and bool(np.isfinite(sf).all()) and bool(np.isfinite(m.sl).all())
+
     def rows_mean(w: np.ndarray, a: np.ndarray) -> np.ndarray:
         """Weighted mean over rollouts per set of rollout weights w (B, K): a is (K, n) or (B, K, n)."""
         a = np.broadcast_to(a, (len(w), K, n))
+        if full:  # the masked sums below, without their (weights x rollouts x positions) temporaries
+            return np.einsum("bk,bkn->bn", w, a) / w.sum(axis=1)[:, None]
         ok = ~np.isnan(a)
         num, den = np.einsum("bk,bkn->bn", w, np.where(ok, a, 0.0)), np.einsum("bk,bkn->bn", w, ok)
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)

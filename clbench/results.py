@@ -274,6 +274,23 @@ def malformed(rec: dict) -> str | None:
     return None
 
 
+def all_well_formed(recs: list[dict]) -> bool:
+    """`not any(malformed(r) for r in recs)`, read a field at a time over all records (a function call
+    per record was a visible part of a short run); any doubt goes to `malformed`, record by record."""
+    try:
+        rewards = [r["reward"] for r in recs]
+        plain = all(not issubclass(t, bool) and issubclass(t, (int, float)) for t in set(map(type, rewards))) \
+            and math.isfinite(math.fsum(rewards))
+        plain = plain and {r["mode"] for r in recs} <= {"stateful", "stateless"}
+        for name in ("rollout", "position"):
+            plain = plain and all(not isinstance(v, bool) and isinstance(v, int) and v >= 0 for v in {r[name] for r in recs})
+        for name in ("task", "system", "instance_id"):
+            plain = plain and all(isinstance(v, str) and v for v in {r[name] for r in recs})
+    except (TypeError, ValueError, OverflowError):  # unhashable values, inf - inf, a sum beyond floats
+        plain = False
+    return plain or not any(malformed(r) for r in recs)
+
+
 def completeness(run_dir: str | Path, records: list[dict]) -> list[str]:
     """What a finished run directory lacks: stateful rollouts or stateless passes with fewer instances
     than the schedule has, and planned rollouts with no record at all (from config.json and

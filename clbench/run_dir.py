@@ -29,9 +29,9 @@ import os
 import time
 from pathlib import Path
 
-from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append,
+from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append, all_well_formed,
                              _write_locked, append_lines, encode_into, iter_jsonl, load_metadata, load_records,
-                             malformed, read_json, record_key, reset_of, safe_name, split_instances, write_json_atomic)
+                             read_json, record_key, reset_of, safe_name, split_instances, write_json_atomic)
 
 #: written into a run directory by the driver's error policy: jobs stop before their next instance
 STOP_FILE = "STOP"
@@ -347,8 +347,8 @@ class RunDirectory:
         process wrote into a directory that held none before; when each is well-formed and its key
         unique, they are what reading results.jsonl back would give and are returned as they are
         (parsing the file again was a visible part of a short run); otherwise the file is read."""
-        if played is not None and not any(malformed(r) for r in played) \
-                and len({record_key(r) for r in played}) == len(played):
+        if played is not None and all_well_formed(played) \
+                and len({(r["task"], r["system"], r["mode"], r["rollout"], r["instance_id"]) for r in played}) == len(played):
             return list(played)
         return load_records(self.root)
 

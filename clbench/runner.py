@@ -154,32 +154,43 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
     if trace:
         traj.append({"event": "harness", **trace})
     raw = final_info.get("raw_metric") or {"name": "reward", "value": 0.0}
-    return {
+    out = {
         "reward": float(final_info.get("instance_reward", 0.0)) if error is None else 0.0,
         "raw_metric": raw,
         "solved": bool(final_info.get("solved", False)) if error is None else False,
         "steps": steps,
         "truncated": bool(truncated),
         "wall_time": round(time.perf_counter() - start, 6),
-        "tokens": usage.tokens() if usage is not None else None,
-        "calls": usage.calls if usage is not None else None,
-        "cost": usage.cost if usage is not None else None,
-        "model_errors": list(usage.errors) if usage is not None and usage.errors else None,
-        # per-step prompt sizes (a memory's footprint over the schedule) and survived model faults
-        "step_prompt_tokens": list(usage.step_prompt) or None if usage is not None else None,
-        "model_faults": list(usage.faults) or None if usage is not None else None,
-        "details": final_info.get("details"),
+        "tokens": None,
+        "cost": None,
         "error": error,
-        "error_kind": error_kind if error is not None else None,
-        "transcript": transcript or None,  # taken off by the caller, never part of the record
     }
+    # the rest only when set (a record leaves out fields that are None, except tokens, cost and error)
+    if usage is not None:
+        out["tokens"], out["cost"] = usage.tokens(), usage.cost
+        if usage.calls is not None:
+            out["calls"] = usage.calls
+        if usage.errors:
+            out["model_errors"] = list(usage.errors)
+        # per-step prompt sizes (a memory's footprint over the schedule) and survived model faults
+        if usage.step_prompt:
+            out["step_prompt_tokens"] = list(usage.step_prompt)
+        if usage.faults:
+            out["model_faults"] = list(usage.faults)
+    details = final_info.get("details")
+    if details is not None:
+        out["details"] = details
+    if error is not None:
+        out["error_kind"] = error_kind
+    out["transcript"] = transcript or None  # taken off by the caller, never part of the record
+    return out
 
 
-def _record(job: Job, env, info: dict, outcome: dict) -> dict:
+def _record(job: Job, task: str, info: dict, outcome: dict) -> dict:
     cfg = job.config
     return {
         "format": RECORD_FORMAT,
-        "task": env.unwrapped.task,
+        "task": task,
         "env_id": cfg.env_id,
         "system": cfg.system,
         "mode": job.mode,
@@ -189,7 +200,7 @@ def _record(job: Job, env, info: dict, outcome: dict) -> dict:
         "position": info["position"],
         "variant": info["variant"],
         "variant_position": info["variant_position"],
-        **{k: v for k, v in outcome.items() if v is not None or k in ("error", "tokens", "cost")},
+        **outcome,  # play_instance's fields (None only for error, tokens and cost)
     }
 
 
@@ -222,7 +233,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
         obs, info = env.reset(seed=seed, options={"instance": start})
     else:
         obs, info = env.reset(seed=seed)
-    records = []
+    records, task = [], env.unwrapped.task  # the task once per job (a chain of wrappers to walk per record)
     played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
     saved = float("-inf")  # when the newest checkpoint was taken
     for pos in range(start, n):
@@ -237,7 +248,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
         traj: list[dict] = [{"event": "shock", **e} for e in events]
         outcome = play_instance(env, agent, obs, info, traj)
         transcript = outcome.pop("transcript")
-        rec = _record(job, env, info, outcome)
+        rec = _record(job, task, info, outcome)
         if events:
             rec["shocks"] = [e["event"] for e in events]
         files.instance(traj, rec, info, transcript)
@@ -255,7 +266,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
 
 def _run_stateless(job: Job, env, files: JobFiles) -> list[dict]:
     cfg = job.config
-    records = []
+    records, task = [], env.unwrapped.task
     seed = cfg.seed + job.rollout  # pass k is seeded like stateful rollout k
     for iid in job.instance_ids:
         if files.stop_requested():
@@ -265,7 +276,7 @@ def _run_stateless(job: Job, env, files: JobFiles) -> list[dict]:
         traj: list[dict] = []
         outcome = play_instance(env, agent, obs, info, traj)
         transcript = outcome.pop("transcript")
-        rec = _record(job, env, info, outcome)
+        rec = _record(job, task, info, outcome)
         files.instance(traj, rec, info, transcript)
         records.append(rec)
     return records
@@ -331,7 +342,9 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
             todo = [s.instance_id for s in schedule.order(0) if ("stateless", p, s.instance_id) not in ok]
             if todo:  # a half-written trajectory of an unfinished instance starts over
                 rd.drop_unrecorded_stateless(task, cfg.system, p, todo, ok)
-                size = cfg.stateless_chunk or max(1, -(-len(todo) // (cfg.workers * 2)))
+                # one job per pass on one worker (a job is a trajectory file and a sink to open); else two per
+                # worker, which balances the workers
+                size = cfg.stateless_chunk or (len(todo) if cfg.workers == 1 else -(-len(todo) // (cfg.workers * 2)))
                 for s in range(0, len(todo), size):
                     chunk = todo[s:s + size]
                     jobs.append(Job(cfg, "stateless", p, chunk, remaining=len(chunk)))

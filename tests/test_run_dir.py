@@ -136,6 +136,24 @@ def test_records_a_run_played_are_the_files_unless_one_is_malformed_or_repeated(
     assert small_run.records(played + [dict(played[0])]) == on_disk  # a key twice: the file decides
 
 
+@pytest.mark.parametrize("change", [
+    {}, {"reward": float("nan")}, {"reward": float("inf")}, {"reward": True}, {"reward": "1"}, {"reward": 3},
+    {"reward": 1e308}, {"mode": "both"}, {"rollout": True}, {"rollout": -1}, {"rollout": 1.0}, {"position": [0]},
+    {"task": ""}, {"system": 3}, {"instance_id": None}])
+def test_records_checked_together_agree_with_malformed(change):
+    """results.all_well_formed (a field at a time over all records) is `not any(malformed(r))`."""
+    import numpy as np
+
+    from clbench.results import all_well_formed, malformed
+
+    base = {"task": "t", "system": "s", "mode": "stateful", "rollout": 0, "position": 0, "instance_id": "a",
+            "reward": 0.5}
+    recs = [dict(base, position=i, reward=np.float64(0.25) if i == 2 else 1e308) for i in range(4)]
+    recs[1].update(change)
+    assert all_well_formed(recs) == (not any(malformed(r) for r in recs))
+    assert all_well_formed([]) and all_well_formed(recs[:1]) == (malformed(recs[0]) is None)
+
+
 def test_a_fast_rollout_checkpoints_its_first_instance_then_at_most_every_checkpoint_seconds(tmp_path, monkeypatch):
     """Checkpoints of a fast scripted rollout are spaced by CHECKPOINT_SECONDS (each one flushes the
     records it covers); with no spacing every instance the share budget allows is saved."""

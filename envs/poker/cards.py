@@ -37,6 +37,10 @@ def card_names(cards) -> list[str]:
     return list(map(_NAMES.__getitem__, cards))
 
 
+#: `parse_card` as a C-level lookup (for `map` over a hand's names: no Python call per card)
+card_by_name = _BY_NAME.__getitem__
+
+
 def parse_cards(names) -> tuple[Card, ...]:
     """`parse_card` of each name, as a tuple (one C-level lookup per card: agents parse every table)."""
     return tuple(map(_BY_NAME.__getitem__, names))

@@ -3,7 +3,7 @@
 The library is the referee: it posts blinds, checks every move, moves the button, builds the
 side pots and settles the showdown with its evaluator. We only choose the cards (overwriting
 the ones its own deck dealt, as its history import does) and keep a compact betting log.
-Each move reaches the library's rules once (`HandTable._referee`), and a finished game plays
+Each move reaches the library's rules once (`HandTable.apply`), and a finished game plays
 the next hand (`_game`): the library's work per hand is a hand's, nothing more.
 """
 from __future__ import annotations
@@ -183,16 +183,8 @@ class HandTable:
 
     # ---- moves
     def apply(self, d: Decision) -> None:
-        """Play a legal decision for the player to act (the library validates it, see `_referee`)."""
-        b, kind = self.betting, d.kind
-        p = b.to_act
-        self._referee(_TYPE[kind], d.total if kind == RAISE else None)
-        b.apply(d)
-        if b.stacks[p] == 0 and (kind == CALL or kind == RAISE):
-            self.all_in.add(len(b.log) - 1)
-
-    def _referee(self, action: ActionType, total: int | None) -> None:
-        """Hand the move to the library's betting round, which validates it and plays it.
+        """Play a legal decision for the player to act: the library's betting round validates it and
+        plays it, then the `Betting` model follows.
 
         `TexasHoldEm.take_action` validates a move and then resumes the hand, whose betting round
         validates the same move again before playing it (the library's rules run twice per move):
@@ -200,20 +192,25 @@ class HandTable:
         illegal move still raises there (the env never sends one: `Legal.check`, `Spot.legalize`),
         and ends the library's hand: any later move raises too.
         """
-        game = self.game
-        game._action = (action, total)
+        b, kind, game = self.betting, d.kind, self.game
+        p = b.to_act
+        game._action = (_TYPE[kind], d.total if kind == RAISE else None)
         try:
             next(game._hand_gen)
         except StopIteration:
             if game.hand_phase is not _PREHAND:
                 raise RuntimeError("the library refused an earlier move of this hand: it cannot go on") from None
         self.over = game.hand_phase is _PREHAND  # = not game.is_hand_running()
+        b.apply(d)
+        if b.stacks[p] == 0 and (kind == CALL or kind == RAISE):
+            self.all_in.add(len(b.log) - 1)
 
     def play_opponent(self) -> None:
         """Let the opponent act until it is the agent's turn or the hand is over."""
-        while not self.over and self.betting.to_act == OPPONENT:
-            spot = self.spot()
-            self.apply(spot.legalize(self.opponent.decide(spot)))
+        b, decide, hole = self.betting, self.opponent.decide, self.holes[OPPONENT]
+        while not self.over and b.to_act == OPPONENT:
+            spot = b.spot(hole, tuple(self.game.board))  # = self.spot(), one call fewer per decision
+            self.apply(spot.legalize(decide(spot)))
 
     # ---- result
     def profit(self) -> int:

@@ -51,7 +51,7 @@ class HandView:
         b = t.betting
         history, log = self.history, b.log
         if len(history) < len(log):
-            streets, touched = self._streets, {}
+            streets, touched, opened, all_in = self._streets, {}, self._opened, t.all_in
             for i in range(len(history), len(log)):
                 st, p, kind, total = log[i]
                 street = STREETS[st]
@@ -59,7 +59,16 @@ class HandView:
                 acts = streets.get(street)
                 if acts is None:
                     acts = streets[street] = []
-                acts.append(self._phrase(street, p, kind, total, i))
+                # the move in words (a call per move cost more than the words)
+                s = "" if p == AGENT else "s"
+                if kind == RAISE:
+                    verb = f"raise{s} to {total}" if (st == 0 or street in opened) else f"bet{s} {total}"
+                    opened.add(street)
+                elif kind == CALL:
+                    verb = f"call{s} {total}"
+                else:
+                    verb = _VERB[kind] + s
+                acts.append(f"{'you' if p == AGENT else self.opp} {verb}{' (all-in)' if i in all_in else ''}")
                 touched[street] = None  # in order: one catch-up may cross streets
             lines = self._lines
             for street in touched:  # a street's line is written once per catch-up, after all its new moves
@@ -86,17 +95,6 @@ class HandView:
                 snap["to_call"], snap["min_raise"], snap["max_raise"] = b.legal()
         self.snap = snap
         return snap
-
-    def _phrase(self, street: str, player: int, kind: str, total: int, index: int) -> str:
-        s = "" if player == AGENT else "s"
-        if kind == RAISE:
-            verb = f"raise{s} to {total}" if (street == "preflop" or street in self._opened) else f"bet{s} {total}"
-            self._opened.add(street)
-        elif kind == CALL:
-            verb = f"call{s} {total}"
-        else:
-            verb = _VERB[kind] + s
-        return f"{'you' if player == AGENT else self.opp} {verb}{' (all-in)' if index in self.table.all_in else ''}"
 
     # ---- text
     def header(self, met_before: int, first_of_variant: bool) -> str:
