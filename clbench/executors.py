@@ -140,14 +140,14 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
     Importing Ray, connecting and starting fresh Ray workers took seconds in which no job played
     (workers first reported 2-7 s after the driver called this): the driver plays jobs itself
     meanwhile (_DriverPlays, the shortest first, one at a time, in this process as the inline
-    executor would; on a private instance from the end of ray.init, whose RayLifeline ends every
-    process started while it runs), and stops taking new ones once a Ray job has reported. Ray is
+    executor would), from the first submission on: a thread playing earlier held the GIL while
+    Ray was imported and connected, and made that take most of a short run (and on a private
+    instance RayLifeline ends every process started before ray.init returns). It stops taking new
+    jobs once a Ray job has reported. Ray is
     handed jobs RAY_JOBS_PER_CPU per cluster CPU at a time, longest first, so the driver has jobs
     to take.
     """
     helper = _DriverPlays(jobs)
-    if address:  # on a private instance only after ray.init: processes started while it runs are Ray's
-        helper.begin()
     try:
         import ray
     except ImportError:
@@ -173,7 +173,6 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
             if handler is not None and threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, handler)  # ray.init replaces it; SIGTERM unwinds like Ctrl-C
             started = True
-        helper.begin()
     except BaseException:
         helper.stop()
         if lifeline:
@@ -197,6 +196,10 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
                 streams[remote_job.remote(job)] = job
 
         submit()
+        # only now: a playing thread holds the GIL, and the imports, ray.init and the submissions above
+        # waited for it at every file read and system call (the first Ray job reported ~15 s into a
+        # 20 s run, the driver having played most of it alone)
+        helper.begin()
         while streams or helper.playing():
             for item in helper.finished():
                 finish(*item)
