@@ -116,33 +116,31 @@ def test_drift_check_rejects_unknown_or_first_variants():
 
 
 # ---------------------------------------------------------------- poker
-def _model(style: str) -> dict:
-    """Counts that the reference reads as `style`."""
-    counts = {STATION: {"hands": 10, "faced": 10, "faced_CALL": 10, "open_chances_0": 5, "open_chances_1": 5},
-              LAG: {"hands": 10, "open_chances_0": 5, "opened_0": 5, "open_chances_1": 5, "opened_1": 5}}[style]
-    assert OpponentModel(counts).style() == style
-    return counts
-
 
 def test_adapted_mara_makes_the_old_exploit_lose():
-    """On the default schedule's hands after the drift (real games), the station exploit learned
-    in variant 1 loses to the adapted Mara what her new exploit wins: the drift's worth."""
+    """On the default schedule's hands after the drift, the station exploit learned in variant 1 loses to the
+    adapted Mara what her new exploit wins: the drift's worth, in expectation. The ten hands of one deal
+    cannot show it (one hand's result has a standard deviation of ~20 bb): 400 deals of them, played on the
+    betting model (the library's rules; tests/test_poker.py checks they agree), give the gap +1.55 +- 0.31
+    bb/hand on Poker-v5."""
+    from clbench.agents.poker import PLAYBOOKS
+    from clbench.agents.poker_redteam import replay
+    from clbench.metrics import estimate
+
     env = gym.make(POKER)
     base = env.unwrapped
     hands = [s for s in base.schedule.order(0) if s.variant == "3-Mara"]
     assert {s.instance.payload.policy for s in hands} == {"Mara-changed"}
     assert {s.instance.payload.opponent for s in hands} == {"Mara"}
-    means = {}
-    for style in (STATION, LAG):
-        rewards = []
-        for slot in hands:
-            agent = make_agent("reference", env)
-            agent.load_state_dict({"models": {"Mara": _model(style)}})
-            obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
-            rewards.append(play_instance(env, agent, obs, info, [])["reward"])
-        means[style] = np.mean(rewards)
-    assert means[STATION] < 0 < means[LAG]
-    assert means[LAG] - means[STATION] >= 0.1 * (base.r_max - base.r_reference)
+    rewards = {style: [] for style in (STATION, LAG)}
+    for deal in range(5, 405):  # re-deals: the same hands and seats, other cards
+        for style, out in rewards.items():
+            out += [r for iid, r in sorted(replay(base, PLAYBOOKS[style], deal).items()) if iid.startswith("3-Mara-")]
+    station, lag = np.asarray(rewards[STATION]), np.asarray(rewards[LAG])
+    assert len(station) == 400 * len(hands)
+    assert station.mean() < 0 < lag.mean()
+    gap = estimate(lag - station)
+    assert gap["ci"][0] > 0 and gap["mean"] >= 0.1 * (base.r_max - base.r_reference), gap
 
 
 def test_poker_freeze_at_keeps_the_station_model_and_unfrozen_starts_over():

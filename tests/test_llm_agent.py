@@ -441,10 +441,10 @@ def test_transcripts_keep_every_prompt_reply_and_memory_update(tmp_path, prices,
     assert "bytes per instance" in capsys.readouterr().err
     calls, updates = [], []
     files = sorted((tmp_path / "transcripts" / "spectrummonitor" / "llm-icl-scripted").glob("*.jsonl"))
-    assert [f.name.split("-")[0] for f in files] == ["stateful", "stateless", "stateless"]  # two stateless jobs
-    for f in files:  # stateful rollout first, then the stateless jobs: the order they were sent in
+    assert [f.name.split("-")[0] for f in files] == ["stateful", "stateless"]  # one worker: one job per pass
+    for f in files:  # stateful rollout first, then the stateless pass: the order they were sent in
         decoded = read_transcripts(f)
-        assert len(decoded) == (8 if f.name.startswith("stateful") else 4)
+        assert len(decoded) == 8
         for entries in decoded.values():
             calls += [e for e in entries if e["kind"] == "call"]
             updates += [e for e in entries if e["kind"] == "memory_update"]

@@ -742,7 +742,7 @@ def test_red_team_benchmark_verdict_holds_on_fresh_worlds(world):
 
 #: every fresh world on the slow run (v4's exploits left worlds 3, 10, 14 and 17 without learning headroom)
 WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") == "1" else (1, 2)
-#: opponent counts that the reference reads as each style (tests/test_drift.py builds the same)
+#: opponent counts that the reference reads as each style
 STYLE_COUNTS = {"calling_station": {"hands": 10, "faced": 10, "faced_CALL": 10, "open_chances_0": 5,
                                     "open_chances_1": 5},
                 "loose_aggressive": {"hands": 10, "open_chances_0": 5, "opened_0": 5, "open_chances_1": 5,
