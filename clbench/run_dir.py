@@ -347,8 +347,7 @@ class RunDirectory:
         process wrote into a directory that held none before; when each is well-formed and its key
         unique, they are what reading results.jsonl back would give and are returned as they are
         (parsing the file again was a visible part of a short run); otherwise the file is read."""
-        if played is not None and all_well_formed(played) \
-                and len({(r["task"], r["system"], r["mode"], r["rollout"], r["instance_id"]) for r in played}) == len(played):
+        if played is not None and all_well_formed(played) and len(set(map(record_key, played))) == len(played):
             return list(played)
         return load_records(self.root)
 

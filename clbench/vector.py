@@ -362,6 +362,17 @@ for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__repr__", 
     setattr(LazyInfo, _name, _built_first(_name))
 
 
+def _copy_of(made: dict, key, column, dtype) -> np.ndarray:
+    """A copy of the array of `column` made when `key` (its values) last came, made now if it did not;
+    `made` holds at most 256 (columns repeat from step to step: a copy costs less than a conversion)."""
+    array = made.get(key)
+    if array is None:
+        if len(made) >= 256:
+            made.clear()
+        array = made[key] = np.array(column, dtype=dtype)
+    return array.copy()
+
+
 def _stack_later(arg: tuple) -> dict[str, Any]:
     """A lazy info's builder: (vector, infos, finals) -> the stacked infos (no bound method kept: no cycle)."""
     vec, infos, finals = arg
@@ -585,10 +596,6 @@ class BatchedVectorEnv(VectorEnv):
         self._env_obs, self._rewards, self._terminations, self._truncations = obs, rewards, terms, truncs
         info = LazyInfo({_PENDING: (_stack_later, (self, infos, finals))}) if self.lazy_info else \
             self._stack_step((infos, finals))
-        if self._text_obs and _STR.issuperset(map(type, obs)):
-            # what concatenate() gives for Text (a tuple), and a deep copy of a tuple of str is itself
-            self._observations = tuple(obs)
-            return self._observations, rewards, terms, truncs, info
         return self._batch(), rewards, terms, truncs, info
 
     def _floats(self, column) -> np.ndarray:
@@ -599,26 +606,15 @@ class BatchedVectorEnv(VectorEnv):
             key = self._pack(*column)
         except (struct.error, TypeError, ValueError, OverflowError):  # e.g. a reward numpy parses from text
             return np.array(column, dtype=np.float64)
-        made = self._made_floats.get(key)
-        if made is None:
-            if len(self._made_floats) >= 256:
-                self._made_floats.clear()
-            made = self._made_floats[key] = np.array(column, dtype=np.float64)
-        return made.copy()
+        return _copy_of(self._made_floats, key, column, np.float64)
 
     def _bools(self, column) -> np.ndarray:
         """A fresh bool array of `column`: a copy of the array made the first time the same values
         came (a copy costs less than a conversion; ends repeat from step to step)."""
-        key = tuple(column)
         try:
-            made = self._made.get(key)
+            return _copy_of(self._made, tuple(column), column, np.bool_)
         except TypeError:  # an unhashable end flag (an env's own array): converted each time
             return np.array(column, dtype=np.bool_)
-        if made is None:
-            if len(self._made) >= 256:
-                self._made.clear()
-            made = self._made[key] = np.array(column, dtype=np.bool_)
-        return made.copy()
 
     def _join(self, answers: list[tuple]) -> tuple:
         """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,
