@@ -1342,3 +1342,45 @@ def test_stateful_reference_learns_the_house_in_every_fresh_world():
             assert abs(drift[seed] * (1.0 - gains[seed][1]) - played) < 0.005, (seed, drift)
     tol = max(BAND["drift_abs"], BAND["drift_rel"] * drift[None])
     assert all(abs(d - drift[None]) <= tol for d in drift.values()), drift
+
+
+def test_a_submission_graded_once_is_not_run_again(env, monkeypatch):
+    """Grading the same source changes again in one process reuses the first grading's records (the same
+    verdict, no second sandbox run); other changes, or a run that was killed, are graded anew. The same
+    holds for the review's regression-test runs."""
+    from clbench.envs.coderepair import coderepair_env, evaluation
+    from clbench.sandbox.base import FileChange
+
+    monkeypatch.setattr(evaluation, "GRADED", evaluation.Kept(64))
+    monkeypatch.setattr(coderepair_env, "REVIEWED", evaluation.Kept(256))
+    issue = load_issue("tenacity-11")
+    source = env._pristine(issue.repo) / "tenacity" / "__init__.py"
+    edited = [FileChange("tenacity/__init__.py", "modified", source.read_bytes() + b"\n# a comment\n")]
+    notes = [FileChange("changelog.d/1.fixed", "added", b"note\n")]  # not graded: ignored by the overlay
+    first = env.evaluate(issue, [])  # (and the fixed tree's records, cached on disk)
+    runs = []
+    record = evaluation.record_tree
+    monkeypatch.setattr(evaluation, "record_tree", lambda *a, **k: runs.append(1) or record(*a, **k))
+
+    assert env.evaluate(issue, notes) == evaluation.Evaluation(
+        first.resolved, first.fail_to_pass, first.pass_to_pass, [], ["changelog.d/1.fixed"])
+    assert not runs and not first.resolved
+    assert env.evaluate(issue, edited).fail_to_pass == first.fail_to_pass  # a comment fixes nothing
+    assert len(runs) == 1
+
+    monkeypatch.setattr(evaluation, "record_tree", lambda *a, **k: runs.append(1) or {})  # killed: nothing recorded
+    for _ in range(2):
+        assert env.evaluate(issue, edited + notes).fail_to_pass == first.fail_to_pass  # graded before: no run
+    assert len(runs) == 1
+    other = [FileChange("tenacity/__init__.py", "modified", source.read_bytes() + b"\n# another\n")]
+    for _ in range(2):
+        assert set(env.evaluate(issue, other).fail_to_pass.values()) == {"MISSING"}
+    assert len(runs) == 3  # a killed run is not kept
+
+    reviews = []
+    run = env._regression_run
+    monkeypatch.setattr(env, "_regression_run", lambda *a: reviews.append(a[3]) or run(*a))
+    test = ("tests/test_issue.py", b"def test_issue():\n    assert False\n")
+    assert [env._run_regression_test(issue, test, fixed).exit_code != 0 for fixed in (False, True, False, True)] \
+        == [True] * 4
+    assert reviews == [False, True]

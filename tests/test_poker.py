@@ -709,9 +709,12 @@ def test_fitted_reference_is_a_coordinate_optimum_of_its_train_fit():
 
 
 FULL = os.environ.get("CLBENCH_SLOW") == "1"
-#: worlds whose five benchmark deals still let a chosen family point reach the reference (issue 28, Poker-v4 and v5):
-#: the default grid's strength-threshold point in world 5 (its edge in expectation is ~2.3 bb/hand, but deals 0-4
-#: run ~3 standard errors against the reference); the full grid's points also in 1, 8, 9, 14 and 15
+#: fresh worlds whose five benchmark deals still let a chosen family point reach the reference (Poker-v4 and v5):
+#: the default grid's strength-threshold point in world 5 (the reference's edge over it in expectation is ~2.3
+#: bb/hand, but deals 0-4 run ~3 standard errors against the reference); the full grid's points also in 1, 8, 9,
+#: 14 and 15. In expectation (40 held-out deals) the reference leads every chosen point in all 21 worlds, and the
+#: canonical world's benchmark verdict holds with both grids: what is left is how well 600 hands measure a fresh
+#: world, issue 29's per-world difficulty
 BENCHMARK_FAILS = {1, 5, 8, 9, 14, 15} if FULL else {5}
 RED_TEAM_WORLDS = [None, *(range(1, 21) if FULL else (1, 2, 5))]
 
@@ -753,7 +756,7 @@ def test_red_team_points_chosen_on_redeals_stay_below_the_reference_in_expectati
 
 
 @pytest.mark.parametrize("world", [pytest.param(w, marks=pytest.mark.xfail(
-    strict=True, reason="issue 28, Poker-v5: five deals are still too few for the benchmark verdict in this world"))
+    strict=True, reason="issue 29, Poker-v5: five deals are too few for a fresh world's benchmark verdict here"))
     if w in BENCHMARK_FAILS else w for w in RED_TEAM_WORLDS if w is not None])
 def test_red_team_benchmark_verdict_holds_on_fresh_worlds(world):
     r_ref, bench, _, _ = red_team_verdict(world)

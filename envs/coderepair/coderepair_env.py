@@ -14,7 +14,7 @@ from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
 from clbench.envs.coderepair import house
 from clbench.envs.coderepair.checkout import agent_checkout, normalize_tree
-from clbench.envs.coderepair.evaluation import Evaluation, evaluate_tree
+from clbench.envs.coderepair.evaluation import Evaluation, Kept, evaluate_tree
 from clbench.envs.coderepair.grading import pytest_ini
 from clbench.envs.coderepair.issues import Issue, load_issue
 from clbench.envs.coderepair.patching import apply_diff
@@ -25,6 +25,8 @@ from clbench.sandbox.select import choose_backend, docker_ready
 from clbench.schedule import Instance, Schedule, Slot, Variant
 
 _FENCE = re.compile(r"```(?:bash|sh|shell|console)?[ \t]*\n(.*?)```", re.DOTALL)
+#: the review's regression-test runs of this process, by issue, tree, test and runtime (`_run_regression_test`)
+REVIEWED = Kept(256)
 
 
 class CodeRepairEnv(InstanceSequenceEnv):
@@ -565,6 +567,17 @@ class CodeRepairEnv(InstanceSequenceEnv):
 
     def _run_regression_test(self, issue: Issue, test_file: tuple[str, bytes], fixed: bool):
         repo = self._repo(issue.repo)
+        # the same test on the same tree and runtime ends the same: run once per process (evaluation.Kept)
+        key = hashlib.sha256(repr((issue.issue_id, issue.bug_diff, issue.fix_diff if fixed else "", test_file,
+                                   self.backend, self.workdir, repo, self.command_timeout)).encode()).hexdigest()
+        result = REVIEWED.get(key)
+        if result is None:
+            result = self._regression_run(issue, repo, test_file, fixed)
+            if not result.killed:  # a killed run proves nothing: it runs again next time
+                REVIEWED.keep(key, result)
+        return result
+
+    def _regression_run(self, issue: Issue, repo: dict, test_file: tuple[str, bytes], fixed: bool):
         with tempfile.TemporaryDirectory(prefix="clbench-review-") as tmp:
             # the agent's checkout as it started (hidden tests cut out), with the true fix or not: what
             # leaves this sandbox is its exit status, one bit

@@ -2,12 +2,21 @@
 tests restored, must make every FAIL_TO_PASS and PASS_TO_PASS test observe what it observes on
 the fixed tree (grading.py: the sandbox records, the env's process compares). Tampering with the
 record file scores 0.
+
+A submission graded once in a process is not run again: its records are kept by what decides them
+(`submission_key`: the issue, the runtime, the grading code and the source files the submission
+changes). Rollouts of one agent submit the same trees again and again (no change at all, the same
+fix found again), and a grading run is made repeatable on purpose (seeded draws, one wall clock per
+test), so running it again would cost seconds and tell nothing new. A submission whose own code is
+nondeterministic keeps the verdict of its first grading in that process.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,6 +46,41 @@ class Evaluation:
         p2p = sum(v == "PASSED" for v in self.pass_to_pass.values())
         return (f"{'resolved' if self.resolved else 'not resolved'}: issue tests {f2p}/{len(self.fail_to_pass)} "
                 f"pass, other tests {p2p}/{len(self.pass_to_pass)} pass")
+
+
+class Kept:
+    """The latest `size` results of sandbox runs this process need not repeat, by a key of what decides them."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._items: OrderedDict[str, object] = OrderedDict()
+
+    def get(self, key: str):
+        item = self._items.get(key)
+        if item is not None:
+            self._items.move_to_end(key)
+        return item
+
+    def keep(self, key: str, item) -> None:
+        self._items[key] = item
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+#: records of the submissions graded in this process (a record set of the largest suite: a few hundred kB)
+GRADED = Kept(64)
+
+
+def submission_key(issue, runtime: str, ids: list[str], changes, applied: list[str]) -> str:
+    """What decides a submission's records: the issue's trees and tests, the runtime and grading code
+    (`records_key`), and the changes `overlay` applied (path, kind, content)."""
+    hidden = str(issue.hidden_module) if issue.hidden_module else ""
+    digest = hashlib.sha256(records_key(issue.issue_id, issue.bug_diff, issue.fix_diff + hidden, ids, runtime).encode())
+    kept = set(applied)
+    for ch in sorted((c for c in changes if c.path in kept), key=lambda c: c.path):
+        digest.update(f"\0{ch.path}\0{ch.kind}\0".encode())
+        digest.update(hashlib.sha256(ch.content or b"").digest())
+    return digest.hexdigest()
 
 
 def record_tree(tree: Path, ids: list[str], hidden: list[str], make_sandbox: Callable[[Path], Sandbox],
@@ -95,11 +139,16 @@ def evaluate_tree(issue, pristine: Path, changes, make_sandbox: Callable[[Path],
         applied, ignored = overlay(tree, changes, repo["source_root"], repo.get("tests_root", "tests"))
         issue.with_hidden_module(tree)
         bounds = bounds_of_tests(tree, f2p_ids + p2p_ids)
-        try:
-            actual = record_tree(tree, f2p_ids + p2p_ids, f2p_ids, make_sandbox, timeout, workdir, repo)
-        except Tampering:
-            return Evaluation(False, {i: "FAILED" for i in f2p_ids}, {i: "FAILED" for i in p2p_ids}, applied, ignored,
-                              tampering=True)
+        key = submission_key(issue, runtime, f2p_ids + p2p_ids, changes, applied)
+        actual = GRADED.get(key)
+        if actual is None:
+            try:
+                actual = record_tree(tree, f2p_ids + p2p_ids, f2p_ids, make_sandbox, timeout, workdir, repo)
+            except Tampering:
+                return Evaluation(False, {i: "FAILED" for i in f2p_ids}, {i: "FAILED" for i in p2p_ids}, applied,
+                                  ignored, tampering=True)
+            if actual:  # an empty set is a killed run: it proves nothing, so it runs again next time
+                GRADED.keep(key, actual)
     outcomes = judge(expected, actual, f2p_ids + p2p_ids, bounds)
     f2p = {i: outcomes[i] for i in f2p_ids}
     p2p = {i: outcomes[i] for i in p2p_ids}
