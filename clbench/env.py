@@ -527,8 +527,8 @@ class InstanceSequenceEnv(gym.Env):
         return list(self._order)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        options = dict(options or {})
-        unknown = set(options) - {"instance", "stateless"}
+        options = dict(options) if options else {}
+        unknown = set(options) - {"instance", "stateless"} if options else None
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}; known: instance, stateless")
         fresh = False

@@ -2,19 +2,39 @@
 
 The snapshot is rebuilt after every move and the observation is rendered from it, so the text
 and the dict always say the same thing. Neither holds the opponent's cards before a showdown.
-Each move is put into words once and kept, and so is each street's line of the betting and
-whatever is fixed for the hand: rendering is a join of ready lines (it runs at every step).
+Each move is put into words once (a move seen before reuses its words), the betting's text only
+grows at its end, and whatever is fixed for the hand is rendered once: rendering joins ready
+pieces (it runs at every step).
 """
 from __future__ import annotations
 
 from functools import lru_cache
 
 from clbench.envs.poker.cards import card_names
-from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Memo
 from clbench.envs.poker.table import AGENT, OPPONENT, STREETS, HandTable
 
 _WHO = {AGENT: "you", OPPONENT: "opponent"}
 _VERB = {FOLD: "fold", CHECK: "check"}
+
+
+def _move_words(key: tuple) -> str:
+    """A move in words: "you call 20", "Mara bets 40 (all-in)", ..."""
+    opp, p, kind, total, opening, all_in = key
+    s = "" if p == AGENT else "s"
+    if kind == RAISE:
+        verb = f"bet{s} {total}" if opening else f"raise{s} to {total}"
+    elif kind == CALL:
+        verb = f"call{s} {total}"
+    else:
+        verb = _VERB[kind] + s
+    return f"{'you' if p == AGENT else opp} {verb}{' (all-in)' if all_in else ''}"
+
+
+#: `_move_words` of (opponent, player, kind, total, opening bet, all-in): few distinct moves recur, each put
+#: into words once
+_MOVES = Memo(_move_words)
+
 #: the keys of a snapshot after the hand's fixed ones, in order (None: filled in at every refresh)
 _SNAPSHOT = {"board": None, "street": None, "pot": None, "history": None, "over": False, "to_call": 0, "min_raise": 0,
              "max_raise": 0, "showdown": False, "opp_hole": None, "hand_names": None, "result": 0, "folded": "",
@@ -61,16 +81,10 @@ class HandView:
                 st, p, kind, total = log[i]
                 street = STREETS[st]
                 history.append([street, _WHO[p], kind, total])
-                # the move in words (a call per move cost more than the words)
-                s = "" if p == AGENT else "s"
+                opening = kind == RAISE and st != 0 and st != self._opened  # a street's first bet (later: raises)
                 if kind == RAISE:
-                    verb = f"raise{s} to {total}" if (st == 0 or st == self._opened) else f"bet{s} {total}"
                     self._opened = st
-                elif kind == CALL:
-                    verb = f"call{s} {total}"
-                else:
-                    verb = _VERB[kind] + s
-                move = f"{'you' if p == AGENT else opp} {verb}{' (all-in)' if i in all_in else ''}"
+                move = _MOVES[(opp, p, kind, total, opening, i in all_in)]
                 if st == self._street:
                     betting += "; " + move
                 else:  # the first move of a street opens its line
