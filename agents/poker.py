@@ -318,7 +318,9 @@ class PokerReference(Agent):
         if table["over"]:
             return CHECK
         spot = table_spot(table)
-        d = spot.legalize(self.playbook(table["opponent"]).decide(spot))
+        opponent = table["opponent"]
+        book = self._books.get(opponent) or self.playbook(opponent)  # the lookup inline: this runs at every decision
+        d = spot.legalize(book.decide(spot))
         return f"RAISE {d.total}" if d.kind == RAISE else d.kind  # = action_text(d)
 
     def end_instance(self, reward: float, info: dict) -> None:

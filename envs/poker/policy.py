@@ -138,7 +138,10 @@ class Spot:
         """The nearest legal decision: no free folds, no checking a bet, raises clipped."""
         kind = d.kind
         if kind == RAISE:
-            return self.raise_to(d.total)
+            total, high = d.total, self.max_raise
+            if high and type(total) is int and self.min_raise <= total <= high:
+                return d  # = raise_to(total): already a legal total (as the helpers above make them)
+            return self.raise_to(total)
         if kind == FOLD:
             return d if self.to_call else _CHECK
         if kind == CHECK or kind == CALL:
