@@ -130,14 +130,12 @@ class HandView:
     def text(self, title: bool = True) -> str:
         """The hand as it stands; `title` starts with the hand number, opponent and position."""
         snap, opp = self.snap, self.opp
-        board = self._board_text
-        if self._board and not snap["over"]:
-            board += f" ({snap['street']})"
-        head = f"{self._title}\n" if title else ""
-        body = f"{head}{self._cards}{board}\nBetting so far:\n{self._betting}\n"
+        head = f"{self._title}\n{self._cards}" if title else self._cards
         if snap["over"]:
-            return body + "\n".join(self.result_lines())
-        return (f"{body}Pot: {snap['pot']}. Behind: you {snap['my_stack']}, {opp} {snap['opp_stack']}. "
+            return f"{head}{self._board_text}\nBetting so far:\n{self._betting}\n" + "\n".join(self.result_lines())
+        street = f" ({snap['street']})" if self._board else ""
+        return (f"{head}{self._board_text}{street}\nBetting so far:\n{self._betting}\n"
+                f"Pot: {snap['pot']}. Behind: you {snap['my_stack']}, {opp} {snap['opp_stack']}. "
                 f"Bet this round: you {snap['my_bet']}, {opp} {snap['opp_bet']}.\n"
                 f"To call: {snap['to_call']}. {_legal_text(snap['to_call'], snap['min_raise'], snap['max_raise'])}")
 
