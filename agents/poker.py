@@ -35,7 +35,7 @@ from clbench.agent import Agent
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.cards import FULL_DECK, card_by_name, parse_cards
 from clbench.envs.poker.opponents import make_opponent
-from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Act, Decision, Policy, Spot
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Act, Decision, Memo, Policy, Spot
 from clbench.envs.poker.strength import all_combos, strength
 from clbench.envs.poker.table import STREETS
 
@@ -70,9 +70,14 @@ def replay(table: dict) -> Betting:
     return b
 
 
+#: a betting-history entry [street, who, kind, total] of the table (as a tuple) as an `Act`: a hand's entries
+#: recur at every later decision (tuple.__new__: an Act without NamedTuple's slower __new__)
+_ACT_OF = Memo(lambda e: _new(Act, (_STREET_NO[e[0]], e[1] == "you", e[2], e[3]))).__getitem__
+
+
 def table_spot(table: dict) -> Spot:
-    # tuple.__new__: an Act without NamedTuple's slower __new__ (this runs at every decision)
-    history = tuple([_new(Act, (_STREET_NO[st], who == "you", kind, total)) for st, who, kind, total in table["history"]])
+    # all in C but the first sight of an entry (this runs at every decision)
+    history = tuple(map(_ACT_OF, map(tuple, table["history"])))
     return Spot(tuple(map(_CARD, table["hole"])), tuple(map(_CARD, table["board"])), table["pot"], table["to_call"],
                 table["my_bet"], table["my_stack"], table["opp_stack"], table["min_raise"], table["max_raise"],
                 table["button"], table["blinds"][1], history)
@@ -120,17 +125,17 @@ class DefaultPlay(Policy):
         return self.preflop(s) if s.street == 0 else self.postflop(s)
 
     def preflop(self, s: Spot) -> Decision:
-        pct = s.strength.pct
-        if not s.raises:
+        pct, raises = s.strength.pct, s.raises
+        if not raises:
             if s.to_call:
                 return s.raise_times(2.5) if pct >= self.open_at else s.check_or_fold()
             return s.raise_times(3.5) if pct >= self.iso_at else s.check_or_call()
-        if s.raises == 1:
+        if raises == 1:
             if pct >= self.threebet_at:
                 return s.raise_times(3)
             small = s.my_bet + s.to_call <= 3.5 * s.big_blind
             return s.check_or_call() if pct >= (self.defend_at if small else self.defend_big_at) else s.check_or_fold()
-        if pct >= 0.96 and s.raises < 4:
+        if pct >= 0.96 and raises < 4:
             return s.raise_times(2.5)
         return s.check_or_call() if pct >= 0.85 else s.check_or_fold()
 
@@ -194,7 +199,7 @@ def hand_counts(table: dict) -> dict[str, int]:
     get = hand.get
     shown = table.get("opp_hole")
     opp_hole = parse_cards(shown) if shown else None
-    board = parse_cards(table["board"])
+    board = parse_cards(table["board"]) if shown else ()  # read only for a showdown's strengths
     after_bet = -1  # the street on which our bet or raise was the move before, else -1
     for name, who, kind, total in table["history"]:
         street = _STREET_NO[name]
@@ -313,7 +318,9 @@ class PokerReference(Agent):
         if table["over"]:
             return CHECK
         spot = table_spot(table)
-        d = spot.legalize(self.playbook(table["opponent"]).decide(spot))
+        opponent = table["opponent"]
+        book = self._books.get(opponent) or self.playbook(opponent)  # the lookup inline: this runs at every decision
+        d = spot.legalize(book.decide(spot))
         return f"RAISE {d.total}" if d.kind == RAISE else d.kind  # = action_text(d)
 
     def end_instance(self, reward: float, info: dict) -> None:

@@ -108,6 +108,17 @@ def test_garbage_and_non_ascii_actions_never_raise():
     assert "Invalid action" in obs and env.observation_space.contains(obs)
 
 
+def test_text_space_contains_as_gym_text_does():
+    """TextSpace's one-set-operation `contains` answers as gym's per-character one."""
+    from gymnasium.spaces import Text
+
+    from clbench.env import CHARSET, TextSpace
+
+    ours, gyms = (space(min_length=1, max_length=8, charset=CHARSET) for space in (TextSpace, Text))
+    for x in ["", "a", "ab\ncd\t", "x" * 8, "x" * 9, "\u00e9", "a\x00", "a\x7f", "\ud800", 5, None, b"ab"]:
+        assert ours.contains(x) is gyms.contains(x), repr(x)
+
+
 def test_unknown_agent_lists_available():
     env = gym.make("clbench/SpectrumMonitor-v5")
     with pytest.raises(ValueError, match="available: .*oracle.*random.*reference"):

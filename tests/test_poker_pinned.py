@@ -97,6 +97,18 @@ def test_passes_are_pinned(case):
     assert digest(*case) == CASES[case]
 
 
+def test_memo_makes_each_value_once_and_stays_bounded():
+    """policy.Memo (the per-decision lookups of moves and history entries): each value made once, the
+    kept values cleared when the limit is reached."""
+    from clbench.envs.poker.policy import Memo
+
+    made = []
+    memo = Memo(lambda key: made.append(key) or key * 2, limit=3)
+    assert [memo[1], memo[2], memo[1], memo[3]] == [2, 4, 2, 6] and made == [1, 2, 3]
+    assert memo[4] == 8 and len(memo) == 1  # the fourth key found three kept: they were dropped first
+    assert memo[1] == 2 and made == [1, 2, 3, 4, 1]
+
+
 def test_the_library_still_judges_every_move(monkeypatch):
     """The table hands each move to the library once (not twice, as take_action would), and the
     library's own check still refuses an illegal move, after which the hand cannot go on."""

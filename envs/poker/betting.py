@@ -7,10 +7,13 @@ the library; tests check that this model agrees with it move for move.
 """
 from __future__ import annotations
 
-from clbench.envs.poker.policy import CALL, FOLD, RAISE, Act, Decision, Spot
+from clbench.envs.poker.policy import CALL, FOLD, RAISE, Act, Decision, Memo, Spot
 from clbench.envs.poker.strength import hand_rank
 
 _new = tuple.__new__
+#: a log entry (street, player, kind, total) as player 0 and player 1 see it (tuple.__new__: an Act without
+#: NamedTuple's slower __new__)
+_SEEN_BY = tuple(Memo(lambda e, me=me: _new(Act, (e[0], e[1] == me, e[2], e[3]))).__getitem__ for me in (0, 1))
 
 
 class Betting:
@@ -47,8 +50,8 @@ class Betting:
     def view(self, player: int) -> tuple[Act, ...]:
         """The log as `player` sees it; extended only when asked (most moves never need it)."""
         seen, log = self._views[player], self.log
-        if len(seen) < len(log):  # tuple.__new__: an Act without NamedTuple's slower __new__
-            seen += tuple([_new(Act, (st, p == player, kind, total)) for st, p, kind, total in log[len(seen):]])
+        if len(seen) < len(log):
+            seen += tuple(map(_SEEN_BY[player], log[len(seen):]))
             self._views[player] = seen
         return seen
 

@@ -72,6 +72,9 @@ def _move_args(m: re.Match) -> dict:
     return args
 
 
+_ALREADY_OVER = "The hand is already over; reply anything (e.g. CHECK) to collect the result."
+
+
 @lru_cache(maxsize=4096)
 def _plain_call(action: str) -> ToolCall | None:
     """The call of a bare move (`_PLAIN`), else None: built once per distinct reply, as calls are only read."""
@@ -339,13 +342,13 @@ class PokerEnv(InstanceSequenceEnv):
             "button": hand.agent_button, "blinds": [self.small_blind, self.big_blind], "stack": self.stack,
             "hole": card_names(hand.deal.agent),
         })
-        text = self._view.header(hand.met_before, slot.variant_position == 0) + "\n" + self._view.text(title=False)
-        if self._table.over:
-            return text + "\nThe hand is already over; reply anything (e.g. CHECK) to collect the result."
-        return text + "\n" + self.action_grammar
+        view = self._view
+        end = _ALREADY_OVER if self._table.over else self.action_grammar
+        return f"{view.header(hand.met_before, slot.variant_position == 0)}\n{view.text(title=False)}\n{end}"
 
     def parse_action(self, action: str) -> ToolCall:
-        if self._table is not None and self._table.over:  # nothing left to decide: any reply collects
+        table = self._table
+        if table is not None and table.over:  # nothing left to decide: any reply collects
             return ToolCall("act", {"action": CHECK})
         plain = _plain_call(action) if len(action) <= _PLAIN_MAX else None
         return plain or super().parse_action(action)
@@ -411,11 +414,11 @@ class PokerEnv(InstanceSequenceEnv):
         snap = self._view.refresh()
         profit, reward = snap["result"], snap["result"] / self.big_blind
         report = _score_report(profit, self.big_blind, snap["showdown"])
-        return Outcome(note + self._view.text() + "\n" + report, done=True, reward=reward,
+        return Outcome(f"{note}{self._view.text()}\n{report}", done=True, reward=reward,
                        raw_metric=("chips", float(profit)), solved=profit > 0)
 
     def _info(self) -> dict:
-        info = super()._info()
+        info = InstanceSequenceEnv._info(self)  # = super()._info(), without making a super object at every step
         if self._table is not None:
             info["table"] = self._view.snap.copy()  # = public_state(), one call fewer at every step
         return info

@@ -25,6 +25,24 @@ _FOLD, _CHECK, _CALL = Decision(FOLD), Decision(CHECK), Decision(CALL)
 _new = tuple.__new__  # a NamedTuple without its slower __new__
 
 
+class Memo(dict):
+    """`make(key)` for each key, made the first time it is asked for (`memo[key]`) and kept (cleared when
+    `limit` keys are kept). For pure functions of few distinct small keys that run at every decision: a
+    hit is one dict lookup in C."""
+
+    __slots__ = ("make", "limit")
+
+    def __init__(self, make, limit: int = 1 << 14):
+        super().__init__()
+        self.make, self.limit = make, limit
+
+    def __missing__(self, key):
+        if len(self) >= self.limit:
+            self.clear()
+        value = self[key] = self.make(key)
+        return value
+
+
 class Act(NamedTuple):
     """One action of a hand's betting history, seen from one player (`mine`)."""
 
@@ -97,9 +115,15 @@ class Spot:
 
     def raise_to(self, total: float) -> Decision:
         """RAISE to `total`, clipped to the legal range; CHECK/CALL when raising is not allowed."""
-        if not self.max_raise:
-            return self.check_or_call()
-        return _new(Decision, (RAISE, int(min(max(round(total), self.min_raise), self.max_raise))))
+        high = self.max_raise
+        if not high:
+            return _CALL if self.to_call else _CHECK  # = check_or_call()
+        total, low = round(total), self.min_raise
+        if total < low:  # = min(max(total, low), high), without two calls (this runs at most decisions)
+            total = low
+        if total > high:
+            total = high
+        return _new(Decision, (RAISE, int(total)))
 
     def bet_pot(self, fraction: float) -> Decision:
         """Bet or raise by `fraction` of the pot as it would be after calling."""
@@ -112,12 +136,16 @@ class Spot:
 
     def legalize(self, d: Decision) -> Decision:
         """The nearest legal decision: no free folds, no checking a bet, raises clipped."""
-        if d.kind == RAISE:
-            return self.raise_to(d.total)
-        if d.kind == FOLD and not self.to_call:
-            return _CHECK
-        if d.kind in (CHECK, CALL):
-            return self.check_or_call()
+        kind = d.kind
+        if kind == RAISE:
+            total, high = d.total, self.max_raise
+            if high and type(total) is int and self.min_raise <= total <= high:
+                return d  # = raise_to(total): already a legal total (as the helpers above make them)
+            return self.raise_to(total)
+        if kind == FOLD:
+            return d if self.to_call else _CHECK
+        if kind == CHECK or kind == CALL:
+            return _CALL if self.to_call else _CHECK  # = check_or_call()
         return d
 
 

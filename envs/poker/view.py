@@ -2,19 +2,43 @@
 
 The snapshot is rebuilt after every move and the observation is rendered from it, so the text
 and the dict always say the same thing. Neither holds the opponent's cards before a showdown.
-Each move is put into words once and kept, and so is each street's line of the betting and
-whatever is fixed for the hand: rendering is a join of ready lines (it runs at every step).
+Each move is put into words once (a move seen before reuses its words), the betting's text only
+grows at its end, and whatever is fixed for the hand is rendered once: rendering joins ready
+pieces (it runs at every step).
 """
 from __future__ import annotations
 
 from functools import lru_cache
 
 from clbench.envs.poker.cards import card_names
-from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Memo
 from clbench.envs.poker.table import AGENT, OPPONENT, STREETS, HandTable
 
 _WHO = {AGENT: "you", OPPONENT: "opponent"}
 _VERB = {FOLD: "fold", CHECK: "check"}
+
+
+def _move_words(key: tuple) -> str:
+    """A move in words: "you call 20", "Mara bets 40 (all-in)", ..."""
+    opp, p, kind, total, opening, all_in = key
+    s = "" if p == AGENT else "s"
+    if kind == RAISE:
+        verb = f"bet{s} {total}" if opening else f"raise{s} to {total}"
+    elif kind == CALL:
+        verb = f"call{s} {total}"
+    else:
+        verb = _VERB[kind] + s
+    return f"{'you' if p == AGENT else opp} {verb}{' (all-in)' if all_in else ''}"
+
+
+#: `_move_words` of (opponent, player, kind, total, opening bet, all-in): few distinct moves recur, each put
+#: into words once
+_MOVES = Memo(_move_words)
+
+#: the keys of a snapshot after the hand's fixed ones, in order (None: filled in at every refresh)
+_SNAPSHOT = {"board": None, "street": None, "pot": None, "history": None, "over": False, "to_call": 0, "min_raise": 0,
+             "max_raise": 0, "showdown": False, "opp_hole": None, "hand_names": None, "result": 0, "folded": "",
+             "my_bet": 0, "opp_bet": 0, "my_stack": 0, "opp_stack": 0}
 
 
 class HandView:
@@ -28,20 +52,21 @@ class HandView:
         small, big = static["blinds"]
         sb, bb = ("you", self.opp) if static["button"] else (self.opp, "you")
         blinds = f"{sb} post{'' if sb == 'you' else 's'} {small}, {bb} post{'' if bb == 'you' else 's'} {big}"
-        self._streets = {"preflop": [blinds]}
-        self._lines = {"preflop": f"  preflop: {blinds}"}  # one per street
-        self._betting = self._lines["preflop"]  # the lines joined
+        # the betting's lines, written as the moves come: a move only ever extends the last street's line
+        # or starts the next street's, so the text grows at its end (no line is rewritten or joined again)
+        self._betting = f"  preflop: {blinds}"
+        self._street = 0  # the street of the last line
+        self._opened = -1  # the last street with a bet (later raises on it are "raises to")
         self._board: list[str] = []  # the board's card names
-        self._opened: set[str] = set()
+        self._board_text = "Board: -"  # ... in words, without the street
         self._title = (f"Hand {static['hand']} of {static['hands']} against {self.opp}; you are "
                        f"{'on the button' if static['button'] else 'in the big blind'}.")
-        self._cards = f"Your cards: {' '.join(static['hole'])}"
+        self._cards = f"Your cards: {' '.join(static['hole'])}\n"
         # every key of a snapshot in its order, the fixed ones filled: a copy of it is filled in faster
         # than a new dict grows (several resizes for some 25 keys), and at every step. Each key keeps
         # one type in every snapshot (0, "" or [] when it does not apply), so vector envs can stack it
-        self._blank = {**static, "board": None, "street": None, "pot": None, "history": None, "over": False,
-                       "to_call": 0, "min_raise": 0, "max_raise": 0, "showdown": False, "opp_hole": [],
-                       "hand_names": [], "result": 0, "folded": "", "my_bet": 0, "opp_bet": 0, "my_stack": 0, "opp_stack": 0}
+        blank = self._blank = {**static, **_SNAPSHOT}
+        blank["opp_hole"], blank["hand_names"] = [], []  # the hand's own lists (the template's are shared)
         self.snap: dict = {}
         self.refresh()
 
@@ -51,32 +76,25 @@ class HandView:
         b = t.betting
         history, log = self.history, b.log
         if len(history) < len(log):
-            streets, touched, opened, all_in = self._streets, {}, self._opened, t.all_in
+            all_in, opp, betting = t.all_in, self.opp, self._betting
             for i in range(len(history), len(log)):
                 st, p, kind, total = log[i]
                 street = STREETS[st]
                 history.append([street, _WHO[p], kind, total])
-                acts = streets.get(street)
-                if acts is None:
-                    acts = streets[street] = []
-                # the move in words (a call per move cost more than the words)
-                s = "" if p == AGENT else "s"
+                opening = kind == RAISE and st != 0 and st != self._opened  # a street's first bet (later: raises)
                 if kind == RAISE:
-                    verb = f"raise{s} to {total}" if (st == 0 or street in opened) else f"bet{s} {total}"
-                    opened.add(street)
-                elif kind == CALL:
-                    verb = f"call{s} {total}"
-                else:
-                    verb = _VERB[kind] + s
-                acts.append(f"{'you' if p == AGENT else self.opp} {verb}{' (all-in)' if i in all_in else ''}")
-                touched[street] = None  # in order: one catch-up may cross streets
-            lines = self._lines
-            for street in touched:  # a street's line is written once per catch-up, after all its new moves
-                lines[street] = f"  {street}: " + "; ".join(streets[street])
-            self._betting = "\n".join(lines.values())
+                    self._opened = st
+                move = _MOVES[(opp, p, kind, total, opening, i in all_in)]
+                if st == self._street:
+                    betting += "; " + move
+                else:  # the first move of a street opens its line
+                    betting += f"\n  {street}: {move}"
+                    self._street = st
+            self._betting = betting
         board = t.game.board
         if len(board) != len(self._board):  # the board grows once per street: named once per street
             self._board = card_names(board)
+            self._board_text = "Board: " + " ".join(self._board)
         snap = self._blank.copy()
         snap["board"], snap["street"] = list(self._board), STREETS[b.street]
         snap["pot"], snap["history"], snap["over"] = b.pot + b.bets[0] + b.bets[1], list(history), t.over
@@ -99,28 +117,25 @@ class HandView:
     # ---- text
     def header(self, met_before: int, first_of_variant: bool) -> str:
         snap, opp = self.snap, self.opp
-        lines = [f"Hand {snap['hand']} of {snap['hands']} against {opp}. Blinds {snap['blinds'][0]}/"
-                 f"{snap['blinds'][1]}; both stacks start at {snap['stack']}."]
+        small, big = snap["blinds"]
+        text = (f"Hand {snap['hand']} of {snap['hands']} against {opp}. Blinds {small}/{big}; both stacks start at "
+                f"{snap['stack']}.\n")
         if first_of_variant:
-            lines.append(f"{opp} returns: you played {met_before} hands against {opp} earlier." if met_before
-                         else f"New opponent: {opp} sits down.")
-        lines.append("You are on the button (small blind): you act first before the flop and last after it."
-                     if snap["button"] else
-                     "You are in the big blind: you act last before the flop and first after it.")
-        return "\n".join(lines)
+            text += (f"{opp} returns: you played {met_before} hands against {opp} earlier.\n" if met_before
+                     else f"New opponent: {opp} sits down.\n")
+        return text + ("You are on the button (small blind): you act first before the flop and last after it."
+                       if snap["button"] else
+                       "You are in the big blind: you act last before the flop and first after it.")
 
     def text(self, title: bool = True) -> str:
         """The hand as it stands; `title` starts with the hand number, opponent and position."""
         snap, opp = self.snap, self.opp
-        if snap["board"]:
-            board = "Board: " + " ".join(snap["board"]) + ("" if snap["over"] else f" ({snap['street']})")
-        else:
-            board = "Board: -"
-        head = f"{self._title}\n" if title else ""
-        body = f"{head}{self._cards}\n{board}\nBetting so far:\n{self._betting}\n"
+        head = f"{self._title}\n{self._cards}" if title else self._cards
         if snap["over"]:
-            return body + "\n".join(self.result_lines())
-        return (f"{body}Pot: {snap['pot']}. Behind: you {snap['my_stack']}, {opp} {snap['opp_stack']}. "
+            return f"{head}{self._board_text}\nBetting so far:\n{self._betting}\n" + "\n".join(self.result_lines())
+        street = f" ({snap['street']})" if self._board else ""
+        return (f"{head}{self._board_text}{street}\nBetting so far:\n{self._betting}\n"
+                f"Pot: {snap['pot']}. Behind: you {snap['my_stack']}, {opp} {snap['opp_stack']}. "
                 f"Bet this round: you {snap['my_bet']}, {opp} {snap['opp_bet']}.\n"
                 f"To call: {snap['to_call']}. {_legal_text(snap['to_call'], snap['min_raise'], snap['max_raise'])}")
 
@@ -133,9 +148,7 @@ class HandView:
                      f"{' '.join(snap['opp_hole'])} ({theirs})."]
         else:
             lines = [("You fold" if snap["folded"] == "you" else f"{opp} folds") + "; the cards are not shown."]
-        outcome = "you win" if profit > 0 else (f"{opp} wins" if profit < 0 else "split pot")
-        lines.append(f"Hand over: {outcome}. Result: {profit:+d} chips "
-                     f"({profit / snap['blinds'][1]:+.1f} big blinds).")
+        lines.append(_result_line(opp, profit, snap["blinds"][1]))
         return lines
 
     def legal_text(self) -> str:
@@ -152,3 +165,10 @@ def _legal_text(to_call: int, low: int, high: int) -> str:
     if high:
         moves.append(f"RAISE <total> with total {low}..{high} (RAISE {high} = all-in)")
     return "Legal actions: " + " | ".join(moves) + "."
+
+
+@lru_cache(maxsize=4096)
+def _result_line(opp: str, profit: int, big_blind: int) -> str:
+    """A hand's last line (few distinct results recur: rendered once each)."""
+    outcome = "you win" if profit > 0 else (f"{opp} wins" if profit < 0 else "split pot")
+    return f"Hand over: {outcome}. Result: {profit:+d} chips ({profit / big_blind:+.1f} big blinds)."
