@@ -90,12 +90,19 @@ def run_local(jobs: list[Job], workers: int, on_done: OnDone) -> list[str]:
     """Inline for one worker, else a spawn process pool; returns the failed jobs' messages."""
     errors = []
     if workers == 1 or len(jobs) <= 1:
-        for job in jobs:
-            try:
-                on_done(job, run_job(job), None)
-            except Exception as exc:
-                errors.append(_failure(job, exc))
-                on_done(job, None, errors[-1])
+        sinks: dict[str, LocalSink] = {}  # one per run directory: its results.jsonl opened once, not per job
+        try:
+            for job in jobs:
+                out = job.config.out
+                sink = sinks.get(out) or sinks.setdefault(out, LocalSink(out))
+                try:
+                    on_done(job, run_job(job, sink), None)
+                except Exception as exc:
+                    errors.append(_failure(job, exc))
+                    on_done(job, None, errors[-1])
+        finally:
+            for sink in sinks.values():
+                sink.close()
         return errors
     ctx = multiprocessing.get_context("spawn")
     pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
@@ -336,7 +343,7 @@ class _ListSink:
     def append(self, rel: str, lines: list[dict]) -> None:
         self.write(rel, encode_lines(lines))
 
-    def write(self, rel: str, data: bytes) -> None:
+    def write(self, rel: str, data: bytes | bytearray) -> None:
         """Lines encoded already (JobFiles encodes each instance as it is handed over)."""
         with self.lock:
             self.ops.append((rel, data, None))

@@ -109,7 +109,7 @@ def encode_lines(objs: Iterable[dict]) -> bytes:
 
 def encode_into(out: bytearray, objs: Iterable[dict]) -> None:
     """Append `encode_lines(objs)` to `out`. One growing buffer: keeping every line's bytes object
-    alive until a join made encoding 10x slower (allocation, not encoding)."""
+    alive until a join made encoding 10x slower (allocation, not encoding) when they were megabytes."""
     if _orjson is None:
         out += "".join(dumps(o) + "\n" for o in objs).encode()
         return
@@ -119,6 +119,25 @@ def encode_into(out: bytearray, objs: Iterable[dict]) -> None:
         except TypeError:  # orjson.JSONEncodeError is one
             line = None
         out += line if line is not None and line.isascii() else (dumps(o) + "\n").encode()
+
+
+def encode_each(out: list[bytes], objs: Iterable[dict]) -> int:
+    """Append each object's line of `encode_lines(objs)` to `out` and return their bytes. For a
+    buffer of at most a few hundred KiB that is joined once (JobFiles): growing one bytearray line
+    by line copied it over and over (most of a job's encoding cost)."""
+    size = 0
+    for o in objs:
+        line = None
+        if _orjson is not None:
+            try:
+                line = _orjson.dumps(o, default=_json_default, option=_ORJSON_LINE)
+            except TypeError:  # orjson.JSONEncodeError is one
+                pass
+        if line is None or not line.isascii():
+            line = (dumps(o) + "\n").encode()
+        out.append(line)
+        size += len(line)
+    return size
 
 
 def append_lines(path: Path, objs: Iterable[dict]) -> None:
@@ -150,7 +169,7 @@ class AppendFiles:
     def append(self, path: str | Path, objs: Iterable[dict]) -> None:
         self.write(path, encode_lines(objs))
 
-    def write(self, path: str | Path, data: bytes) -> None:
+    def write(self, path: str | Path, data: bytes | bytearray) -> None:
         """Append whole lines already encoded (`encode_lines`), e.g. by a remote worker."""
         if not data:
             return
@@ -349,13 +368,22 @@ def pretty(obj, indent: str = "") -> str:
     inner = indent + "  "
     if type(obj) is dict and obj:
         items = sorted(obj.items())
-        return "{\n" + ",\n".join(f"{inner}{_leaf(str(k))}: {pretty(v, inner)}" for k, v in items) + f"\n{indent}}}"
-    if type(obj) in (list, tuple) and any(type(v) in (dict, list, tuple) for v in obj):
+        return "{\n" + ",\n".join(f"{inner}{_leaf(k if type(k) is str else str(k))}: {pretty(v, inner)}"
+                                   for k, v in items) + f"\n{indent}}}"
+    if type(obj) in (list, tuple) and not _NESTED.isdisjoint(map(type, obj)):  # the item types, read in C
         return "[\n" + ",\n".join(inner + pretty(v, inner) for v in obj) + f"\n{indent}]"
     return _leaf(obj)
 
 
+_NESTED = frozenset((dict, list, tuple))
+
+
 def _leaf(obj) -> str:
+    if _C_LEAF is not None:  # a string or a float as the C encoder spells it, without a call into it
+        if type(obj) is str:
+            return _ascii(obj)
+        if type(obj) is float:
+            return float.__repr__(obj) if math.isfinite(obj) else "null"
     try:
         if _C_LEAF is not None:
             return "".join(_C_LEAF(obj, 0))

@@ -48,7 +48,7 @@ def count_errored(records: list[dict], cfgs: list[RunConfig]) -> tuple[int, int]
     """(instances recorded with an infrastructure error, instances recorded) of these configurations."""
     names = {cfg.system for cfg in cfgs}
     recs = [r for r in records if r["system"] in names]
-    return sum(r.get("error_kind") == "infrastructure" for r in recs), len(recs)
+    return [r.get("error_kind") for r in recs].count("infrastructure"), len(recs)
 
 
 def _say(msg: str) -> None:

@@ -158,8 +158,29 @@ def build_run_card(run_dir: str | Path, config: dict | None = None, records: lis
                   for t in result["tasks"]},
         "aggregate": result["aggregate"],
     }
-    _validator().validate(json.loads(json.dumps(card, default=float)))
+    _validator().validate(json_values(card))
     return card
+
+
+#: types json.loads returns as they are
+_JSON_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def json_values(obj):
+    """`json.loads(json.dumps(obj, default=float))`: what a card reads back as, to validate, without
+    writing and parsing its every number (that round trip cost more than the validation). Plain
+    dicts with string keys and lists are walked (a list of plain values is used as it is: nothing
+    changes it); anything else makes the round trip itself."""
+    kind = type(obj)
+    if kind in _JSON_SCALARS:
+        return obj
+    if kind is dict and all(type(k) is str for k in obj):
+        return {k: json_values(v) for k, v in obj.items()}
+    if kind is list or kind is tuple:
+        if _JSON_SCALARS.issuperset(map(type, obj)):
+            return obj if kind is list else list(obj)
+        return [json_values(v) for v in obj]
+    return json.loads(json.dumps(obj, default=float))
 
 
 def write_run_card(run_dir: str | Path, config: dict | None = None) -> dict:

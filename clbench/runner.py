@@ -121,50 +121,59 @@ def close_cached_envs() -> None:
 
 
 def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
-    """Play one instance to its end; agent errors end it with reward 0 and the error kept."""
+    """Play one instance to its end; agent errors end it with reward 0 and the error kept. Returns
+    the outcome fields of its record, and its transcript under "transcript" (None without one)."""
+    out: dict = {}
+    out["transcript"] = _play(env, agent, obs, info, traj, out) or None
+    return out
+
+
+def _play(env, agent, obs: str, info: dict, traj: list[dict], out: dict) -> list[dict] | None:
+    """play_instance writing the outcome fields into `out` (a job's record being built: no second
+    dict to merge per instance); returns the agent's transcript of the instance, if it keeps one."""
     start = time.perf_counter()
     error = error_kind = None
     reward, steps, truncated = 0.0, 0, False
     final_info = dict(info)
-    traj.append({"event": "reset", "instance_id": info["instance_id"], "position": info["position"],
-                 "observation": obs})
+    event = traj.append
+    event({"event": "reset", "instance_id": info["instance_id"], "position": info["position"], "observation": obs})
     try:
         agent.begin_instance(obs, info)
+        act, step = agent.act, env.step
         while True:
-            action = agent.act(obs, info)
-            obs, reward, terminated, truncated, info = env.step(action)
+            action = act(obs, info)
+            obs, reward, terminated, truncated, info = step(action)
             steps += 1
             final_info = info
-            traj.append({"event": "step", "step": steps, "action": action, "observation": obs,
-                         "reward": reward, "terminated": terminated, "truncated": truncated})
+            event({"event": "step", "step": steps, "action": action, "observation": obs,
+                   "reward": reward, "terminated": terminated, "truncated": truncated})
             if terminated or truncated:
                 break
         end_instance(agent, reward, final_info, obs)  # obs: the terminal observation (feedback)
     except Exception as exc:  # a crashing agent loses the instance, not the run
         error = f"{type(exc).__name__}: {exc}"
         error_kind = "infrastructure" if getattr(exc, "infrastructure", False) else "agent"
-        traj.append({"event": "error", "error": error, "error_kind": error_kind,
-                     "traceback": traceback.format_exc(limit=8)})
+        event({"event": "error", "error": error, "error_kind": error_kind,
+               "traceback": traceback.format_exc(limit=8)})
     usage = agent.pop_usage()
-    transcript = agent.pop_transcript() if hasattr(agent, "pop_transcript") else None
+    pop_transcript = getattr(agent, "pop_transcript", None)
+    transcript = pop_transcript() if pop_transcript is not None else None
     if usage is not None and usage.errors and error is None:
-        traj.append({"event": "model_errors", "errors": usage.errors})
+        event({"event": "model_errors", "errors": usage.errors})
     pop_trace = getattr(agent, "pop_trace", None)  # an external harness's command, output and exit status
     trace = pop_trace() if pop_trace is not None else None
     if trace:
-        traj.append({"event": "harness", **trace})
-    raw = final_info.get("raw_metric") or {"name": "reward", "value": 0.0}
-    out = {
-        "reward": float(final_info.get("instance_reward", 0.0)) if error is None else 0.0,
-        "raw_metric": raw,
-        "solved": bool(final_info.get("solved", False)) if error is None else False,
-        "steps": steps,
-        "truncated": bool(truncated),
-        "wall_time": round(time.perf_counter() - start, 6),
-        "tokens": None,
-        "cost": None,
-        "error": error,
-    }
+        event({"event": "harness", **trace})
+    get = final_info.get
+    out["reward"] = float(get("instance_reward", 0.0)) if error is None else 0.0
+    out["raw_metric"] = get("raw_metric") or {"name": "reward", "value": 0.0}
+    out["solved"] = bool(get("solved", False)) if error is None else False
+    out["steps"] = steps
+    out["truncated"] = bool(truncated)
+    # microseconds (a measurement: rounding half up, not round(), whose decimal conversion cost more
+    # than the rest of the record)
+    out["wall_time"] = int((time.perf_counter() - start) * 1e6 + 0.5) / 1e6
+    out["tokens"] = out["cost"] = out["error"] = None
     # the rest only when set (a record leaves out fields that are None, except tokens, cost and error)
     if usage is not None:
         out["tokens"], out["cost"] = usage.tokens(), usage.cost
@@ -177,16 +186,16 @@ def play_instance(env, agent, obs: str, info: dict, traj: list[dict]) -> dict:
             out["step_prompt_tokens"] = list(usage.step_prompt)
         if usage.faults:
             out["model_faults"] = list(usage.faults)
-    details = final_info.get("details")
+    details = get("details")
     if details is not None:
         out["details"] = details
     if error is not None:
-        out["error_kind"] = error_kind
-    out["transcript"] = transcript or None  # taken off by the caller, never part of the record
-    return out
+        out["error"], out["error_kind"] = error, error_kind
+    return transcript
 
 
-def _record(job: Job, task: str, info: dict, outcome: dict) -> dict:
+def _header(job: Job, task: str) -> dict:
+    """The fields every record of a job shares (then the instance's own: _begin_record)."""
     cfg = job.config
     return {
         "format": RECORD_FORMAT,
@@ -196,12 +205,15 @@ def _record(job: Job, task: str, info: dict, outcome: dict) -> dict:
         "mode": job.mode,
         "rollout": job.rollout,
         "seed": cfg.seed + job.rollout,  # rollout k and stateless pass k share seed SEED+k
-        "instance_id": info["instance_id"],
-        "position": info["position"],
-        "variant": info["variant"],
-        "variant_position": info["variant_position"],
-        **outcome,  # play_instance's fields (None only for error, tokens and cost)
     }
+
+
+def _begin_record(header: dict, info: dict) -> dict:
+    """An instance's record before play: the job's fields and the instance's place (`_play` adds the outcome)."""
+    rec = header.copy()
+    rec["instance_id"], rec["position"] = info["instance_id"], info["position"]
+    rec["variant"], rec["variant_position"] = info["variant"], info["variant_position"]
+    return rec
 
 
 #: checkpoints may take at most this share of a stateful rollout's time. A growing state saved after
@@ -233,7 +245,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
         obs, info = env.reset(seed=seed, options={"instance": start})
     else:
         obs, info = env.reset(seed=seed)
-    records, task = [], env.unwrapped.task  # the task once per job (a chain of wrappers to walk per record)
+    records, header = [], _header(job, env.unwrapped.task)  # the task once per job (a chain of wrappers to walk)
     played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
     saved = float("-inf")  # when the newest checkpoint was taken
     for pos in range(start, n):
@@ -246,9 +258,8 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
         if cfg.probe:
             agent.probe(cfg.probe, gold_facts(env, info["instance_id"]))
         traj: list[dict] = [{"event": "shock", **e} for e in events]
-        outcome = play_instance(env, agent, obs, info, traj)
-        transcript = outcome.pop("transcript")
-        rec = _record(job, task, info, outcome)
+        rec = _begin_record(header, info)
+        transcript = _play(env, agent, obs, info, traj, rec)
         if events:
             rec["shocks"] = [e["event"] for e in events]
         files.instance(traj, rec, info, transcript)
@@ -266,7 +277,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
 
 def _run_stateless(job: Job, env, files: JobFiles) -> list[dict]:
     cfg = job.config
-    records, task = [], env.unwrapped.task
+    records, header = [], _header(job, env.unwrapped.task)
     seed = cfg.seed + job.rollout  # pass k is seeded like stateful rollout k
     for iid in job.instance_ids:
         if files.stop_requested():
@@ -274,9 +285,8 @@ def _run_stateless(job: Job, env, files: JobFiles) -> list[dict]:
         agent = make_agent(cfg.agent, env, seed=stateless_agent_seed(seed, iid), **cfg.agent_kwargs)
         obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
         traj: list[dict] = []
-        outcome = play_instance(env, agent, obs, info, traj)
-        transcript = outcome.pop("transcript")
-        rec = _record(job, task, info, outcome)
+        rec = _begin_record(header, info)
+        transcript = _play(env, agent, obs, info, traj, rec)
         files.instance(traj, rec, info, transcript)
         records.append(rec)
     return records
@@ -314,11 +324,13 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
     """
     rd = RunDirectory(cfg.out)
     ok, bad = rd.done_keys(task, cfg.system) if resume else (set(), set())
+    files = resume or rd.holds_files(task, cfg.system)  # False: nothing of this task/system to clear
     jobs = []
     if cfg.mode in ("both", "stateful"):
         for k in range(cfg.rollouts):
             if not resume:  # nothing recorded to skip or continue after (each order cost a permutation)
-                rd.restart_rollout(task, cfg.system, k)
+                if files:
+                    rd.restart_rollout(task, cfg.system, k)
                 jobs.append(Job(cfg, "stateful", k, remaining=len(schedule)))
                 continue
             order = [s.instance_id for s in schedule.order(cfg.seed + k)]
@@ -338,10 +350,12 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
             start = int(resume_state["position"]) + 1 if resume_state else 0
             jobs.append(Job(cfg, "stateful", k, resume_state=resume_state, remaining=len(order) - start))
     if cfg.mode in ("both", "stateless"):
+        ids = [s.instance_id for s in schedule.order(0)]  # every pass plays the same order
         for p in range(stateless_plan(cfg)["passes"]):
-            todo = [s.instance_id for s in schedule.order(0) if ("stateless", p, s.instance_id) not in ok]
-            if todo:  # a half-written trajectory of an unfinished instance starts over
+            todo = [iid for iid in ids if ("stateless", p, iid) not in ok]
+            if todo and files:  # a half-written trajectory of an unfinished instance starts over
                 rd.drop_unrecorded_stateless(task, cfg.system, p, todo, ok)
+            if todo:
                 # one job per pass on one worker (a job is a trajectory file and a sink to open); else two per
                 # worker, which balances the workers
                 size = cfg.stateless_chunk or (len(todo) if cfg.workers == 1 else -(-len(todo) // (cfg.workers * 2)))

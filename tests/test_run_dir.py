@@ -195,3 +195,38 @@ def test_lines_hold_the_values_the_stdlib_encoder_writes():
     assert lines[0].index(b'"arr"') < lines[0].index(b'"big"') < lines[0].index(b'"event"')  # keys sorted
     with pytest.raises(TypeError):
         encode_lines([{"x": object()}])
+
+
+def test_job_lines_are_encode_lines_and_a_card_validates_as_it_reads_back():
+    """encode_each (a job's lines) gives encode_lines' bytes line by line; json_values is what
+    json.loads(json.dumps(obj, default=float)) gives (the run card is validated as it reads back);
+    pretty writes strings and floats as the C encoder does."""
+    import math
+    from collections import OrderedDict
+
+    from clbench.results import encode_each, encode_lines, pretty
+    from clbench.runcard import json_values
+
+    objs = [{"event": "step", "observation": "a\nb", "reward": -0.0, "nan": float("nan")}, {"text": "café"},
+            {1: "a non-string key"}, {"huge": 1 << 70}]
+    out: list[bytes] = []
+    assert encode_each(out, objs) == len(encode_lines(objs)) and b"".join(out) == encode_lines(objs)
+
+    def same(a, b):
+        if type(a) is not type(b):
+            return False
+        if type(a) is float:
+            return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+        if type(a) is dict:
+            return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+        if type(a) is list:
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+
+    card = {"a": (1, 2.5, None, "é"), "b": [np.float64(1.5), np.int64(2), np.float32(0.1)], "c": OrderedDict(x=1),
+            "d": {1: 2, "1": 3}, "e": [float("nan"), -0.0, float("inf")], "f": [[1], (2,)], "g": {"h": [1.0, 2]},
+            "i": True, "j": 10 ** 40}
+    assert same(json_values(card), json.loads(json.dumps(card, default=float)))
+    leaves = ["é\u2028", 0.1, -0.0, 1e22, 2.5e-07, float("nan"), float("-inf"), 7, None, True]
+    assert [pretty(v) for v in leaves] == ['"\\u00e9\\u2028"', "0.1", "-0.0", "1e+22", "2.5e-07", "null", "null", "7",
+                                           "null", "true"]
