@@ -362,15 +362,13 @@ for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__repr__", 
     setattr(LazyInfo, _name, _built_first(_name))
 
 
-def _copy_of(made: dict, key, column, dtype) -> np.ndarray:
-    """A copy of the array of `column` made when `key` (its values) last came, made now if it did not;
-    `made` holds at most 256 (columns repeat from step to step: a copy costs less than a conversion)."""
-    array = made.get(key)
-    if array is None:
+def _keep(made: dict, key, value):
+    """`value`, kept in `made` under `key` unless the key is None; `made` holds at most 256."""
+    if key is not None:
         if len(made) >= 256:
             made.clear()
-        array = made[key] = np.array(column, dtype=dtype)
-    return array.copy()
+        made[key] = value
+    return value
 
 
 def _stack_later(arg: tuple) -> dict[str, Any]:
@@ -491,12 +489,12 @@ class BatchedVectorEnv(VectorEnv):
         self.action_space = batch_space(act_space, num_envs)
         self._env_obs: list[Any] = [None] * num_envs
         self._observations = create_empty_array(obs_space, n=num_envs, fn=np.zeros)
-        self._rewards = np.zeros((num_envs,), dtype=np.float64)
-        self._terminations = np.zeros((num_envs,), dtype=np.bool_)
-        self._truncations = np.zeros((num_envs,), dtype=np.bool_)
-        self._zeros, self._false = self._rewards.copy(), self._truncations.copy()  # copied for steps that only reset
-        self._made: dict[tuple, np.ndarray] = {}  # bool arrays by their values (`_bools`)
-        self._made_floats: dict[bytes, np.ndarray] = {}  # float arrays by their values' bytes (`_floats`)
+        # `_fresh`: the copy methods of arrays made when the same columns came before (a copy costs less than a
+        # conversion): rewards by their exact bytes, ends by their values; None is a column of zeros or False
+        self._zeros = np.zeros(num_envs, dtype=np.float64).copy
+        self._false = np.zeros(num_envs, dtype=np.bool_).copy
+        self._made_floats: dict[bytes, Any] = {}
+        self._made_ends: dict[tuple, tuple] = {}
         self._pack = struct.Struct(f"{num_envs}d").pack
         # spaces whose batches gymnasium keeps as plain tuples (Text and its subclasses): concatenate()
         # gives tuple(items) and iterate() gives iter(actions), which step() then does without them
@@ -559,11 +557,6 @@ class BatchedVectorEnv(VectorEnv):
                 raise TypeError(f"`options['reset_mask']` must be a numpy bool array of shape ({self.num_envs},)")
             if not mask.any():
                 raise ValueError("`options['reset_mask']` must contain at least one True value")
-            # fresh arrays: the last step's, which the caller may hold, stay as they were returned
-            self._terminations, self._truncations = self._terminations.copy(), self._truncations.copy()
-            self._terminations[mask] = self._truncations[mask] = False
-        else:
-            self._terminations, self._truncations = self._false.copy(), self._false.copy()
         masks = self._split(list(mask)) if mask is not None else [None] * self.workers
         answers = self._send("reset", [(s, options, m) for s, m in zip(self._split(seed), masks)])
         pairs, self._env_obs = [], list(self._env_obs)  # a step leaves a tuple
@@ -588,33 +581,46 @@ class BatchedVectorEnv(VectorEnv):
                 obs, rewards, terms, truncs, infos, finals = self._local.step(actions)
             except _SubEnvError as err:
                 self._gather([("error", (err.index, _portable(err.exc)))])
-        # fresh arrays every step (SyncVectorEnv returns copies): a column of zeros is a copy of one, a
-        # column seen before a copy of the array made then (`_floats`, `_bools`)
-        rewards = self._zeros.copy() if rewards is None else self._floats(rewards)
-        terms = self._false.copy() if terms is None else self._bools(terms)
-        truncs = self._false.copy() if truncs is None else self._bools(truncs)
-        self._env_obs, self._rewards, self._terminations, self._truncations = obs, rewards, terms, truncs
+        if rewards is None and terms is None and truncs is None:  # a step that only reset sub-envs
+            rewards, terms, truncs = self._zeros(), self._false(), self._false()
+        else:
+            rewards, terms, truncs = self._fresh(rewards, terms, truncs)
         info = LazyInfo({_PENDING: (_stack_later, (self, infos, finals))}) if self.lazy_info else \
             self._stack_step((infos, finals))
+        self._env_obs = obs
+        if self._text_obs and _STR.issuperset(map(type, obs)):  # `_batch`'s first case, without its call
+            return tuple(obs), rewards, terms, truncs, info
         return self._batch(), rewards, terms, truncs, info
 
-    def _floats(self, column) -> np.ndarray:
-        """A fresh float64 array of `column`: a copy of the array made the first time the same values came,
-        found by their exact bytes (a dict of floats would take -0.0 for 0.0; rewards repeat from step
-        to step, mostly 0); values the packing refuses are converted each time."""
+    def _fresh(self, rewards, terms, truncs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Fresh reward, termination and truncation arrays of these columns (None: zeros or False), as
+        SyncVectorEnv returns copies: copies of the arrays made the first time the same values came (a
+        copy costs less than a conversion; columns repeat from step to step), rewards found by their
+        exact bytes (a dict of floats would take -0.0 for 0.0), ends by their values. Rewards the
+        packing refuses (one numpy parses from text) and unhashable end flags (an env's own array) are
+        converted each time."""
+        if rewards is None:
+            rewards = self._zeros()
+        else:
+            try:
+                key = self._pack(*rewards)
+            except (struct.error, TypeError, ValueError, OverflowError):
+                key = None
+            copy = self._made_floats.get(key)
+            if copy is None:
+                copy = _keep(self._made_floats, key, np.array(rewards, dtype=np.float64).copy)
+            rewards = copy()
+        if terms is None and truncs is None:
+            return rewards, self._false(), self._false()
         try:
-            key = self._pack(*column)
-        except (struct.error, TypeError, ValueError, OverflowError):  # e.g. a reward numpy parses from text
-            return np.array(column, dtype=np.float64)
-        return _copy_of(self._made_floats, key, column, np.float64)
-
-    def _bools(self, column) -> np.ndarray:
-        """A fresh bool array of `column`: a copy of the array made the first time the same values
-        came (a copy costs less than a conversion; ends repeat from step to step)."""
-        try:
-            return _copy_of(self._made, tuple(column), column, np.bool_)
-        except TypeError:  # an unhashable end flag (an env's own array): converted each time
-            return np.array(column, dtype=np.bool_)
+            key = (terms if terms is None else tuple(terms), truncs if truncs is None else tuple(truncs))
+            copies = self._made_ends.get(key)
+        except TypeError:
+            key = copies = None
+        if copies is None:
+            copies = _keep(self._made_ends, key, tuple(self._false if c is None else np.array(c, dtype=np.bool_).copy
+                                                      for c in (terms, truncs)))
+        return rewards, copies[0](), copies[1]()
 
     def _join(self, answers: list[tuple]) -> tuple:
         """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,
