@@ -34,13 +34,20 @@ forwarding wrappers around each sub-env after their one-time checks (~1.5-2 us p
 instance), stacks infos only when read, steps the sub-envs in one plain loop over their bound
 methods into preallocated columns (SAME_STEP: all steps, then the resets of the ended ones), and
 makes three small numpy arrays per vector step (copies of arrays cached by their values).
-Instruction counts are at parity (DBExplore: 0.986 SAME_STEP, 0.997 NEXT_STEP of one env's); the
-CPU-time ratio is below them because whatever runs once per vector step runs cold, between sub-env
-steps that evict its code and data: on DBExplore one more numpy array per vector step costs
-~2 us there (~0.2 us hot), and NEXT_STEP pays its three arrays, its bookkeeping and the caller's two
-count_nonzero twice per eight instances (a step of resets in between), SAME_STEP once. Measured
-on 2 shared CPUs (load 3-5, median of 31-41 alternated repeats): SAME_STEP 0.97-1.00, NEXT_STEP
-0.94-0.95 (before the split and the cached columns: 0.90-0.94 and 0.91-0.92).
+Instruction counts are at parity: per DBExplore instance (callgrind over 1,024 instances after 400
+warm-up ones, PYTHONHASHSEED=0, repeatable to ~50 instructions) one env takes 117.5k, the vector
+116.5k SAME_STEP (0.992) and 118.3k NEXT_STEP (1.007). The vector's floor, eight unwrapped envs in
+a bare loop with no bookkeeping, takes 112.3k: skipping gym.make's two wrappers saves ~5.2k per
+instance, and that is all the room the vector's own work has (a fresh array ~1.85k, the LazyInfo
+2-3k, the str check of the observations ~3.1k, per vector step). The CPU-time ratio is below the
+instruction ratio because whatever runs once per vector step runs cold, between sub-env steps that
+evict its code and data: on DBExplore one more numpy array per vector step costs ~2 us there (~0.2
+us hot), and NEXT_STEP pays its three arrays, its bookkeeping and the caller's two count_nonzero
+twice per eight instances (a step of resets in between), SAME_STEP once. Measured on 2 shared CPUs
+(load 1-3, median of 21 alternated repeats of 400 instances): DBExplore SAME_STEP 0.95, NEXT_STEP
+0.93; SpectrumMonitor 0.96 / 1.00; MemoryProbe 0.97 / 0.98 (earlier, at load 3-5: DBExplore
+0.97-1.00 and 0.94-0.95). Short of 1.0 in CPU time (issue 31): stepping the sub-envs in generated
+straight-line code is the next lever (the column loop 23.6k -> 17.2k per eight steps, measured alone).
 Above that needs a free CPU for a second process: worth it when a step is expensive (MemoryProbe
 ~0.35 ms), a loss when it is cheap (a warm DBExplore instance is ~30 us, less than a pipe round trip).
 Eight envs' objects and results take more cache than one env's, so on a machine whose other
