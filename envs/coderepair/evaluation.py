@@ -71,11 +71,16 @@ class Kept:
 GRADED = Kept(64)
 
 
+def fixed_records_key(issue, ids: list[str], runtime: str) -> str:
+    """`records_key` of the issue's fixed tree: its diffs and hidden test module, the tests, the runtime."""
+    hidden = str(issue.hidden_module) if issue.hidden_module else ""
+    return records_key(issue.issue_id, issue.bug_diff, issue.fix_diff + hidden, ids, runtime)
+
+
 def submission_key(issue, runtime: str, ids: list[str], changes, applied: list[str]) -> str:
     """What decides a submission's records: the issue's trees and tests, the runtime and grading code
-    (`records_key`), and the changes `overlay` applied (path, kind, content)."""
-    hidden = str(issue.hidden_module) if issue.hidden_module else ""
-    digest = hashlib.sha256(records_key(issue.issue_id, issue.bug_diff, issue.fix_diff + hidden, ids, runtime).encode())
+    (`fixed_records_key`), and the changes `overlay` applied (path, kind, content)."""
+    digest = hashlib.sha256(fixed_records_key(issue, ids, runtime).encode())
     kept = set(applied)
     for ch in sorted((c for c in changes if c.path in kept), key=lambda c: c.path):
         digest.update(f"\0{ch.path}\0{ch.kind}\0".encode())
@@ -101,8 +106,7 @@ def expected_records(issue, pristine: Path, make_sandbox: Callable[[Path], Sandb
                      repo: dict, runtime: str) -> dict:
     """The fixed tree's stable records (two trusted runs), cached on the host outside any sandbox."""
     ids = [*issue.fail_to_pass, *issue.pass_to_pass]
-    key = records_key(issue.issue_id, issue.bug_diff, issue.fix_diff + (str(issue.hidden_module) if issue.hidden_module else ""),
-                      ids, runtime)
+    key = fixed_records_key(issue, ids, runtime)
     path = cache_root() / "records" / f"{issue.issue_id}-{key}.json"
     if path.is_file():
         return json.loads(path.read_text())
