@@ -821,3 +821,37 @@ def simulate(hero, opponent, hands: int, seed: int = 7) -> list[float]:
             b.apply(spot.legalize(players[b.to_act].decide(spot)))
         out.append(b.payoff(0, holes, deal.board) / 10)
     return out
+
+
+def test_a_card_blind_first_in_aggressor_stays_below_the_reference():
+    """A red-team attack of a kind no declared family plays (2026-11-26): card-blind, it bets `size` of the pot
+    whenever it is first in (its button preflop, any street checked to it) and gives up to any bet above `share`
+    of the pot, else calls. Measured on the grid below: -0.64 bb/hand at best on the benchmark (+0.03 to -5.2
+    over 20 held-out deals), against r_reference 2.125."""
+    from dataclasses import dataclass
+
+    from clbench.agents.poker import PLAYBOOKS
+    from clbench.agents.poker_redteam import benchmark_deals, held_out_deals, mean_over
+    from clbench.envs.poker.policy import Policy
+    from clbench.envs.poker.poker_env import PokerEnv
+
+    @dataclass(frozen=True)
+    class FirstIn(Policy):
+        size: float
+        share: float
+
+        def decide(self, s):
+            first_in = s.max_raise and not s.raises and (s.to_call if s.street == 0 else not s.to_call)
+            if first_in:
+                return s.bet_pot(self.size)
+            if s.to_call > self.share * max(1, s.pot - s.to_call):
+                return s.check_or_fold()
+            return s.check_or_call()
+
+    env = PokerEnv()
+    reference = PLAYBOOKS["default"]
+    for deals in (benchmark_deals(env), held_out_deals(env, 2, 20)):
+        r_ref = mean_over(env, reference, deals)
+        for size in (0.33, 0.5, 1.0):
+            for share in (0.25, 1.0):
+                assert mean_over(env, FirstIn(size, share), deals) < r_ref - 1.0, (size, share, r_ref)
