@@ -90,7 +90,8 @@ def action_text(d: Decision) -> str:
 # ------------------------------------------------------------------ playbooks
 def bet_share(s: Spot) -> float:
     """The bet faced, as a share of the pot before it."""
-    return s.to_call / max(1, s.pot - s.to_call)
+    before = s.pot - s.to_call  # max(1, before) without a call to max (a decision asks it)
+    return s.to_call / (before if before > 1 else 1)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ class Betting:
         if self._legal is None:
             p, bets = self.to_act, self.bets
             mine, theirs, stack = bets[p], bets[1 - p], self.stacks[p]
-            low = theirs + max(self.big_blind, self.last_raise)
+            last = self.last_raise  # max(big blind, last raise): a conditional, not a call to max (every move)
+            low = theirs + (last if last > self.big_blind else self.big_blind)
             high = mine + stack
             if high < low:
                 low = high = high if stack > theirs - mine else 0
@@ -86,9 +87,13 @@ class Betting:
                 total = bets[o]
             else:
                 total = d.total
-                self.last_raise = max(self.last_raise, total - bets[o])
+                raised = total - bets[o]
+                if raised > self.last_raise:
+                    self.last_raise = raised
                 self.acted[o] = False
-            put = min(total - bets[p], stacks[p])  # no more than the stack: an all-in
+            put = total - bets[p]
+            if put > stacks[p]:  # no more than the stack: an all-in
+                put = stacks[p]
             stacks[p] -= put
             bets[p] += put
         self.log.append((self.street, p, kind, total))

@@ -34,7 +34,8 @@ class CallingStation(Policy):
     big_pct: float = 0.5  # ... this top share of its hands preflop, or a pair or better after the flop
 
     def decide(self, s: Spot) -> Decision:
-        if s.to_call > self.big_share * max(s.pot - s.to_call, 4 * s.big_blind):
+        before, floor = s.pot - s.to_call, 4 * s.big_blind  # the pot before the bet, at least 4 big blinds
+        if s.to_call > self.big_share * (before if before > floor else floor):
             st = s.strength
             strong = st.pct >= 1 - self.big_pct if s.street == PRE else st.tier >= 1
             return s.check_or_call() if strong else s.check_or_fold()
@@ -123,7 +124,8 @@ class LooseAggressive(Policy):
             return s.raise_times(3)
         # defends by pot odds: any pair (or a draw on the turn) calls bets up to `call_share` of the pot,
         # nothing calls bets up to `float_share`, strong hands call anything
-        share = s.to_call / max(1, s.pot - s.to_call)
+        before = s.pot - s.to_call
+        share = s.to_call / (before if before > 1 else 1)
         some = st.tier >= 1 or st.draw and s.street < 3
         keep = st.tier >= self.late_value_tier or some and share <= self.call_share or share <= self.float_share
         return s.check_or_call() if keep else s.check_or_fold()

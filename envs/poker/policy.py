@@ -132,7 +132,8 @@ class Spot:
 
     def raise_times(self, factor: float) -> Decision:
         """Raise to `factor` times the current bet (preflop: times the big blind if unopened)."""
-        return self.raise_to(factor * max(self.my_bet + self.to_call, self.big_blind))
+        facing = self.my_bet + self.to_call
+        return self.raise_to(factor * (facing if facing > self.big_blind else self.big_blind))
 
     def legalize(self, d: Decision) -> Decision:
         """The nearest legal decision: no free folds, no checking a bet, raises clipped."""

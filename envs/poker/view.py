@@ -16,6 +16,7 @@ from clbench.envs.poker.table import AGENT, OPPONENT, STREETS, HandTable
 
 _WHO = {AGENT: "you", OPPONENT: "opponent"}
 _VERB = {FOLD: "fold", CHECK: "check"}
+_STREET_SUFFIX = {street: f" ({street})" for street in STREETS}  # after the board's cards in the text
 
 
 def _move_words(key: tuple) -> str:
@@ -59,9 +60,10 @@ class HandView:
         self._opened = -1  # the last street with a bet (later raises on it are "raises to")
         self._board: list[str] = []  # the board's card names
         self._board_text = "Board: -"  # ... in words, without the street
-        self._title = (f"Hand {static['hand']} of {static['hands']} against {self.opp}; you are "
-                       f"{'on the button' if static['button'] else 'in the big blind'}.")
         self._cards = f"Your cards: {' '.join(static['hole'])}\n"
+        # the text's head with its title (hand number, opponent, position), joined once for every step
+        self._head = (f"Hand {static['hand']} of {static['hands']} against {self.opp}; you are "
+                      f"{'on the button' if static['button'] else 'in the big blind'}.\n{self._cards}")
         # every key of a snapshot in its order, the fixed ones filled: a copy of it is filled in faster
         # than a new dict grows (several resizes for some 25 keys), and at every step. Each key keeps
         # one type in every snapshot (0, "" or [] when it does not apply), so vector envs can stack it
@@ -130,14 +132,13 @@ class HandView:
     def text(self, title: bool = True) -> str:
         """The hand as it stands; `title` starts with the hand number, opponent and position."""
         snap, opp = self.snap, self.opp
-        head = f"{self._title}\n{self._cards}" if title else self._cards
+        head = self._head if title else self._cards
         if snap["over"]:
             return f"{head}{self._board_text}\nBetting so far:\n{self._betting}\n" + "\n".join(self.result_lines())
-        street = f" ({snap['street']})" if self._board else ""
-        return (f"{head}{self._board_text}{street}\nBetting so far:\n{self._betting}\n"
-                f"Pot: {snap['pot']}. Behind: you {snap['my_stack']}, {opp} {snap['opp_stack']}. "
-                f"Bet this round: you {snap['my_bet']}, {opp} {snap['opp_bet']}.\n"
-                f"To call: {snap['to_call']}. {_legal_text(snap['to_call'], snap['min_raise'], snap['max_raise'])}")
+        street = _STREET_SUFFIX[snap["street"]] if self._board else ""
+        state = _state_text(opp, snap["pot"], snap["my_stack"], snap["opp_stack"], snap["my_bet"], snap["opp_bet"],
+                            snap["to_call"], snap["min_raise"], snap["max_raise"])
+        return f"{head}{self._board_text}{street}\nBetting so far:\n{self._betting}\n{state}"
 
     def result_lines(self) -> list[str]:
         snap, opp = self.snap, self.opp
@@ -156,6 +157,15 @@ class HandView:
         if snap["over"]:
             return "The hand is over; any reply continues."
         return _legal_text(snap["to_call"], snap["min_raise"], snap["max_raise"])
+
+
+@lru_cache(maxsize=4096)
+def _state_text(opp: str, pot: int, my_stack: int, opp_stack: int, my_bet: int, opp_bet: int, to_call: int, low: int,
+                high: int) -> str:
+    """The chips and the legal moves in words: the text's last lines while the hand runs (the same chip counts
+    recur from hand to hand: each rendered once, without formatting seven numbers at every step)."""
+    return (f"Pot: {pot}. Behind: you {my_stack}, {opp} {opp_stack}. Bet this round: you {my_bet}, {opp} {opp_bet}.\n"
+            f"To call: {to_call}. {_legal_text(to_call, low, high)}")
 
 
 @lru_cache(maxsize=4096)
