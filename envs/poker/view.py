@@ -50,12 +50,9 @@ class HandView:
         self.static = static
         self.opp = static["opponent"]
         self.history: list[list] = []  # [street, "you"|"opponent", kind, total]
-        small, big = static["blinds"]
-        sb, bb = ("you", self.opp) if static["button"] else (self.opp, "you")
-        blinds = f"{sb} post{'' if sb == 'you' else 's'} {small}, {bb} post{'' if bb == 'you' else 's'} {big}"
         # the betting's lines, written as the moves come: a move only ever extends the last street's line
         # or starts the next street's, so the text grows at its end (no line is rewritten or joined again)
-        self._betting = f"  preflop: {blinds}"
+        self._betting = _blinds_line(self.opp, static["button"], *static["blinds"])
         self._street = 0  # the street of the last line
         self._opened = -1  # the last street with a bet (later raises on it are "raises to")
         self._board: list[str] = []  # the board's card names
@@ -100,13 +97,14 @@ class HandView:
         snap = self._blank.copy()
         snap["board"], snap["street"] = list(self._board), STREETS[b.street]
         snap["pot"], snap["history"], snap["over"] = b.pot + b.bets[0] + b.bets[1], list(history), t.over
-        if t.over:
+        if t.over:  # the bets stay 0 (the blank's); the stacks are the library's after it settled the pot
             shown = t.showdown()
-            snap.update(my_bet=0, opp_bet=0, my_stack=t.chips(AGENT), opp_stack=t.chips(OPPONENT), showdown=shown,
-                        result=t.profit(), folded="" if shown else _WHO[b.log[-1][1]])
+            mine = t.chips(AGENT)
+            snap["my_stack"], snap["opp_stack"], snap["showdown"] = mine, t.chips(OPPONENT), shown
+            snap["result"], snap["folded"] = mine - t.stack, "" if shown else _WHO[b.log[-1][1]]  # = t.profit()
             if shown:
-                snap.update(opp_hole=card_names(t.holes[OPPONENT]),
-                            hand_names=[t.hand_name(AGENT), t.hand_name(OPPONENT)])
+                snap["opp_hole"] = card_names(t.holes[OPPONENT])
+                snap["hand_names"] = [t.hand_name(AGENT), t.hand_name(OPPONENT)]
         else:
             bets, stacks = b.bets, b.stacks
             snap["my_bet"], snap["opp_bet"] = bets[AGENT], bets[OPPONENT]
@@ -157,6 +155,13 @@ class HandView:
         if snap["over"]:
             return "The hand is over; any reply continues."
         return _legal_text(snap["to_call"], snap["min_raise"], snap["max_raise"])
+
+
+@lru_cache(maxsize=256)
+def _blinds_line(opp: str, button: bool, small: int, big: int) -> str:
+    """The betting's first line, the blinds posted (the same few recur: each rendered once)."""
+    sb, bb = ("you", opp) if button else (opp, "you")
+    return f"  preflop: {sb} post{'' if sb == 'you' else 's'} {small}, {bb} post{'' if bb == 'you' else 's'} {big}"
 
 
 @lru_cache(maxsize=4096)
