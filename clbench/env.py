@@ -674,11 +674,12 @@ class InstanceSequenceEnv(gym.Env):
     def _info(self) -> dict[str, Any]:
         slot = self._slot
         inst = slot.instance  # its fields, not Slot's properties: this runs at every step
+        left = self.max_steps - self._step_count  # max(0, left) without a call to max (it parses keywords)
         return {
             "instance_id": inst.instance_id,
             "position": slot.position,
             "variant": inst.variant,
             "variant_position": slot.variant_position,
             "step": self._step_count,
-            "steps_left": max(0, self.max_steps - self._step_count),
+            "steps_left": left if left > 0 else 0,
         }
