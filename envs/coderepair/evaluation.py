@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from clbench.envs.coderepair.checkout import buggy_tree, overlay
+from clbench.envs.coderepair.checkout import apply_changes, buggy_tree, partition
 from clbench.envs.coderepair.grading import (Tampering, judge, lock_tests, plan_grading, pytest_ini, read_recording,
                                              records_key, stable_records, bounds_of_tests, write_job)
 from clbench.envs.coderepair.patching import apply_diff
@@ -67,7 +67,8 @@ class Kept:
             self._items.popitem(last=False)
 
 
-#: records of the submissions graded in this process (a record set of the largest suite: a few hundred kB)
+#: (records, test bounds) of the submissions graded in this process (a record set of the largest suite: a few
+#: hundred kB)
 GRADED = Kept(64)
 
 
@@ -79,7 +80,7 @@ def fixed_records_key(issue, ids: list[str], runtime: str) -> str:
 
 def submission_key(issue, runtime: str, ids: list[str], changes, applied: list[str]) -> str:
     """What decides a submission's records: the issue's trees and tests, the runtime and grading code
-    (`fixed_records_key`), and the changes `overlay` applied (path, kind, content)."""
+    (`fixed_records_key`), and the changes grading applies (`partition`: path, kind, content)."""
     digest = hashlib.sha256(fixed_records_key(issue, ids, runtime).encode())
     kept = set(applied)
     for ch in sorted((c for c in changes if c.path in kept), key=lambda c: c.path):
@@ -135,25 +136,31 @@ def expected_records(issue, pristine: Path, make_sandbox: Callable[[Path], Sandb
 
 def evaluate_tree(issue, pristine: Path, changes, make_sandbox: Callable[[Path], Sandbox], timeout: float,
                   workdir: str, repo: dict, runtime: str) -> Evaluation:
-    """Fresh buggy checkout + the agent's changes below source_root, hidden tests restored, graded."""
+    """Fresh buggy checkout + the agent's changes below source_root, hidden tests restored, graded. A
+    submission graded before in this process is judged on its kept records: no tree is built."""
     expected = expected_records(issue, pristine, make_sandbox, timeout, workdir, repo, runtime)
     f2p_ids, p2p_ids = list(issue.fail_to_pass), list(issue.pass_to_pass)
-    with tempfile.TemporaryDirectory(prefix="clbench-eval-") as tmp:
-        tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / "tree")
-        applied, ignored = overlay(tree, changes, repo["source_root"], repo.get("tests_root", "tests"))
-        issue.with_hidden_module(tree)
-        bounds = bounds_of_tests(tree, f2p_ids + p2p_ids)
-        key = submission_key(issue, runtime, f2p_ids + p2p_ids, changes, applied)
-        actual = GRADED.get(key)
-        if actual is None:
+    ids = f2p_ids + p2p_ids
+    graded, ignored = partition(changes, repo["source_root"], repo.get("tests_root", "tests"))
+    applied = [ch.path for ch in graded]
+    key = submission_key(issue, runtime, ids, changes, applied)
+    kept = GRADED.get(key)
+    if kept is None:
+        with tempfile.TemporaryDirectory(prefix="clbench-eval-") as tmp:
+            tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / "tree")
+            apply_changes(tree, graded)
+            issue.with_hidden_module(tree)
+            bounds = bounds_of_tests(tree, ids)
             try:
-                actual = record_tree(tree, f2p_ids + p2p_ids, f2p_ids, make_sandbox, timeout, workdir, repo)
+                actual = record_tree(tree, ids, f2p_ids, make_sandbox, timeout, workdir, repo)
             except Tampering:
                 return Evaluation(False, {i: "FAILED" for i in f2p_ids}, {i: "FAILED" for i in p2p_ids}, applied,
                                   ignored, tampering=True)
-            if actual:  # an empty set is a killed run: it proves nothing, so it runs again next time
-                GRADED.keep(key, actual)
-    outcomes = judge(expected, actual, f2p_ids + p2p_ids, bounds)
+        if actual:  # an empty set is a killed run: it proves nothing, so it runs again next time
+            GRADED.keep(key, (actual, bounds))  # the bounds are read from the same tree's tests
+    else:
+        actual, bounds = kept
+    outcomes = judge(expected, actual, ids, bounds)
     f2p = {i: outcomes[i] for i in f2p_ids}
     p2p = {i: outcomes[i] for i in p2p_ids}
     resolved = all(v == "PASSED" for v in [*f2p.values(), *p2p.values()])
