@@ -8,7 +8,8 @@ A submission graded once in a process is not run again: its records are kept by 
 changes). Rollouts of one agent submit the same trees again and again (no change at all, the same
 fix found again), and a grading run is made repeatable on purpose (seeded draws, one wall clock per
 test), so running it again would cost seconds and tell nothing new. A submission whose own code is
-nondeterministic keeps the verdict of its first grading in that process.
+nondeterministic keeps the verdict of its first grading in that process. A submission that changes
+no source file runs only the env's own code: its records are cached on the host, like the fixed tree's.
 """
 from __future__ import annotations
 
@@ -103,17 +104,30 @@ def record_tree(tree: Path, ids: list[str], hidden: list[str], make_sandbox: Cal
         return read_recording(sandbox.host_workspace, plan)
 
 
+def cached_records(issue_id: str, name: str, make: Callable[[], dict]) -> dict:
+    """Trusted records kept on the host at `<cache>/records/<name>.json`, outside every sandbox: made once
+    by `make()` under the issue's lock; an empty result (a killed run) is not kept."""
+    path = cache_root() / "records" / f"{name}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    with cache_lock(f"records-{issue_id}"):
+        if path.is_file():
+            return json.loads(path.read_text())
+        records = make()
+        if records:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp_path = path.with_suffix(".tmp")
+            tmp_path.write_text(json.dumps(records, sort_keys=True))
+            os.replace(tmp_path, path)
+    return records
+
+
 def expected_records(issue, pristine: Path, make_sandbox: Callable[[Path], Sandbox], timeout: float, workdir: str,
                      repo: dict, runtime: str) -> dict:
     """The fixed tree's stable records (two trusted runs), cached on the host outside any sandbox."""
     ids = [*issue.fail_to_pass, *issue.pass_to_pass]
-    key = fixed_records_key(issue, ids, runtime)
-    path = cache_root() / "records" / f"{issue.issue_id}-{key}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    with cache_lock(f"records-{issue.issue_id}"):
-        if path.is_file():
-            return json.loads(path.read_text())
+
+    def make() -> dict:
         runs = []
         for _ in range(2):
             with tempfile.TemporaryDirectory(prefix="clbench-fixed-") as tmp:
@@ -127,11 +141,22 @@ def expected_records(issue, pristine: Path, make_sandbox: Callable[[Path], Sandb
         missing = [i for i in ids if not stable.get(i)]
         if missing:
             raise RuntimeError(f"{issue.issue_id}: the fixed tree gave no stable records for {missing[:5]}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = path.with_suffix(".tmp")
-        tmp_path.write_text(json.dumps(stable, sort_keys=True))
-        os.replace(tmp_path, path)
-    return stable
+        return stable
+
+    return cached_records(issue.issue_id, f"{issue.issue_id}-{fixed_records_key(issue, ids, runtime)}", make)
+
+
+def unchanged_records(issue, tree: Path, make_sandbox: Callable[[Path], Sandbox], timeout: float, workdir: str,
+                      repo: dict, runtime: str) -> dict:
+    """The records of `tree`, the checkout as the agent got it with the hidden tests restored (a submission
+    that changes no source file: only the env's own code runs, as in the fixed tree's trusted runs), cached
+    on the host like the fixed tree's. Most submissions of an agent that finds no fix are this tree."""
+    ids = [*issue.fail_to_pass, *issue.pass_to_pass]
+    hidden = str(issue.hidden_module) if issue.hidden_module else ""
+    key = records_key(issue.issue_id, issue.bug_diff, "unchanged\0" + hidden, ids, runtime)
+    hidden_ids = list(issue.fail_to_pass)
+    return cached_records(issue.issue_id, f"{issue.issue_id}-unchanged-{key}",
+                          lambda: record_tree(tree, ids, hidden_ids, make_sandbox, timeout, workdir, repo))
 
 
 def evaluate_tree(issue, pristine: Path, changes, make_sandbox: Callable[[Path], Sandbox], timeout: float,
@@ -152,7 +177,8 @@ def evaluate_tree(issue, pristine: Path, changes, make_sandbox: Callable[[Path],
             issue.with_hidden_module(tree)
             bounds = bounds_of_tests(tree, ids)
             try:
-                actual = record_tree(tree, ids, f2p_ids, make_sandbox, timeout, workdir, repo)
+                actual = (record_tree(tree, ids, f2p_ids, make_sandbox, timeout, workdir, repo) if graded
+                          else unchanged_records(issue, tree, make_sandbox, timeout, workdir, repo, runtime))
             except Tampering:
                 return Evaluation(False, {i: "FAILED" for i in f2p_ids}, {i: "FAILED" for i in p2p_ids}, applied,
                                   ignored, tampering=True)
