@@ -1376,6 +1376,11 @@ def test_a_submission_graded_once_is_not_run_again(env, monkeypatch):
     for _ in range(2):
         assert set(env.evaluate(issue, other).fail_to_pass.values()) == {"MISSING"}
     assert len(runs) == 3  # a killed run is not kept
+    # a new process: the checkout as the agent got it (no source change) is not run again, its records are on disk
+    monkeypatch.setattr(evaluation, "GRADED", evaluation.Kept(64))
+    assert env.evaluate(issue, notes) == evaluation.Evaluation(
+        first.resolved, first.fail_to_pass, first.pass_to_pass, [], ["changelog.d/1.fixed"])
+    assert len(runs) == 3
 
     reviews = []
     run = env._regression_run

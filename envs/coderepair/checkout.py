@@ -101,22 +101,34 @@ def init_git(tree: Path) -> None:
     shutil.rmtree(tree / ".git" / "hooks", ignore_errors=True)  # no sample hooks in the workspace
 
 
-def overlay(tree: Path, changes, source_root: str, tests_root: str = "tests") -> tuple[list[str], list[str]]:
-    """Apply the agent's changes below `source_root` to `tree`, except those below `tests_root` (a
-    release may ship its tests inside the package, as tenacity 7 does); returns (applied, ignored) paths."""
-    applied, ignored = [], []
+def partition(changes, source_root: str, tests_root: str = "tests") -> tuple[list, list[str]]:
+    """The agent's changes that grading applies (files below `source_root`, except those below `tests_root`:
+    a release may ship its tests inside the package, as tenacity 7 does) and the paths it ignores."""
+    graded, ignored = [], []
     prefix = source_root.strip("/") + "/"
     tests = tests_root.strip("/") + "/"
     for ch in changes:
         if (not ch.path.startswith(prefix) or ch.path.startswith(tests) or ch.is_link
                 or (ch.kind != "deleted" and ch.content is None)):
             ignored.append(ch.path)
-            continue
+        else:
+            graded.append(ch)
+    return graded, ignored
+
+
+def apply_changes(tree: Path, changes) -> None:
+    """Write `partition`'s graded changes into `tree`."""
+    for ch in changes:
         target = tree / ch.path
         if ch.kind == "deleted":
             target.unlink(missing_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(ch.content)
-        applied.append(ch.path)
-    return applied, ignored
+
+
+def overlay(tree: Path, changes, source_root: str, tests_root: str = "tests") -> tuple[list[str], list[str]]:
+    """Apply the agent's graded changes (`partition`) to `tree`; returns (applied, ignored) paths."""
+    graded, ignored = partition(changes, source_root, tests_root)
+    apply_changes(tree, graded)
+    return [ch.path for ch in graded], ignored

@@ -21,6 +21,7 @@ from clbench.envs.coderepair.patching import apply_diff
 from clbench.envs.coderepair.runtime import runtime_for, runtime_key
 from clbench.envs.coderepair.sources import pristine_tree
 from clbench.sandbox import BACKENDS, Limits, Sandbox, SandboxUnavailable, open_sandbox
+from clbench.sandbox.base import copy_tree
 from clbench.sandbox.select import choose_backend, docker_ready
 from clbench.schedule import Instance, Schedule, Slot, Variant
 
@@ -579,10 +580,10 @@ class CodeRepairEnv(InstanceSequenceEnv):
 
     def _regression_run(self, issue: Issue, repo: dict, test_file: tuple[str, bytes], fixed: bool):
         with tempfile.TemporaryDirectory(prefix="clbench-review-") as tmp:
-            # the agent's checkout as it started (hidden tests cut out), with the true fix or not: what
-            # leaves this sandbox is its exit status, one bit
-            tree = agent_checkout(self._pristine(issue.repo), issue.bug_diff, list(issue.fail_to_pass),
-                                  Path(tmp) / "tree")
+            # the agent's checkout as it started (hidden tests cut out; the issue's pristine copy, built once),
+            # with the true fix or not: what leaves this sandbox is its exit status, one bit
+            tree = Path(tmp) / "tree"
+            copy_tree(self._checkout(issue), tree)
             if fixed:
                 apply_diff(tree, issue.fix_diff)
             path, content = test_file
@@ -592,16 +593,17 @@ class CodeRepairEnv(InstanceSequenceEnv):
             ini = f".review-{secrets.token_hex(4)}/pytest.ini"
             (tree / ini).parent.mkdir()
             (tree / ini).write_text(pytest_ini(repo.get("pytest_ini")))
-            with self.open_sandbox(tree, issue.repo, self.command_timeout) as sandbox:
+            with self.open_sandbox(tree, issue.repo, self.command_timeout, baseline=tree) as sandbox:
                 return sandbox.run(house.regression_command(self.workdir, repo["import_root"], path, ini))
 
     def evaluate(self, issue: Issue, changes) -> Evaluation:
         """Score workspace `changes` for `issue` in a fresh checkout with the hidden tests restored."""
         repo = self._repo(issue.repo)
         runtime = runtime_for(issue.repo, repo, self.workdir, self.backend)
+        # the grading tree is made for the sandbox and never compared with: it is its own baseline (no copy)
         return evaluate_tree(issue, self._pristine(issue.repo), changes,
-                             lambda tree: self.open_sandbox(tree, issue.repo, self.eval_timeout), self.eval_timeout,
-                             self.workdir, repo, runtime_key(self.backend, runtime))
+                             lambda tree: self.open_sandbox(tree, issue.repo, self.eval_timeout, baseline=tree),
+                             self.eval_timeout, self.workdir, repo, runtime_key(self.backend, runtime))
 
     house_text = ("House conventions apply (the review checks them; no report states them): a changelog fragment "
                   "(exactly one new non-Python file outside the source and test folders, named after the tracker "

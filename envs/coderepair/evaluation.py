@@ -8,7 +8,8 @@ A submission graded once in a process is not run again: its records are kept by 
 changes). Rollouts of one agent submit the same trees again and again (no change at all, the same
 fix found again), and a grading run is made repeatable on purpose (seeded draws, one wall clock per
 test), so running it again would cost seconds and tell nothing new. A submission whose own code is
-nondeterministic keeps the verdict of its first grading in that process.
+nondeterministic keeps the verdict of its first grading in that process. A submission that changes
+no source file runs only the env's own code: its records are cached on the host, like the fixed tree's.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from clbench.envs.coderepair.checkout import buggy_tree, overlay
+from clbench.envs.coderepair.checkout import apply_changes, buggy_tree, partition
 from clbench.envs.coderepair.grading import (Tampering, judge, lock_tests, plan_grading, pytest_ini, read_recording,
                                              records_key, stable_records, bounds_of_tests, write_job)
 from clbench.envs.coderepair.patching import apply_diff
@@ -67,7 +68,8 @@ class Kept:
             self._items.popitem(last=False)
 
 
-#: records of the submissions graded in this process (a record set of the largest suite: a few hundred kB)
+#: (records, test bounds) of the submissions graded in this process (a record set of the largest suite: a few
+#: hundred kB)
 GRADED = Kept(64)
 
 
@@ -79,7 +81,7 @@ def fixed_records_key(issue, ids: list[str], runtime: str) -> str:
 
 def submission_key(issue, runtime: str, ids: list[str], changes, applied: list[str]) -> str:
     """What decides a submission's records: the issue's trees and tests, the runtime and grading code
-    (`fixed_records_key`), and the changes `overlay` applied (path, kind, content)."""
+    (`fixed_records_key`), and the changes grading applies (`partition`: path, kind, content)."""
     digest = hashlib.sha256(fixed_records_key(issue, ids, runtime).encode())
     kept = set(applied)
     for ch in sorted((c for c in changes if c.path in kept), key=lambda c: c.path):
@@ -102,17 +104,30 @@ def record_tree(tree: Path, ids: list[str], hidden: list[str], make_sandbox: Cal
         return read_recording(sandbox.host_workspace, plan)
 
 
+def cached_records(issue_id: str, name: str, make: Callable[[], dict]) -> dict:
+    """Trusted records kept on the host at `<cache>/records/<name>.json`, outside every sandbox: made once
+    by `make()` under the issue's lock; an empty result (a killed run) is not kept."""
+    path = cache_root() / "records" / f"{name}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    with cache_lock(f"records-{issue_id}"):
+        if path.is_file():
+            return json.loads(path.read_text())
+        records = make()
+        if records:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp_path = path.with_suffix(".tmp")
+            tmp_path.write_text(json.dumps(records, sort_keys=True))
+            os.replace(tmp_path, path)
+    return records
+
+
 def expected_records(issue, pristine: Path, make_sandbox: Callable[[Path], Sandbox], timeout: float, workdir: str,
                      repo: dict, runtime: str) -> dict:
     """The fixed tree's stable records (two trusted runs), cached on the host outside any sandbox."""
     ids = [*issue.fail_to_pass, *issue.pass_to_pass]
-    key = fixed_records_key(issue, ids, runtime)
-    path = cache_root() / "records" / f"{issue.issue_id}-{key}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    with cache_lock(f"records-{issue.issue_id}"):
-        if path.is_file():
-            return json.loads(path.read_text())
+
+    def make() -> dict:
         runs = []
         for _ in range(2):
             with tempfile.TemporaryDirectory(prefix="clbench-fixed-") as tmp:
@@ -126,34 +141,52 @@ def expected_records(issue, pristine: Path, make_sandbox: Callable[[Path], Sandb
         missing = [i for i in ids if not stable.get(i)]
         if missing:
             raise RuntimeError(f"{issue.issue_id}: the fixed tree gave no stable records for {missing[:5]}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = path.with_suffix(".tmp")
-        tmp_path.write_text(json.dumps(stable, sort_keys=True))
-        os.replace(tmp_path, path)
-    return stable
+        return stable
+
+    return cached_records(issue.issue_id, f"{issue.issue_id}-{fixed_records_key(issue, ids, runtime)}", make)
+
+
+def unchanged_records(issue, tree: Path, make_sandbox: Callable[[Path], Sandbox], timeout: float, workdir: str,
+                      repo: dict, runtime: str) -> dict:
+    """The records of `tree`, the checkout as the agent got it with the hidden tests restored (a submission
+    that changes no source file: only the env's own code runs, as in the fixed tree's trusted runs), cached
+    on the host like the fixed tree's. Most submissions of an agent that finds no fix are this tree."""
+    ids = [*issue.fail_to_pass, *issue.pass_to_pass]
+    hidden = str(issue.hidden_module) if issue.hidden_module else ""
+    key = records_key(issue.issue_id, issue.bug_diff, "unchanged\0" + hidden, ids, runtime)
+    hidden_ids = list(issue.fail_to_pass)
+    return cached_records(issue.issue_id, f"{issue.issue_id}-unchanged-{key}",
+                          lambda: record_tree(tree, ids, hidden_ids, make_sandbox, timeout, workdir, repo))
 
 
 def evaluate_tree(issue, pristine: Path, changes, make_sandbox: Callable[[Path], Sandbox], timeout: float,
                   workdir: str, repo: dict, runtime: str) -> Evaluation:
-    """Fresh buggy checkout + the agent's changes below source_root, hidden tests restored, graded."""
+    """Fresh buggy checkout + the agent's changes below source_root, hidden tests restored, graded. A
+    submission graded before in this process is judged on its kept records: no tree is built."""
     expected = expected_records(issue, pristine, make_sandbox, timeout, workdir, repo, runtime)
     f2p_ids, p2p_ids = list(issue.fail_to_pass), list(issue.pass_to_pass)
-    with tempfile.TemporaryDirectory(prefix="clbench-eval-") as tmp:
-        tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / "tree")
-        applied, ignored = overlay(tree, changes, repo["source_root"], repo.get("tests_root", "tests"))
-        issue.with_hidden_module(tree)
-        bounds = bounds_of_tests(tree, f2p_ids + p2p_ids)
-        key = submission_key(issue, runtime, f2p_ids + p2p_ids, changes, applied)
-        actual = GRADED.get(key)
-        if actual is None:
+    ids = f2p_ids + p2p_ids
+    graded, ignored = partition(changes, repo["source_root"], repo.get("tests_root", "tests"))
+    applied = [ch.path for ch in graded]
+    key = submission_key(issue, runtime, ids, changes, applied)
+    kept = GRADED.get(key)
+    if kept is None:
+        with tempfile.TemporaryDirectory(prefix="clbench-eval-") as tmp:
+            tree = buggy_tree(pristine, issue.bug_diff, Path(tmp) / "tree")
+            apply_changes(tree, graded)
+            issue.with_hidden_module(tree)
+            bounds = bounds_of_tests(tree, ids)
             try:
-                actual = record_tree(tree, f2p_ids + p2p_ids, f2p_ids, make_sandbox, timeout, workdir, repo)
+                actual = (record_tree(tree, ids, f2p_ids, make_sandbox, timeout, workdir, repo) if graded
+                          else unchanged_records(issue, tree, make_sandbox, timeout, workdir, repo, runtime))
             except Tampering:
                 return Evaluation(False, {i: "FAILED" for i in f2p_ids}, {i: "FAILED" for i in p2p_ids}, applied,
                                   ignored, tampering=True)
-            if actual:  # an empty set is a killed run: it proves nothing, so it runs again next time
-                GRADED.keep(key, actual)
-    outcomes = judge(expected, actual, f2p_ids + p2p_ids, bounds)
+        if actual:  # an empty set is a killed run: it proves nothing, so it runs again next time
+            GRADED.keep(key, (actual, bounds))  # the bounds are read from the same tree's tests
+    else:
+        actual, bounds = kept
+    outcomes = judge(expected, actual, ids, bounds)
     f2p = {i: outcomes[i] for i in f2p_ids}
     p2p = {i: outcomes[i] for i in p2p_ids}
     resolved = all(v == "PASSED" for v in [*f2p.values(), *p2p.values()])
