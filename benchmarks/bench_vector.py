@@ -46,9 +46,9 @@ that evict its code and data: the vector's own instructions run about ten times 
 envs' (the bare loop of eight envs is 1.11-1.15x one env in CPU time; the column loop's 11k
 instructions per vector step cost ~5% of DBExplore's CPU time), and NEXT_STEP pays its arrays, its
 bookkeeping and the caller's two count_nonzero twice per eight instances (a step of resets in
-between), SAME_STEP once. Measured on 2 shared CPUs (load 6, median and quartiles of 41 alternated
-repeats of 400 instances): DBExplore SAME_STEP 0.98 (0.95-1.04; loop into lists 0.96), NEXT_STEP
-0.93 (0.89-0.95; 0.93); earlier SpectrumMonitor 0.96 / 1.00, MemoryProbe 0.97 / 0.98 in the
+between), SAME_STEP once. Measured on 2 shared CPUs (load 4, median and quartiles of 201 alternated
+repeats of 400 instances): DBExplore SAME_STEP 0.99 (0.95-1.01; with the loop into lists 0.95),
+NEXT_STEP 0.93 (0.89-0.96; 0.91); SpectrumMonitor (21 repeats of 200) 0.93 / 0.89 (0.90 / 0.88) in the
 parent alone. Short of 1.0 in CPU time (issue 31).
 Above that needs a free CPU for a second process: worth it when a step is expensive (MemoryProbe
 ~0.35 ms), a loss when it is cheap (a warm DBExplore instance is ~30 us, less than a pipe round trip).
