@@ -31,23 +31,25 @@ worker processes step sub-envs (their CPU time is not the parent's), as each row
 In one process a vector can at best match one env plus what it saves: it does the same env work
 (plus a little cache traffic of eight envs' objects instead of one), skips gym.make's two
 forwarding wrappers around each sub-env after their one-time checks (~1.5-2 us per DBExplore
-instance), stacks infos only when read, steps the sub-envs in one plain loop over their bound
-methods into preallocated columns (SAME_STEP: all steps, then the resets of the ended ones), and
-makes three small numpy arrays per vector step (copies of arrays cached by their values).
-Instruction counts are at parity: per DBExplore instance (callgrind over 1,024 instances after 400
-warm-up ones, PYTHONHASHSEED=0, repeatable to ~50 instructions) one env takes 117.5k, the vector
-116.5k SAME_STEP (0.992) and 118.3k NEXT_STEP (1.007). The vector's floor, eight unwrapped envs in
-a bare loop with no bookkeeping, takes 112.3k: skipping gym.make's two wrappers saves ~5.2k per
-instance, and that is all the room the vector's own work has (a fresh array ~1.85k, the LazyInfo
-2-3k, the str check of the observations ~3.1k, per vector step). The CPU-time ratio is below the
-instruction ratio because whatever runs once per vector step runs cold, between sub-env steps that
-evict its code and data: on DBExplore one more numpy array per vector step costs ~2 us there (~0.2
-us hot), and NEXT_STEP pays its three arrays, its bookkeeping and the caller's two count_nonzero
-twice per eight instances (a step of resets in between), SAME_STEP once. Measured on 2 shared CPUs
-(load 1-3, median of 21 alternated repeats of 400 instances): DBExplore SAME_STEP 0.95, NEXT_STEP
-0.93; SpectrumMonitor 0.96 / 1.00; MemoryProbe 0.97 / 0.98 (earlier, at load 3-5: DBExplore
-0.97-1.00 and 0.94-0.95). Short of 1.0 in CPU time (issue 31): stepping the sub-envs in generated
-straight-line code is the next lever (the column loop 23.6k -> 17.2k per eight steps, measured alone).
+instance), stacks infos only when read, steps the sub-envs in generated straight-line code (one
+statement per sub-env into local variables; SAME_STEP: all steps, then the resets of the ended
+ones) and makes three small numpy arrays per vector step (copies of arrays cached by their values).
+Instruction counts (callgrind over 1,024 DBExplore instances after 400 warm-up ones,
+PYTHONHASHSEED=0, counting only the timed run): one env takes 115.7k per instance, the vector
+112.8k SAME_STEP (0.975) and 115.4k NEXT_STEP (0.997); with the earlier loop into column lists
+114.2k and 116.2k. Eight unwrapped envs stepped bare (eight steps, then eight resets, nothing kept)
+take 109.4k, the shard's generated step alone 110.5k (SAME_STEP) / 110.9k (NEXT_STEP): the rest,
+~19k instructions per vector step, is the vector's step around it (the three arrays ~9.5k with
+their key, the LazyInfo ~2.9k, the str check of the observations ~3.1k). The CPU-time ratio is below
+the instruction ratio because whatever runs once per vector step runs cold, between sub-env steps
+that evict its code and data: the vector's own instructions run about ten times slower than the
+envs' (the bare loop of eight envs is 1.11-1.15x one env in CPU time; the column loop's 11k
+instructions per vector step cost ~5% of DBExplore's CPU time), and NEXT_STEP pays its arrays, its
+bookkeeping and the caller's two count_nonzero twice per eight instances (a step of resets in
+between), SAME_STEP once. Measured on 2 shared CPUs (load 4, median and quartiles of 201 alternated
+repeats of 400 instances): DBExplore SAME_STEP 0.99 (0.95-1.01; with the loop into lists 0.95),
+NEXT_STEP 0.93 (0.89-0.96; 0.91); SpectrumMonitor (21 repeats of 200) 0.93 / 0.89 (0.90 / 0.88) in the
+parent alone. Short of 1.0 in CPU time (issue 31).
 Above that needs a free CPU for a second process: worth it when a step is expensive (MemoryProbe
 ~0.35 ms), a loss when it is cheap (a warm DBExplore instance is ~30 us, less than a pipe round trip).
 Eight envs' objects and results take more cache than one env's, so on a machine whose other
