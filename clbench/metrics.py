@@ -326,21 +326,44 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: d
     write the products into, reused block after block (_replicates): a fresh (replicates x instances)
     array per product cost more than the product (the memory is handed back and faulted in again)."""
     ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
-    d = design or _design(m)
+    sums = _sums(m, ck, ci, cp, cp.sum(axis=1), design or _design(m), {} if work is None else work)
+    return _ratios(sums, ck.sum(axis=1), ci.sum(axis=1), r_max, r_reference)
+
+
+#: the sums headline_stats' statistics are ratios of (_sums: one row per replicate)
+SUMS = ("sf_sum", "sf_in", "sf_b", "sl_sum", "sl_in", "sl_b", "mass", "mass_b", "w_sl_sum")
+
+
+def _sums(m: Matrices, ck, ci, cp, cp_sum, design: dict, work: dict, out: dict | None = None) -> dict:
+    """The sums of headline_stats (SUMS, each an array over the rows of the weights), written into
+    `out` (arrays as long as the rows) when given. cp_sum: the rows' sums of cp (a number: every row's)."""
     B, K = len(ci), m.sf.shape[0]
-    work = {} if work is None else work
-    cp_sum = cp.sum(axis=1)
-    y = np.matmul(ci, d["G"], out=_buffer(work, "y", B, 6 * K))  # stateful sums, then masses, per (set, rollout)
+    y = np.matmul(ci, design["G"], out=_buffer(work, "y", B, 6 * K))  # stateful sums, then masses, per (set, rollout)
     sf_x = np.einsum("bk,bxk->bx", ck, y[:, :3 * K].reshape(B, 3, K))
     mass_x = np.einsum("bk,bxk->bx", ck, y[:, 3 * K:].reshape(B, 3, K))
     w_sl = np.matmul(cp, m.sl, out=_buffer(work, "w", B, len(ci[0])))  # ci[i] * slbar[i], in place
-    w_sl /= cp_sum[:, None]
+    if np.ndim(cp_sum):
+        w_sl /= cp_sum[:, None]
+    elif cp_sum != 1:  # one number for every row (a third cheaper than a column of them); x / 1 is x
+        w_sl /= cp_sum
     w_sl *= ci
-    sl_x = np.einsum("bk,bxk->bx", ck, np.matmul(w_sl, d["C"], out=_buffer(work, "z", B, 3 * K)).reshape(B, 3, K))
-    mass, rollout_n = mass_x[:, 0], ck.sum(axis=1)
-    sf_sum, gain_sum = sf_x[:, 0], sf_x[:, 0] - sl_x[:, 0]
-    gain_in, gain_b = sf_x[:, 1] - sl_x[:, 1], sf_x[:, 2] - sl_x[:, 2]
-    mean_sl = w_sl.sum(axis=1) / ci.sum(axis=1)
+    sl_x = np.einsum("bk,bxk->bx", ck, np.matmul(w_sl, design["C"], out=_buffer(work, "z", B, 3 * K)).reshape(B, 3, K))
+    out = {} if out is None else out
+    for name, value in zip(SUMS, (*sf_x.T, *sl_x.T, mass_x[:, 0], mass_x[:, 2], w_sl.sum(axis=1))):
+        if name in out:
+            out[name][:] = value
+        else:
+            out[name] = value
+    return out
+
+
+def _ratios(s: dict, rollout_n, ci_sum, r_max, r_reference: float) -> dict:
+    """headline_stats from its sums (_sums), the rows' sums of ck (rollout_n) and of ci, and r_max
+    (a number or one per row); element by element, so any number of rows at once gives the same numbers."""
+    mass, sf_sum = s["mass"], s["sf_sum"]
+    gain_sum = sf_sum - s["sl_sum"]
+    gain_in, gain_b = s["sf_in"] - s["sl_in"], s["sf_b"] - s["sl_b"]
+    mean_sl = s["w_sl_sum"] / ci_sum
     mean_sf = sf_sum / mass
     r_max = np.broadcast_to(np.asarray(r_max, dtype=float), mean_sf.shape)
     bad = no_headroom(mean_sl, r_max)
@@ -359,7 +382,7 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: d
         "plasticity": (gain_sum - gain_b) / mass / denom,
         "early_gain": gain_in / mass / denom,
         "late_gain": (gain_sum - gain_in) / mass / denom,
-        "boundary_share": mass_x[:, 2] / mass,
+        "boundary_share": s["mass_b"] / mass,
     }
 
 
@@ -392,24 +415,23 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     """headline_stats of every bootstrap replicate from the counts ck, ci, cp (_counts), a block of
     replicates at a time (each replicate is computed on its own: the same numbers as all at once);
     blocks hold at most BLOCK replicates and about HEADLINE_CELLS cells, so memory stays flat in
-    the numbers of rollouts and passes."""
+    the numbers of rollouts and passes. The products and their sums go block by block; the ratios
+    (element by element) once over every replicate. Rows of counts sum to the units drawn (K, n, P):
+    those sums are known, not summed."""
     (K, n), P = m.sf.shape, m.sl.shape[0]
     design = _design(m)
     # the block size is part of the numbers: BLAS may round a row differently at another place in a block
     block = int(np.clip(HEADLINE_CELLS // (3 * n + 10 * K + P), 64, BLOCK))  # cells of a replicate row
-    out: dict = {}
+    total = len(ck)
+    sums = {name: np.empty(total) for name in SUMS}
     work = {"rows": block, "ci": np.empty((block, n))}
-    for s in range(0, max(len(ck), 1), block):
+    for s in range(0, max(total, 1), block):
         rows = slice(s, s + block)
         cif = work["ci"][:len(ci[rows])]
         np.copyto(cif, ci[rows])  # = ci[rows].astype(float), into the same memory every block
-        part = headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference, ck[rows].astype(float),
-                              cif, cp[rows].astype(float), design=design, work=work)
-        for k, v in part.items():
-            if k not in out:
-                out[k] = np.empty(len(ck))
-            out[k][s:s + len(v)] = v
-    return out
+        _sums(m, ck[rows].astype(float), cif, cp[rows].astype(float), float(P), design, work,
+              out={name: a[rows] for name, a in sums.items()})
+    return _ratios(sums, float(ck.shape[1]), float(ci.shape[1]), r_max, r_reference)
 
 
 def deal_paired(tr: TaskRecords) -> bool:
