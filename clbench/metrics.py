@@ -589,15 +589,19 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
                 sf[row, p], cols[row, p], has[row, p] = float(x["reward"]), col[x["instance_id"]], True
                 variants[p] = x["variant"]
 
+    # every rollout played every position (and every reward is a number): no gap to leave out of a
+    # mean, nor a NaN to mask or to skip in a cumulative sum
+    full = bool(has.all()) and bool(np.isfinite(sf).all()) and bool(np.isfinite(m.sl).all())
+
     def paired_sl(pass_weights: np.ndarray) -> np.ndarray:
         """Stateless reward (mean over weighted passes) of the instance each rollout played at each
         position; pass_weights (B, P) gives (B, K, n)."""
         slbar = pass_weights @ m.sl / pass_weights.sum(axis=1, keepdims=True)
-        return np.where(has, slbar[:, cols], np.nan)
+        return slbar[:, cols] if full else np.where(has, slbar[:, cols], np.nan)
 
     slp = paired_sl(np.ones((1, P)))[0]
     gain = sf - slp
-    cum_gain = np.where(has, np.nancumsum(gain, axis=1), np.nan)
+    cum_gain = np.cumsum(gain, axis=1) if full else np.where(has, np.nancumsum(gain, axis=1), np.nan)
     ck, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, P)
     if paired:
         cp = ck.copy()
@@ -605,9 +609,6 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
     # distinct weights (5 rollouts, 1 pass: 126 for 1000 replicates): each is computed once
     weights, replicate = _distinct_rows(np.hstack([ck, cp]))
     ck, cp = weights[:, :K], weights[:, K:]
-
-    # every rollout played every position (and every reward is a number): no gap to leave out of a mean
-    full = bool(has.all()) and bool(np.isfinite(sf).all()) and bool(np.isfinite(m.sl).all())
 
     def rows_mean(w: np.ndarray, a: np.ndarray) -> np.ndarray:
         """Weighted mean over rollouts per set of rollout weights w (B, K): a is (K, n) or (B, K, n)."""
@@ -618,26 +619,25 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
         num, den = np.einsum("bk,bkn->bn", w, np.where(ok, a, 0.0)), np.einsum("bk,bkn->bn", w, ok)
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
-    def stat(a: np.ndarray, boots: np.ndarray) -> dict:
-        lo, hi = _nanpercentile_columns(boots, [2.5, 97.5], replicate)
-        return {"mean": np.nanmean(a, axis=0).tolist(), "min": np.nanmin(a, axis=0).tolist(),
-                "max": np.nanmax(a, axis=0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
-
     # the distinct weights a chunk at a time: (weights x rollouts x positions) arrays stay small
     # whatever the number of rollouts (all at once, they were most of a run card's memory)
     names = ("stateful", "stateless", "gain", "cumulative_gain")
-    means = {name: np.empty((len(ck), n)) for name in names}
+    means = np.empty((len(ck), len(names), n))  # per distinct weights, each curve's mean
     step = max(1, CURVE_CELLS // max(1, K * n))
     for s in range(0, len(ck), step):
         rows = slice(s, s + step)
         sl_b = paired_sl(cp[rows])
         g_b = sf[None] - sl_b
-        cum_b = np.where(has[None], np.nancumsum(g_b, axis=2), np.nan)
-        for name, a in zip(names, (sf, sl_b, g_b, cum_b)):
-            means[name][rows] = rows_mean(ck[rows], a)
+        cum_b = np.cumsum(g_b, axis=2) if full else np.where(has[None], np.nancumsum(g_b, axis=2), np.nan)
+        for j, a in enumerate((sf, sl_b, g_b, cum_b)):
+            means[rows, j] = rows_mean(ck[rows], a)
+    # every curve's band in one pass over their columns (each column is read off on its own)
+    lo, hi = _nanpercentile_columns(means.reshape(len(ck), -1), [2.5, 97.5], replicate).reshape(2, len(names), n)
     boundaries = [p for p in range(n) if variants[p] is not None and (p == 0 or variants[p] != variants[p - 1])]
     return {"positions": list(range(n)), "variants": variants, "boundaries": boundaries,
-            **{name: stat(a, means[name]) for name, a in zip(names, (sf, slp, gain, cum_gain))}}
+            **{name: {"mean": np.nanmean(a, axis=0).tolist(), "min": np.nanmin(a, axis=0).tolist(),
+                      "max": np.nanmax(a, axis=0).tolist(), "lo": lo[j].tolist(), "hi": hi[j].tolist()}
+               for j, (name, a) in enumerate(zip(names, (sf, slp, gain, cum_gain)))}}
 
 
 def _distinct_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
