@@ -339,8 +339,8 @@ def _sums(m: Matrices, ck, ci, cp, cp_sum, design: dict, work: dict, out: dict |
     `out` (arrays as long as the rows) when given. cp_sum: the rows' sums of cp (a number: every row's)."""
     B, K = len(ci), m.sf.shape[0]
     y = np.matmul(ci, design["G"], out=_buffer(work, "y", B, 6 * K))  # stateful sums, then masses, per (set, rollout)
-    sf_x = np.einsum("bk,bxk->bx", ck, y[:, :3 * K].reshape(B, 3, K))
-    mass_x = np.einsum("bk,bxk->bx", ck, y[:, 3 * K:].reshape(B, 3, K))
+    sf_mass = np.einsum("bk,bxk->bx", ck, y.reshape(B, 6, K))  # each (row, set) summed over rollouts on its own
+    sf_x, mass_x = sf_mass[:, :3], sf_mass[:, 3:]
     w_sl = np.matmul(cp, m.sl, out=_buffer(work, "w", B, len(ci[0])))  # ci[i] * slbar[i], in place
     if np.ndim(cp_sum):
         w_sl /= cp_sum[:, None]
