@@ -326,21 +326,44 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: d
     write the products into, reused block after block (_replicates): a fresh (replicates x instances)
     array per product cost more than the product (the memory is handed back and faulted in again)."""
     ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
-    d = design or _design(m)
+    sums = _sums(m, ck, ci, cp, cp.sum(axis=1), design or _design(m), {} if work is None else work)
+    return _ratios(sums, ck.sum(axis=1), ci.sum(axis=1), r_max, r_reference)
+
+
+#: the sums headline_stats' statistics are ratios of (_sums: one row per replicate)
+SUMS = ("sf_sum", "sf_in", "sf_b", "sl_sum", "sl_in", "sl_b", "mass", "mass_b", "w_sl_sum")
+
+
+def _sums(m: Matrices, ck, ci, cp, cp_sum, design: dict, work: dict, out: dict | None = None) -> dict:
+    """The sums of headline_stats (SUMS, each an array over the rows of the weights), written into
+    `out` (arrays as long as the rows) when given. cp_sum: the rows' sums of cp (a number: every row's)."""
     B, K = len(ci), m.sf.shape[0]
-    work = {} if work is None else work
-    cp_sum = cp.sum(axis=1)
-    y = np.matmul(ci, d["G"], out=_buffer(work, "y", B, 6 * K))  # stateful sums, then masses, per (set, rollout)
-    sf_x = np.einsum("bk,bxk->bx", ck, y[:, :3 * K].reshape(B, 3, K))
-    mass_x = np.einsum("bk,bxk->bx", ck, y[:, 3 * K:].reshape(B, 3, K))
+    y = np.matmul(ci, design["G"], out=_buffer(work, "y", B, 6 * K))  # stateful sums, then masses, per (set, rollout)
+    sf_mass = np.einsum("bk,bxk->bx", ck, y.reshape(B, 6, K))  # each (row, set) summed over rollouts on its own
+    sf_x, mass_x = sf_mass[:, :3], sf_mass[:, 3:]
     w_sl = np.matmul(cp, m.sl, out=_buffer(work, "w", B, len(ci[0])))  # ci[i] * slbar[i], in place
-    w_sl /= cp_sum[:, None]
+    if np.ndim(cp_sum):
+        w_sl /= cp_sum[:, None]
+    elif cp_sum != 1:  # one number for every row (a third cheaper than a column of them); x / 1 is x
+        w_sl /= cp_sum
     w_sl *= ci
-    sl_x = np.einsum("bk,bxk->bx", ck, np.matmul(w_sl, d["C"], out=_buffer(work, "z", B, 3 * K)).reshape(B, 3, K))
-    mass, rollout_n = mass_x[:, 0], ck.sum(axis=1)
-    sf_sum, gain_sum = sf_x[:, 0], sf_x[:, 0] - sl_x[:, 0]
-    gain_in, gain_b = sf_x[:, 1] - sl_x[:, 1], sf_x[:, 2] - sl_x[:, 2]
-    mean_sl = w_sl.sum(axis=1) / ci.sum(axis=1)
+    sl_x = np.einsum("bk,bxk->bx", ck, np.matmul(w_sl, design["C"], out=_buffer(work, "z", B, 3 * K)).reshape(B, 3, K))
+    out = {} if out is None else out
+    for name, value in zip(SUMS, (*sf_x.T, *sl_x.T, mass_x[:, 0], mass_x[:, 2], w_sl.sum(axis=1))):
+        if name in out:
+            out[name][:] = value
+        else:
+            out[name] = value
+    return out
+
+
+def _ratios(s: dict, rollout_n, ci_sum, r_max, r_reference: float) -> dict:
+    """headline_stats from its sums (_sums), the rows' sums of ck (rollout_n) and of ci, and r_max
+    (a number or one per row); element by element, so any number of rows at once gives the same numbers."""
+    mass, sf_sum = s["mass"], s["sf_sum"]
+    gain_sum = sf_sum - s["sl_sum"]
+    gain_in, gain_b = s["sf_in"] - s["sl_in"], s["sf_b"] - s["sl_b"]
+    mean_sl = s["w_sl_sum"] / ci_sum
     mean_sf = sf_sum / mass
     r_max = np.broadcast_to(np.asarray(r_max, dtype=float), mean_sf.shape)
     bad = no_headroom(mean_sl, r_max)
@@ -359,7 +382,7 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: d
         "plasticity": (gain_sum - gain_b) / mass / denom,
         "early_gain": gain_in / mass / denom,
         "late_gain": (gain_sum - gain_in) / mass / denom,
-        "boundary_share": mass_x[:, 2] / mass,
+        "boundary_share": s["mass_b"] / mass,
     }
 
 
@@ -392,24 +415,23 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     """headline_stats of every bootstrap replicate from the counts ck, ci, cp (_counts), a block of
     replicates at a time (each replicate is computed on its own: the same numbers as all at once);
     blocks hold at most BLOCK replicates and about HEADLINE_CELLS cells, so memory stays flat in
-    the numbers of rollouts and passes."""
+    the numbers of rollouts and passes. The products and their sums go block by block; the ratios
+    (element by element) once over every replicate. Rows of counts sum to the units drawn (K, n, P):
+    those sums are known, not summed."""
     (K, n), P = m.sf.shape, m.sl.shape[0]
     design = _design(m)
     # the block size is part of the numbers: BLAS may round a row differently at another place in a block
     block = int(np.clip(HEADLINE_CELLS // (3 * n + 10 * K + P), 64, BLOCK))  # cells of a replicate row
-    out: dict = {}
+    total = len(ck)
+    sums = {name: np.empty(total) for name in SUMS}
     work = {"rows": block, "ci": np.empty((block, n))}
-    for s in range(0, max(len(ck), 1), block):
+    for s in range(0, max(total, 1), block):
         rows = slice(s, s + block)
         cif = work["ci"][:len(ci[rows])]
         np.copyto(cif, ci[rows])  # = ci[rows].astype(float), into the same memory every block
-        part = headline_stats(m, r_max[rows] if np.ndim(r_max) else r_max, r_reference, ck[rows].astype(float),
-                              cif, cp[rows].astype(float), design=design, work=work)
-        for k, v in part.items():
-            if k not in out:
-                out[k] = np.empty(len(ck))
-            out[k][s:s + len(v)] = v
-    return out
+        _sums(m, ck[rows].astype(float), cif, cp[rows].astype(float), float(P), design, work,
+              out={name: a[rows] for name, a in sums.items()})
+    return _ratios(sums, float(ck.shape[1]), float(ci.shape[1]), r_max, r_reference)
 
 
 def deal_paired(tr: TaskRecords) -> bool:
@@ -567,15 +589,19 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
                 sf[row, p], cols[row, p], has[row, p] = float(x["reward"]), col[x["instance_id"]], True
                 variants[p] = x["variant"]
 
+    # every rollout played every position (and every reward is a number): no gap to leave out of a
+    # mean, nor a NaN to mask or to skip in a cumulative sum
+    full = bool(has.all()) and bool(np.isfinite(sf).all()) and bool(np.isfinite(m.sl).all())
+
     def paired_sl(pass_weights: np.ndarray) -> np.ndarray:
         """Stateless reward (mean over weighted passes) of the instance each rollout played at each
         position; pass_weights (B, P) gives (B, K, n)."""
         slbar = pass_weights @ m.sl / pass_weights.sum(axis=1, keepdims=True)
-        return np.where(has, slbar[:, cols], np.nan)
+        return slbar[:, cols] if full else np.where(has, slbar[:, cols], np.nan)
 
     slp = paired_sl(np.ones((1, P)))[0]
     gain = sf - slp
-    cum_gain = np.where(has, np.nancumsum(gain, axis=1), np.nan)
+    cum_gain = np.cumsum(gain, axis=1) if full else np.where(has, np.nancumsum(gain, axis=1), np.nan)
     ck, cp = _weights(rng, n_boot, K), _weights(rng, n_boot, P)
     if paired:
         cp = ck.copy()
@@ -583,9 +609,6 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
     # distinct weights (5 rollouts, 1 pass: 126 for 1000 replicates): each is computed once
     weights, replicate = _distinct_rows(np.hstack([ck, cp]))
     ck, cp = weights[:, :K], weights[:, K:]
-
-    # every rollout played every position (and every reward is a number): no gap to leave out of a mean
-    full = bool(has.all()) and bool(np.isfinite(sf).all()) and bool(np.isfinite(m.sl).all())
 
     def rows_mean(w: np.ndarray, a: np.ndarray) -> np.ndarray:
         """Weighted mean over rollouts per set of rollout weights w (B, K): a is (K, n) or (B, K, n)."""
@@ -596,26 +619,25 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
         num, den = np.einsum("bk,bkn->bn", w, np.where(ok, a, 0.0)), np.einsum("bk,bkn->bn", w, ok)
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
-    def stat(a: np.ndarray, boots: np.ndarray) -> dict:
-        lo, hi = _nanpercentile_columns(boots, [2.5, 97.5], replicate)
-        return {"mean": np.nanmean(a, axis=0).tolist(), "min": np.nanmin(a, axis=0).tolist(),
-                "max": np.nanmax(a, axis=0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
-
     # the distinct weights a chunk at a time: (weights x rollouts x positions) arrays stay small
     # whatever the number of rollouts (all at once, they were most of a run card's memory)
     names = ("stateful", "stateless", "gain", "cumulative_gain")
-    means = {name: np.empty((len(ck), n)) for name in names}
+    means = np.empty((len(ck), len(names), n))  # per distinct weights, each curve's mean
     step = max(1, CURVE_CELLS // max(1, K * n))
     for s in range(0, len(ck), step):
         rows = slice(s, s + step)
         sl_b = paired_sl(cp[rows])
         g_b = sf[None] - sl_b
-        cum_b = np.where(has[None], np.nancumsum(g_b, axis=2), np.nan)
-        for name, a in zip(names, (sf, sl_b, g_b, cum_b)):
-            means[name][rows] = rows_mean(ck[rows], a)
+        cum_b = np.cumsum(g_b, axis=2) if full else np.where(has[None], np.nancumsum(g_b, axis=2), np.nan)
+        for j, a in enumerate((sf, sl_b, g_b, cum_b)):
+            means[rows, j] = rows_mean(ck[rows], a)
+    # every curve's band in one pass over their columns (each column is read off on its own)
+    lo, hi = _nanpercentile_columns(means.reshape(len(ck), -1), [2.5, 97.5], replicate).reshape(2, len(names), n)
     boundaries = [p for p in range(n) if variants[p] is not None and (p == 0 or variants[p] != variants[p - 1])]
     return {"positions": list(range(n)), "variants": variants, "boundaries": boundaries,
-            **{name: stat(a, means[name]) for name, a in zip(names, (sf, slp, gain, cum_gain))}}
+            **{name: {"mean": np.nanmean(a, axis=0).tolist(), "min": np.nanmin(a, axis=0).tolist(),
+                      "max": np.nanmax(a, axis=0).tolist(), "lo": lo[j].tolist(), "hi": hi[j].tolist()}
+               for j, (name, a) in enumerate(zip(names, (sf, slp, gain, cum_gain)))}}
 
 
 def _distinct_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -635,11 +657,16 @@ def _nanpercentile_columns(a: np.ndarray, q: list[float], rows: np.ndarray | Non
     """np.nanpercentile(a[rows], q, axis=0), the same numbers (`rows`: each replicate's row of
     `a`, whose rows are the distinct replicates; None: every row once). Columns without NaN are
     read off the sorted distinct rows with their multiplicities (the expanded column is never
-    sorted: that was most of the curves' cost); the others go through nanpercentile."""
-    counts = np.ones(len(a), dtype=np.intp) if rows is None else np.bincount(rows, minlength=len(a))
+    sorted: that was most of the curves' cost) unless most replicates are distinct (rollouts and
+    passes drawn apart): then np.percentile's selection over the expanded column is cheaper than
+    sorting the distinct rows. The others go through nanpercentile."""
     out = np.empty((len(q), a.shape[1]))
     clean = ~np.isnan(a).any(axis=0)
-    out[:, clean] = _percentile_of_counted_rows(a[:, clean], counts, q)
+    if rows is not None and 2 * len(a) > len(rows):
+        out[:, clean] = np.percentile(a[rows][:, clean], q, axis=0)
+    else:
+        counts = np.ones(len(a), dtype=np.intp) if rows is None else np.bincount(rows, minlength=len(a))
+        out[:, clean] = _percentile_of_counted_rows(a[:, clean], counts, q)
     if not clean.all():
         out[:, ~clean] = np.nanpercentile((a if rows is None else a[rows])[:, ~clean], q, axis=0)
     return out
