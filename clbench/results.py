@@ -110,15 +110,8 @@ def encode_lines(objs: Iterable[dict]) -> bytes:
 def encode_into(out: bytearray, objs: Iterable[dict]) -> None:
     """Append `encode_lines(objs)` to `out`. One growing buffer: keeping every line's bytes object
     alive until a join made encoding 10x slower (allocation, not encoding) when they were megabytes."""
-    if _orjson is None:
-        out += "".join(dumps(o) + "\n" for o in objs).encode()
-        return
     for o in objs:
-        try:
-            line = _orjson.dumps(o, default=_json_default, option=_ORJSON_LINE)
-        except TypeError:  # orjson.JSONEncodeError is one
-            line = None
-        out += line if line is not None and line.isascii() else (dumps(o) + "\n").encode()
+        out += _line(o)
 
 
 def encode_each(out: list[bytes], objs: Iterable[dict]) -> int:
@@ -127,17 +120,23 @@ def encode_each(out: list[bytes], objs: Iterable[dict]) -> int:
     by line copied it over and over (most of a job's encoding cost)."""
     size = 0
     for o in objs:
-        line = None
-        if _orjson is not None:
-            try:
-                line = _orjson.dumps(o, default=_json_default, option=_ORJSON_LINE)
-            except TypeError:  # orjson.JSONEncodeError is one
-                pass
-        if line is None or not line.isascii():
-            line = (dumps(o) + "\n").encode()
+        line = _line(o)
         out.append(line)
         size += len(line)
     return size
+
+
+def _line(o: dict) -> bytes:
+    """One object's line of `encode_lines`: orjson's, or `dumps(o)` where orjson refuses it or the line is not
+    plain ASCII."""
+    if _orjson is not None:
+        try:
+            line = _orjson.dumps(o, default=_json_default, option=_ORJSON_LINE)
+        except TypeError:  # orjson.JSONEncodeError is one
+            line = None
+        if line is not None and line.isascii():
+            return line
+    return (dumps(o) + "\n").encode()
 
 
 def append_lines(path: Path, objs: Iterable[dict]) -> None:
