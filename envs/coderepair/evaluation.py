@@ -73,10 +73,16 @@ class Kept:
 GRADED = Kept(64)
 
 
-def fixed_records_key(issue, ids: list[str], runtime: str) -> str:
-    """`records_key` of the issue's fixed tree: its diffs and hidden test module, the tests, the runtime."""
+def tree_records_key(issue, ids: list[str], runtime: str, tree: str) -> str:
+    """`records_key` of one of the issue's trusted trees: the bug diff, `tree` (what makes this tree: the fix
+    diff, or a tag of the unchanged checkout) with the hidden test module, the tests, the runtime."""
     hidden = str(issue.hidden_module) if issue.hidden_module else ""
-    return records_key(issue.issue_id, issue.bug_diff, issue.fix_diff + hidden, ids, runtime)
+    return records_key(issue.issue_id, issue.bug_diff, tree + hidden, ids, runtime)
+
+
+def fixed_records_key(issue, ids: list[str], runtime: str) -> str:
+    """`tree_records_key` of the issue's fixed tree."""
+    return tree_records_key(issue, ids, runtime, issue.fix_diff)
 
 
 def submission_key(issue, runtime: str, ids: list[str], changes, applied: list[str]) -> str:
@@ -152,8 +158,7 @@ def unchanged_records(issue, tree: Path, make_sandbox: Callable[[Path], Sandbox]
     that changes no source file: only the env's own code runs, as in the fixed tree's trusted runs), cached
     on the host like the fixed tree's. Most submissions of an agent that finds no fix are this tree."""
     ids = [*issue.fail_to_pass, *issue.pass_to_pass]
-    hidden = str(issue.hidden_module) if issue.hidden_module else ""
-    key = records_key(issue.issue_id, issue.bug_diff, "unchanged\0" + hidden, ids, runtime)
+    key = tree_records_key(issue, ids, runtime, "unchanged\0")
     hidden_ids = list(issue.fail_to_pass)
     return cached_records(issue.issue_id, f"{issue.issue_id}-unchanged-{key}",
                           lambda: record_tree(tree, ids, hidden_ids, make_sandbox, timeout, workdir, repo))
