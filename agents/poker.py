@@ -35,7 +35,7 @@ from clbench.agent import Agent
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.cards import FULL_DECK, card_by_name, parse_cards
 from clbench.envs.poker.opponents import make_opponent
-from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Act, Decision, Memo, Policy, Spot
+from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Act, Decision, Memo, Policy, Spot, bet_share
 from clbench.envs.poker.strength import all_combos, strength
 from clbench.envs.poker.table import STREETS
 
@@ -88,12 +88,6 @@ def action_text(d: Decision) -> str:
 
 
 # ------------------------------------------------------------------ playbooks
-def bet_share(s: Spot) -> float:
-    """The bet faced, as a share of the pot before it."""
-    before = s.pot - s.to_call  # max(1, before) without a call to max (a decision asks it)
-    return s.to_call / (before if before > 1 else 1)
-
-
 @dataclass(frozen=True)
 class DefaultPlay(Policy):
     """A sound, opponent-agnostic line: opens and defends by hand percentile, bets made hands and

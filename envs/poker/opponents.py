@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from clbench.envs.poker.policy import Decision, Policy, Spot
+from clbench.envs.poker.policy import Decision, Policy, Spot, bet_share
 
 PRE, FLOP = 0, 1
 
@@ -124,8 +124,7 @@ class LooseAggressive(Policy):
             return s.raise_times(3)
         # defends by pot odds: any pair (or a draw on the turn) calls bets up to `call_share` of the pot,
         # nothing calls bets up to `float_share`, strong hands call anything
-        before = s.pot - s.to_call
-        share = s.to_call / (before if before > 1 else 1)
+        share = bet_share(s)
         some = st.tier >= 1 or st.draw and s.street < 3
         keep = st.tier >= self.late_value_tier or some and share <= self.call_share or share <= self.float_share
         return s.check_or_call() if keep else s.check_or_fold()

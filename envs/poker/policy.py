@@ -150,6 +150,12 @@ class Spot:
         return d
 
 
+def bet_share(s: Spot) -> float:
+    """The bet faced, as a share of the pot before it (at least 1 chip)."""
+    before = s.pot - s.to_call  # max(1, before) without a call to max (a decision asks it)
+    return s.to_call / (before if before > 1 else 1)
+
+
 class Policy:
     """A deterministic strategy: a pure function of the spot."""
 
