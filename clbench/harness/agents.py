@@ -52,13 +52,13 @@ def _shared_bridge(card: dict, transport: str, port: int):
 
 
 def close_endpoints(linger: float = 10.0) -> None:
-    """Stop serving: an HTTP server shuts down gracefully (replies in flight are sent); a stdio
-    server is given `linger` seconds for its client to hang up after the last reply."""
+    """Stop serving: a server is given `linger` seconds for its client to hang up after the last reply
+    (an HTTP server then shuts down gracefully: replies in flight are sent)."""
     for _bridge, endpoint in _ENDPOINTS.values():
         if isinstance(endpoint, threading.Thread):
             endpoint.join(linger)
         else:
-            endpoint.close()
+            endpoint.close(linger)
     _ENDPOINTS.clear()
 
 

@@ -122,7 +122,12 @@ class HttpServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
-    def close(self) -> None:
+    def close(self, linger: float = 10.0) -> None:
+        """Stop serving once the client has hung up (its last connection closed: ending its MCP session
+        after the last reply is one more request), or after `linger` seconds."""
+        deadline = time.monotonic() + linger
+        while self._server.server_state.connections and time.monotonic() < deadline:
+            time.sleep(0.05)
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
