@@ -20,9 +20,10 @@ one-time checks), by generated straight-line code (one statement per sub-env; `_
 SAME_STEP every sub-env steps first and then those whose instance ended reset (eight steps, then
 the resets, keep each method's code and data hot, where alternating them evicts them; sub-envs
 share nothing, so the order changes no result, and an error raised is the one SyncVectorEnv's order
-raises first); the reward and end arrays are copies of arrays made when the same values last came
-(a column of zeros or False of ready ones), and the infos are stacked only when read (`LazyInfo`;
-`lazy_info=False` stacks them in step()).
+raises first), which also tells whether every observation is a str (then the batch is their tuple);
+the reward and end arrays are copies of arrays made when the same columns last came (one dict lookup
+for the three), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks them
+in step()).
 
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
 modes NEXT_STEP (default), SAME_STEP and DISABLED, infos stacked as `_add_info` stacks them, `reset(seed=,
@@ -78,11 +79,11 @@ def _stepper_source(n: int, same_step: bool) -> str:
     """Source of `make(shard, s0.., z0..)`, which returns (step, reset_all) for n sub-envs whose bound step
     and reset methods are s0.. and z0..: straight-line code, one statement per sub-env into local
     variables, where a loop stores its results in lists and reads them back (on DBExplore 1.4k of the
-    vector's 4.8k instructions per instance above eight bare sub-envs). `step` is `_Shard.step`'s work (in SAME_STEP every sub-env steps,
-    then those whose instance ended reset; in NEXT_STEP after every instance ended, the resets alone);
-    `reset_all` resets every sub-env. Each returns its columns and whether every observation is a str
-    (type checks on the locals cost a third of a check over the column). `i` names the sub-env being
-    called, for the error."""
+    vector's 4.8k instructions per instance above eight bare sub-envs). `step` is `_Shard.step`'s work
+    (in SAME_STEP every sub-env steps, then those whose instance ended reset; in NEXT_STEP after every
+    instance ended, the resets alone); `reset_all` resets every sub-env. Each returns its columns and
+    whether every observation is a str (type checks on the locals cost about half of a check over the
+    column). `i` names the sub-env being called, for the error."""
     ks = range(n)
 
     def cols(fmt: str) -> str:
