@@ -29,27 +29,37 @@ every sub-env lives in it (immune to the other sessions on a shared machine), wa
 worker processes step sub-envs (their CPU time is not the parent's), as each row says.
 
 In one process a vector can at best match one env plus what it saves: it does the same env work
-(plus a little cache traffic of eight envs' objects instead of one), skips gym.make's two
-forwarding wrappers around each sub-env after their one-time checks (~1.5-2 us per DBExplore
-instance), stacks infos only when read, steps the sub-envs in generated straight-line code (one
-statement per sub-env into local variables; SAME_STEP: all steps, then the resets of the ended
-ones) and makes three small numpy arrays per vector step (copies of arrays cached by their values).
-Instruction counts (callgrind over 1,024 DBExplore instances after 400 warm-up ones,
-PYTHONHASHSEED=0, counting only the timed run): one env takes 115.7k per instance, the vector
-112.8k SAME_STEP (0.975) and 115.4k NEXT_STEP (0.997); with the earlier loop into column lists
-114.2k and 116.2k. Eight unwrapped envs stepped bare (eight steps, then eight resets, nothing kept)
-take 109.4k, the shard's generated step alone 110.5k (SAME_STEP) / 110.9k (NEXT_STEP): the rest,
-~19k instructions per vector step, is the vector's step around it (the three arrays ~9.5k with
-their key, the LazyInfo ~2.9k, the str check of the observations ~3.1k). The CPU-time ratio is below
-the instruction ratio because whatever runs once per vector step runs cold, between sub-env steps
-that evict its code and data: the vector's own instructions run about ten times slower than the
-envs' (the bare loop of eight envs is 1.11-1.15x one env in CPU time; the column loop's 11k
+(plus a little cache traffic of eight envs' objects instead of one), skips gym.make's two forwarding
+wrappers around each sub-env after their one-time checks (~1.5-2 us per DBExplore instance), stacks
+infos only when read, steps the sub-envs in generated straight-line code (one statement per sub-env
+into local variables; SAME_STEP: all steps, then the resets of the ended ones; the check that every
+observation is a str on its locals) and makes three small numpy arrays per vector step (copies of
+arrays cached under one key: the rewards' bytes and the end flags). Instruction counts (callgrind
+over 1,024 DBExplore instances after 400 warm-up ones, PYTHONHASHSEED=0, counting only the timed
+run): one env takes 115.7k per instance, the vector 112.8k SAME_STEP (0.975) and 115.4k NEXT_STEP
+(0.997); with the earlier loop into column lists 114.2k and 116.2k. Eight unwrapped envs stepped
+bare (eight steps, then eight resets, nothing kept) take 109.4k, the shard's generated step alone
+110.5k (SAME_STEP) / 110.9k (NEXT_STEP): the rest, ~19k instructions per vector step, was then the
+vector's step around it (the three arrays ~9.5k with their two keys, the LazyInfo ~2.9k, the str
+check of the observations over the column ~3.1k). Since the str check runs on the generated code's
+locals, one dict lookup finds the three arrays and NEXT_STEP's step of resets skips `_restart`
+(callgrind of the main thread alone, the benchmark's own loop with its counting, 2,048 instances
+after 512): one env 115.1k, SAME_STEP 112.3k -> 111.2k, NEXT_STEP 115.1k -> 113.7k (0.976 -> 0.967
+and 1.000 -> 0.988 of one env; a run's main thread varies by ~0.4k an instance). The CPU-time ratio
+is below the instruction ratio because whatever runs once per vector step runs cold, between sub-env
+steps that evict its code and data: the vector's own instructions run about ten times slower than
+the envs' (the bare loop of eight envs is 1.08-1.15x one env in CPU time; the column loop's 11k
 instructions per vector step cost ~5% of DBExplore's CPU time), and NEXT_STEP pays its arrays, its
 bookkeeping and the caller's two count_nonzero twice per eight instances (a step of resets in
-between), SAME_STEP once. Measured on 2 shared CPUs (load 4, median and quartiles of 201 alternated
-repeats of 400 instances): DBExplore SAME_STEP 0.99 (0.95-1.01; with the loop into lists 0.95),
-NEXT_STEP 0.93 (0.89-0.96; 0.91); SpectrumMonitor (21 repeats of 200) 0.93 / 0.89 (0.90 / 0.88) in the
-parent alone. Short of 1.0 in CPU time (issue 31).
+between), SAME_STEP once. What is left per vector step is mostly what a step must return: three
+fresh arrays (~0.5 us warm; handing out arrays copied ahead in batches measured no faster, so the
+cost is their allocation, the caller's use and their release, not the copying) and the LazyInfo
+(~0.3 us warm). Measured on 2 shared CPUs (load 5-15, median and quartiles of alternated repeats,
+the earlier vector and this one alternated with one env in the same process): DBExplore SAME_STEP
+0.964 (0.926-1.013) -> 0.980 (0.938-1.029), NEXT_STEP 0.918 (0.873-0.960) -> 0.954 (0.909-0.994)
+(201 repeats of 400 instances; 101 of 2,000: 0.975 -> 0.986 and 0.910 -> 0.936); SpectrumMonitor (41
+repeats of 200) 0.889 -> 0.893 / 0.853 -> 0.867 and MemoryProbe (21 of 200) 0.829 -> 0.836 / 0.952
+-> 0.960 in the parent alone. DBExplore NEXT_STEP stays short of 1.0 in CPU time (issue 31).
 Above that needs a free CPU for a second process: worth it when a step is expensive (MemoryProbe
 ~0.35 ms), a loss when it is cheap (a warm DBExplore instance is ~30 us, less than a pipe round trip).
 Eight envs' objects and results take more cache than one env's, so on a machine whose other

@@ -20,9 +20,10 @@ one-time checks), by generated straight-line code (one statement per sub-env; `_
 SAME_STEP every sub-env steps first and then those whose instance ended reset (eight steps, then
 the resets, keep each method's code and data hot, where alternating them evicts them; sub-envs
 share nothing, so the order changes no result, and an error raised is the one SyncVectorEnv's order
-raises first); the reward and end arrays are copies of arrays made when the same values last came
-(a column of zeros or False of ready ones), and the infos are stacked only when read (`LazyInfo`;
-`lazy_info=False` stacks them in step()).
+raises first), which also tells whether every observation is a str (then the batch is their tuple);
+the reward and end arrays are copies of arrays made when the same columns last came (one dict lookup
+for the three), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks them
+in step()).
 
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
 modes NEXT_STEP (default), SAME_STEP and DISABLED, infos stacked as `_add_info` stacks them, `reset(seed=,
@@ -78,9 +79,11 @@ def _stepper_source(n: int, same_step: bool) -> str:
     """Source of `make(shard, s0.., z0..)`, which returns (step, reset_all) for n sub-envs whose bound step
     and reset methods are s0.. and z0..: straight-line code, one statement per sub-env into local
     variables, where a loop stores its results in lists and reads them back (on DBExplore 1.4k of the
-    vector's 4.8k instructions per instance above eight bare sub-envs). `step` is `_Shard.step`'s work (in SAME_STEP every sub-env steps,
-    then those whose instance ended reset); `reset_all` resets every sub-env (NEXT_STEP after all ended).
-    `i` names the sub-env being called, for the error."""
+    vector's 4.8k instructions per instance above eight bare sub-envs). `step` is `_Shard.step`'s work
+    (in SAME_STEP every sub-env steps, then those whose instance ended reset; in NEXT_STEP after every
+    instance ended, the resets alone); `reset_all` resets every sub-env. Each returns its columns and
+    whether every observation is a str (type checks on the locals cost about half of a check over the
+    column). `i` names the sub-env being called, for the error."""
     ks = range(n)
 
     def cols(fmt: str) -> str:
@@ -89,30 +92,34 @@ def _stepper_source(n: int, same_step: bool) -> str:
     def guarded(body: list[str], on_error: str) -> list[str]:
         return ["    try:", *body, "    except Exception as exc:", f"        {on_error}"]
 
+    text = " and ".join(f"type(o{k}) is str" for k in ks)
     lines = [f"def make(shard, {''.join(f's{k}, ' for k in ks)}{''.join(f'z{k}, ' for k in ks)}):",
              " def step(a):"]
-    if not same_step:
-        lines += ["    if shard.autoreset is not None:", "        return shard._restart(a)"]
+    if not same_step:  # the sub-envs whose instance ended in the last step reset instead
+        lines += ["    ends = shard.autoreset", "    if ends is not None:",
+                  f"        if {' and '.join(f'ends[{k}]' for k in ks)}:",
+                  "            shard.autoreset = None", "            return reset_all()",
+                  "        return shard._restart(a)"]
     lines += guarded([f"        i = {k}\n        o{k}, r{k}, te{k}, tr{k}, i{k} = s{k}(a[{k}])" for k in ks],
                      "shard._failed(i, locals(), exc)")
     lines += [f"    term = {' or '.join(f'te{k}' for k in ks)}", f"    trunc = {' or '.join(f'tr{k}' for k in ks)}",
               "    if not (term or trunc):",
-              f"        return {cols('o{}')}, {cols('r{}')}, None, None, {cols('i{}')}, None"]
+              f"        return {cols('o{}')}, {cols('r{}')}, None, None, {cols('i{}')}, None, {text}"]
     if same_step:
         lines += [f"    {' = '.join(f'f{k}' for k in ks)} = None"]
         lines += guarded([f"        i = {k}\n        if te{k} or tr{k}:\n            f{k} = o{k}, i{k}\n"
                           f"            o{k}, i{k} = z{k}()" for k in ks],
                          "raise _SubEnvError(shard.first + i, exc) from exc")
         finals = cols("f{}")
-    else:
-        lines += [f"    shard.autoreset = [{', '.join(f'bool(te{k} or tr{k})' for k in ks)}]"]
+    else:  # truthy where the instance ended (what _restart and reset read of it)
+        lines += [f"    shard.autoreset = {cols('te{0} or tr{0}')}"]
         finals = "None"
     lines += [f"    return {cols('o{}')}, {cols('r{}')}, {cols('te{}')} if term else None, "
-              f"{cols('tr{}')} if trunc else None, {cols('i{}')}, {finals}",
+              f"{cols('tr{}')} if trunc else None, {cols('i{}')}, {finals}, {text}",
               " def reset_all():"]
     lines += guarded([f"        i = {k}\n        o{k}, i{k} = z{k}()" for k in ks],
                      "raise _SubEnvError(shard.first + i, exc) from exc")
-    lines += [f"    return {cols('o{}')}, None, None, None, {cols('i{}')}, None", " return step, reset_all"]
+    lines += [f"    return {cols('o{}')}, None, None, None, {cols('i{}')}, None, {text}", " return step, reset_all"]
     return "\n".join(lines)
 
 
@@ -164,12 +171,12 @@ class _Shard:
 
     def step(self, actions):
         """Columns (observations, rewards, terminations, truncations, infos, finals) of these sub-envs, as
-        tuples; None stands for a column of zeros (rewards), of False (terminations or truncations, when no
-        instance ended that way) or of None (finals). finals[i] is (final_obs, final_info) of an
-        instance that ended in a SAME_STEP step. In SAME_STEP every sub-env steps first and then those
-        whose instance ended reset (sub-envs share nothing, so the order changes no result; eight steps,
-        then the resets, keep each method's code and data hot in the caches, which alternating them does
-        not: ~0.8 us per instance on DBExplore).
+        tuples, and whether every observation is a str; None stands for a column of zeros (rewards), of
+        False (terminations or truncations, when no instance ended that way) or of None (finals).
+        finals[i] is (final_obs, final_info) of an instance that ended in a SAME_STEP step. In SAME_STEP
+        every sub-env steps first and then those whose instance ended reset (sub-envs share nothing, so
+        the order changes no result; eight steps, then the resets, keep each method's code and data hot
+        in the caches, which alternating them does not: ~0.8 us per instance on DBExplore).
         This method runs until every sub-env is called directly (`_settle`); then the instance's `step`
         is the generated function itself (`_stepper_source`)."""
         out = self._step(actions)
@@ -215,7 +222,7 @@ class _Shard:
             raise _SubEnvError(self.first + i, exc) from exc
         if True in ends:
             self.autoreset = ends
-        return obs, rewards, terms, truncs, infos, None
+        return obs, tuple(rewards), tuple(terms), tuple(truncs), infos, None, _STR.issuperset(map(type, obs))
 
     def _settle(self) -> None:
         """Call an env directly once every wrapper around it only forwards: gym.make's OrderEnforcing
@@ -524,12 +531,11 @@ class BatchedVectorEnv(VectorEnv):
         self.action_space = batch_space(act_space, num_envs)
         self._env_obs: list[Any] = [None] * num_envs
         self._observations = create_empty_array(obs_space, n=num_envs, fn=np.zeros)
-        # `_fresh`: the copy methods of arrays made when the same columns came before (a copy costs less than a
-        # conversion): rewards by their exact bytes, ends by their values; None is a column of zeros or False
+        # the copy methods of arrays made when the same columns came before, by (the rewards' bytes, the end
+        # flags); None is a column of zeros or False (`_copies`)
         self._zeros = np.zeros(num_envs, dtype=np.float64).copy
         self._false = np.zeros(num_envs, dtype=np.bool_).copy
-        self._made_floats: dict[bytes, Any] = {}
-        self._made_ends: dict[tuple, tuple] = {}
+        self._made: dict[tuple, tuple] = {}
         self._pack = struct.Struct(f"{num_envs}d").pack
         # spaces whose batches gymnasium keeps as plain tuples (Text and its subclasses): concatenate()
         # gives tuple(items) and iterate() gives iter(actions), which step() then does without them
@@ -609,57 +615,44 @@ class BatchedVectorEnv(VectorEnv):
         if len(actions) != self.num_envs:
             raise ValueError(f"{self.env_id}: {len(actions)} actions for {self.num_envs} sub-envs")
         if self._pipes or self._closed:
-            obs, rewards, terms, truncs, infos, finals = self._join(
+            obs, rewards, terms, truncs, infos, finals, text = self._join(
                 self._send("step", [(a,) for a in self._split(actions)]))
         else:  # every sub-env in the parent: no messages to send or gather
             try:
-                obs, rewards, terms, truncs, infos, finals = self._local.step(actions)
+                obs, rewards, terms, truncs, infos, finals, text = self._local.step(actions)
             except _SubEnvError as err:
                 self._gather([("error", (err.index, _portable(err.exc)))])
-        if rewards is None and terms is None and truncs is None:  # a step that only reset sub-envs
-            rewards, terms, truncs = self._zeros(), self._false(), self._false()
-        else:
-            rewards, terms, truncs = self._fresh(rewards, terms, truncs)
+        try:
+            key = (rewards if rewards is None else self._pack(*rewards), terms, truncs)
+            copies = self._made[key]
+        except (KeyError, struct.error, TypeError, ValueError, OverflowError):
+            copies = self._copies(rewards, terms, truncs)
         info = LazyInfo({_PENDING: (_stack_later, (self, infos, finals))}) if self.lazy_info else \
             self._stack_step((infos, finals))
         self._env_obs = obs
-        if self._text_obs and _STR.issuperset(map(type, obs)):  # `_batch`'s first case, without its call
-            return tuple(obs), rewards, terms, truncs, info
-        return self._batch(), rewards, terms, truncs, info
+        if text and self._text_obs:  # `_batch`'s first case, without its call
+            return tuple(obs), copies[0](), copies[1](), copies[2](), info
+        return self._batch(), copies[0](), copies[1](), copies[2](), info
 
-    def _fresh(self, rewards, terms, truncs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Fresh reward, termination and truncation arrays of these columns (None: zeros or False), as
-        SyncVectorEnv returns copies: copies of the arrays made the first time the same values came (a
-        copy costs less than a conversion; columns repeat from step to step), rewards found by their
-        exact bytes (a dict of floats would take -0.0 for 0.0), ends by their values. Rewards the
-        packing refuses (one numpy parses from text) and unhashable end flags (an env's own array) are
-        converted each time."""
-        if rewards is None:
-            rewards = self._zeros()
-        else:
-            try:
-                key = self._pack(*rewards)
-            except (struct.error, TypeError, ValueError, OverflowError):
-                key = None
-            copy = self._made_floats.get(key)
-            if copy is None:
-                copy = _keep(self._made_floats, key, np.array(rewards, dtype=np.float64).copy)
-            rewards = copy()
-        if terms is None and truncs is None:
-            return rewards, self._false(), self._false()
+    def _copies(self, rewards, terms, truncs) -> tuple:
+        """The copy methods of arrays of these columns (None: zeros or False), kept by `step` under
+        their key. step() returns fresh arrays, as SyncVectorEnv returns copies: copies of the arrays
+        made the first time the same columns came (a copy costs less than a conversion; columns repeat
+        from step to step), found by the rewards' exact bytes (a dict of floats would take -0.0 for
+        0.0) and the end flags' values. Rewards the packing refuses (one numpy parses from text) and
+        unhashable end flags (an env's own array) are converted each time."""
+        copies = (self._zeros if rewards is None else np.array(rewards, dtype=np.float64).copy,
+                  *(self._false if c is None else np.array(c, dtype=np.bool_).copy for c in (terms, truncs)))
         try:
-            key = (terms if terms is None else tuple(terms), truncs if truncs is None else tuple(truncs))
-            copies = self._made_ends.get(key)
-        except TypeError:
-            key = copies = None
-        if copies is None:
-            copies = _keep(self._made_ends, key, tuple(self._false if c is None else np.array(c, dtype=np.bool_).copy
-                                                      for c in (terms, truncs)))
-        return rewards, copies[0](), copies[1]()
+            key = (rewards if rewards is None else self._pack(*rewards), terms, truncs)
+            hash(key)
+        except (struct.error, TypeError, ValueError, OverflowError):
+            return copies
+        return _keep(self._made, key, copies)
 
     def _join(self, answers: list[tuple]) -> tuple:
         """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,
-        False or None, as `_Shard.step` gives it)."""
+        False or None, as `_Shard.step` gives it), and whether every observation is a str."""
         obs = [x for answer in answers for x in answer[0]]
         infos = [x for answer in answers for x in answer[4]]
         columns = []
@@ -667,10 +660,10 @@ class BatchedVectorEnv(VectorEnv):
             if all(answer[k] is None for answer in answers):
                 columns.append(None)
             else:
-                columns.append([x for sl, answer in zip(self._slices, answers)
-                                for x in (answer[k] if answer[k] is not None else (fill,) * (sl.stop - sl.start))])
+                columns.append(tuple(x for sl, answer in zip(self._slices, answers)
+                                     for x in (answer[k] if answer[k] is not None else (fill,) * (sl.stop - sl.start))))
         rewards, terms, truncs, finals = columns
-        return obs, rewards, terms, truncs, infos, finals
+        return obs, rewards, terms, truncs, infos, finals, all(answer[6] for answer in answers)
 
     def _stack_step(self, columns) -> dict[str, Any]:
         infos, finals = columns
