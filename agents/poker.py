@@ -183,6 +183,8 @@ EXPLOIT_PARAMS: dict[str, dict] = {
 
 PLAYBOOKS: dict[str, Policy] = {"default": DefaultPlay(**REFERENCE_PARAMS),
                                 **{style: DefaultPlay(**params) for style, params in EXPLOIT_PARAMS.items()}}
+#: the playbooks that play otherwise than the reference's line (ids: checked at every decision)
+_EXPLOITS = {id(book) for book in PLAYBOOKS.values() if book != PLAYBOOKS["default"]}
 
 
 # ------------------------------------------------------------------ opponent modelling
@@ -253,16 +255,37 @@ class OpponentModel:
 
     def contradicted_by(self, hand: dict) -> bool:
         """One hand's counts (`hand_counts`) show what the style read so far never does: the opponent
-        has changed. A calling station never folds, bets or raises; a loose-aggressive player bets
-        every flop it can; a fit-or-fold player never limps and never puts chips in after the flop
-        with a weak hand."""
+        has changed. A calling station never folds, bets or raises; a loose-aggressive player never
+        limps and bets every flop it can; a fit-or-fold player never limps and never puts chips in after
+        the flop with a weak hand."""
         style = self.style()
         if style == STATION:
             return any(hand.get(k) for k in _CONTRADICTING)
         if style == LAG:
-            return hand.get(_OPEN_CHANCES[1], 0) > hand.get(_OPENED[1], 0)
+            # a limp shows in half the hands (the opponent's button), a checked flop only when we check to it
+            return bool(hand.get("limped")) or hand.get(_OPEN_CHANCES[1], 0) > hand.get(_OPENED[1], 0)
         if style == FIT_OR_FOLD:
             return bool(hand.get("limped") or hand.get("sd_weak_calls") or hand.get("sd_weak_bets"))
+        return False
+
+    def contradicted_now(self, history) -> bool:
+        """What of `contradicted_by` a hand still in play shows in its actions so far (`table["history"]`),
+        read without counting them: a calling station bet or raised; a loose-aggressive player limped or
+        checked the flop; a fit-or-fold player limped (we never limp, so the opponent's call before the
+        flop that follows no bet of ours is a limp)."""
+        style = self.style()
+        after_bet = -1  # the street on which our bet or raise was the move before, else -1
+        for name, who, kind, _ in history:
+            street = _STREET_NO[name]
+            if who == "you":
+                after_bet = street if kind == RAISE else -1
+                continue
+            if kind == RAISE and style == STATION:
+                return True
+            if after_bet != street and style != STATION and (
+                    street == 0 and kind == CALL or street == 1 and style == LAG and kind != RAISE):
+                return True  # a limp, or a flop it could bet and did not
+            after_bet = -1
         return False
 
     def style(self) -> str | None:
@@ -315,6 +338,8 @@ class PokerReference(Agent):
         spot = table_spot(table)
         opponent = table["opponent"]
         book = self._books.get(opponent) or self.playbook(opponent)  # the lookup inline: this runs at every decision
+        if id(book) in _EXPLOITS and not self.frozen(info) and self.models[opponent].contradicted_now(table["history"]):
+            book = PLAYBOOKS["default"]  # this hand already shows the opponent has changed: its exploit is wrong
         d = spot.legalize(book.decide(spot))
         return f"RAISE {d.total}" if d.kind == RAISE else d.kind  # = action_text(d)
 
