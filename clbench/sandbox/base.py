@@ -280,6 +280,11 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
+def workspace_of(root: Path) -> Path:
+    """The workspace folder of the sandbox folder `root` (`new_root`)."""
+    return root / quota.DATA_DIR / "workspace"
+
+
 def new_root(disk_mb: int) -> tuple[Path, bool]:
     """A sandbox's host folder: its owner tag and `data`, holding an empty `workspace`; returns (folder,
     whether `data` is a tmpfs of `disk_mb`)."""
@@ -291,7 +296,7 @@ def new_root(disk_mb: int) -> tuple[Path, bool]:
         data = root / quota.DATA_DIR
         data.mkdir(mode=0o711)
         mounted = quota.mount_tmpfs(data, disk_mb)
-        (data / "workspace").mkdir()
+        workspace_of(root).mkdir()
     except BaseException:
         quota.remove_root(root)
         raise
@@ -319,7 +324,7 @@ class Sandbox(ABC):
         self.closed = False
         try:
             self._data = self._root / quota.DATA_DIR
-            self.host_workspace = self._data / "workspace"
+            self.host_workspace = workspace_of(self._root)
             self._baseline = self._root / "baseline"
             if source is not None:
                 copy_tree(Path(source), self.host_workspace, into=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from clbench.sandbox import quota
 from clbench.sandbox.base import TAR_FILTER, MiB, CommandResult, Limits, OutputCapture, Runtime, Sandbox, SandboxUnavailable, \
-    chown_tree, new_root
+    chown_tree, new_root, workspace_of
 from clbench.sandbox.process import WATCH_INTERVAL
 
 #: uid the container runs as when clbench runs as root (a plain, unprivileged account)
@@ -335,15 +335,12 @@ class Spare:
     def make(cls, client, config_for, disk_mb: int) -> "Spare":
         root, mounted = new_root(disk_mb)
         try:
-            config = config_for(root / quota.DATA_DIR / "workspace")
+            config = config_for(workspace_of(root))
             container, lifeline = _launch(client, config)
         except BaseException:
             quota.remove_root(root)
             raise
         return cls(config, root, mounted, container, lifeline)
-
-    def workspace(self) -> Path:
-        return self.root / quota.DATA_DIR / "workspace"
 
     def discard(self) -> None:
         _shutdown(getattr(self.lifeline, "_sock", self.lifeline))
@@ -383,7 +380,7 @@ class Spares:
             spare = future.result()
         except Exception:  # noqa: BLE001 - the sandbox starts its own container and reports the error
             return None
-        if spare.config == config_for(spare.workspace()):
+        if spare.config == config_for(workspace_of(spare.root)):
             return spare
         try:
             _removals(os.getpid()).submit(spare.discard)
