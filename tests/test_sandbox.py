@@ -56,14 +56,23 @@ def small_bwrap(tmp_path, timeout: float):
 BACKENDS = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=[*BACKENDS, pytest.param("docker-prestarted", marks=pytest.mark.docker)])
 def sandbox(request, tmp_path):
+    """A sandbox of each backend; docker-prestarted: the container a sandbox of the same configuration
+    prestarted for it (`prestart=True`), so every hostile command also meets a taken spare."""
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "mod.py").write_text("VALUE = 1\n")
     (src / "README").write_text("hello\n")
-    sb = open_sandbox(src, backend=request.param, runtime=_runtime(request.param), workdir="/testbed",
-                      limits=Limits(timeout=4, memory_mb=512, processes=64, file_size_mb=8))
+    backend = request.param.split("-")[0]
+    opts = dict(backend=backend, runtime=_runtime(backend), workdir="/testbed",
+                limits=Limits(timeout=4, memory_mb=512, processes=64, file_size_mb=8))
+    spare = None
+    if request.param == "docker-prestarted":
+        open_sandbox(tmp_path, prestart=True, **opts).close()
+        spare = _spare_container()
+    sb = open_sandbox(src, **opts)
+    assert spare is None or sb.container.id == spare.id
     yield sb
     sb.close()
 
@@ -416,6 +425,100 @@ def test_a_python_environment_under_tmp_stays_visible_inside(tmp_path):
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(env_dir), "venv"], out.stdout
+
+
+# ---------------------------------------------------------------------------------- prestarted containers
+def _spare_container(timeout: float = 60):
+    """The container this process prestarted (waiting for it to run)."""
+    from clbench.sandbox.docker_backend import _SPARES
+
+    return _SPARES[os.getpid()]._next.result(timeout).container
+
+
+def _gone(container_id: str, seconds: float = 20) -> bool:
+    deadline = time.monotonic() + seconds
+    while _container_exists(container_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.docker
+def test_a_prestarted_container_is_the_one_a_fresh_open_makes(tmp_path):
+    """A spare is created with the same arguments as the sandbox that takes it would have used, runs no
+    command before it is taken, is taken once, and is discarded (folder and container) on a mismatch."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("a\n")
+    opts = dict(backend="docker", runtime=_runtime("docker"), workdir="/testbed",
+                limits=Limits(timeout=4, memory_mb=512, processes=64))
+    first = open_sandbox(tmp_path / "src", prestart=True, **opts)
+    spare = _spare_container()
+    taken = open_sandbox(tmp_path / "src", **opts)
+    fresh = open_sandbox(tmp_path / "src", **opts)  # no spare is left: a container of its own
+    try:
+        assert taken.container.id == spare.id != first.container.id and fresh.container.id != spare.id
+        seen, made = (c.client.api.inspect_container(c.container.id) for c in (taken, fresh))
+        assert seen["ExecIDs"] is None and seen["State"]["Running"]  # nothing ran in it before it was taken
+        assert seen["Config"] == made["Config"]
+        assert seen["HostConfig"].pop("Binds") == [f"{taken.host_workspace}:/testbed:rw"]
+        assert made["HostConfig"].pop("Binds") == [f"{fresh.host_workspace}:/testbed:rw"]
+        assert seen["HostConfig"] == made["HostConfig"]
+        uid = 1000 if os.geteuid() == 0 else os.getuid()
+        for sb in (taken, fresh):
+            res = sb.run("cat a.txt && id -u && ls -A /tmp")
+            assert res.ok and res.stdout == f"a\n{uid}\n", res.output()
+            assert sb.changes() == []
+    finally:
+        for sb in (first, taken, fresh):
+            sb.close()
+    # a spare of another configuration is never handed out: removed with its folder
+    with open_sandbox(tmp_path / "src", prestart=True, **opts):
+        spare = _spare_container()
+        root = Path(spare.attrs["HostConfig"]["Binds"][0].split(":")[0]).parents[1]
+        other = dict(opts, limits=Limits(timeout=4, memory_mb=256, processes=64))
+        with open_sandbox(tmp_path / "src", **other) as sb:
+            assert sb.container.id != spare.id
+            assert _gone(spare.id) and not root.exists()
+
+
+@pytest.mark.docker
+def test_a_prestarted_container_goes_with_its_owner(tmp_path):
+    """The spare is removed when its process exits, and stops with it when it is SIGKILLed."""
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "src").mkdir()
+    code = ("import sys, time\n"
+            "from clbench.sandbox import Runtime, open_sandbox\n"
+            "from tests.test_sandbox import _spare_container\n"
+            f"sb = open_sandbox(sys.argv[1], backend='docker', runtime=Runtime(image={_runtime('docker').image!r}), "
+            "prestart=True)\n"
+            "print(_spare_container().id, flush=True)\n"
+            "sb.close()\n"
+            "time.sleep(float(sys.argv[2]))\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "src"), "0"], capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert not _container_exists(done.stdout.strip())
+    owner = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "src"), "600"], stdout=subprocess.PIPE,
+                             text=True, cwd=root)
+    spare = owner.stdout.readline().strip()
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    from clbench.sandbox.docker_backend import docker_client, reap_orphan_containers
+
+    deadline = time.monotonic() + 20
+    while docker_client().containers.get(spare).status == "running" and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert docker_client().containers.get(spare).status != "running"  # its lifeline ended with its owner
+    reap_orphan_containers()
+    assert not _container_exists(spare)
+    from clbench.sandbox.quota import reap_orphan_folders
+
+    reap_orphan_folders()
 
 
 # ---------------------------------------------------------------------------------- per-command cost

@@ -268,9 +268,9 @@ def _terminated(lines):
 TAR_FILTER = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
-def copy_tree(src: Path, dst: Path) -> None:
-    """Copy a folder keeping symlinks as links (never following them)."""
-    shutil.copytree(src, dst, symlinks=True)
+def copy_tree(src: Path, dst: Path, into: bool = False) -> None:
+    """Copy a folder keeping symlinks as links (never following them); `into`: `dst` exists (empty)."""
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=into)
 
 
 def chown_tree(root: Path, uid: int, gid: int) -> None:
@@ -278,6 +278,29 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
         os.lchown(dirpath, uid, gid)
         for name in dirnames + filenames:
             os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
+def workspace_of(root: Path) -> Path:
+    """The workspace folder of the sandbox folder `root` (`new_root`)."""
+    return root / quota.DATA_DIR / "workspace"
+
+
+def new_root(disk_mb: int) -> tuple[Path, bool]:
+    """A sandbox's host folder: its owner tag and `data`, holding an empty `workspace`; returns (folder,
+    whether `data` is a tmpfs of `disk_mb`)."""
+    root = Path(tempfile.mkdtemp(prefix=quota.ROOT_PREFIX))
+    try:
+        os.chmod(root, 0o711)  # the sandbox user must traverse it to reach its workspace
+        (root / quota.OWNER_FILE).write_text(quota.owner_tag())
+        # everything the sandbox can write lives in `data`: a tmpfs of disk_mb when we may mount
+        data = root / quota.DATA_DIR
+        data.mkdir(mode=0o711)
+        mounted = quota.mount_tmpfs(data, disk_mb)
+        workspace_of(root).mkdir()
+    except BaseException:
+        quota.remove_root(root)
+        raise
+    return root, mounted
 
 
 class Sandbox(ABC):
@@ -297,19 +320,14 @@ class Sandbox(ABC):
         self.limits = limits or Limits()
         self.runtime = runtime or Runtime()
         quota.reap_orphan_folders_once()
-        self._root = Path(tempfile.mkdtemp(prefix=quota.ROOT_PREFIX))
-        os.chmod(self._root, 0o711)  # the sandbox user must traverse it to reach its workspace
+        self._root, self._quota_mounted = self._new_root()
         self.closed = False
         try:
-            (self._root / quota.OWNER_FILE).write_text(quota.owner_tag())
-            # everything the sandbox can write lives in `data`: a tmpfs of disk_mb when we may mount
             self._data = self._root / quota.DATA_DIR
-            self._data.mkdir(mode=0o711)
-            self._quota_mounted = quota.mount_tmpfs(self._data, self.limits.disk_mb)
-            self.host_workspace = self._data / "workspace"
+            self.host_workspace = workspace_of(self._root)
             self._baseline = self._root / "baseline"
             if source is not None:
-                copy_tree(Path(source), self.host_workspace)
+                copy_tree(Path(source), self.host_workspace, into=True)
             else:
                 self._populate_from_runtime(self.host_workspace)
             if baseline is not None:  # the caller's immutable copy of the starting tree saves a copy
@@ -322,9 +340,13 @@ class Sandbox(ABC):
             raise
 
     # ------------------------------------------------------------------ backend hooks
+    def _new_root(self) -> tuple[Path, bool]:
+        """The sandbox's host folder with its empty workspace (`new_root`; docker may hand over one
+        made ahead for a prestarted container)."""
+        return new_root(self.limits.disk_mb)
+
     def _populate_from_runtime(self, dest: Path) -> None:
-        """Fill an empty workspace when no source folder is given (docker: the image's workdir)."""
-        dest.mkdir()
+        """Fill the empty workspace when no source folder is given (docker: the image's workdir)."""
 
     @abstractmethod
     def _run(self, command: str, limits: Limits) -> CommandResult:

@@ -8,9 +8,17 @@ the host folder bind-mounted at `workdir`. Images are never pulled: a missing im
 capabilities; commands run as the workspace owner's uid, and after each command everything it
 left running is killed (`kill -9 -1` as that uid), as with bwrap. On a timeout or an output
 flood the container is killed and a fresh one started on the same workspace.
+
+`prestart=True` (a process that opens sandboxes one after another, e.g. CodeRepair): once a
+sandbox's container runs, the next one is started on a background thread, with exactly the
+configuration and limits this sandbox has, over a new empty host folder (`Spare`). The next
+sandbox of the same configuration takes it and copies its tree into that folder; any other
+configuration discards it. A spare is handed out once, before any command ran in it; it carries
+a lifeline and an owner tag like every container, and is removed at exit.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import io
 import os
@@ -19,12 +27,13 @@ import struct
 import tarfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from clbench.sandbox import quota
 from clbench.sandbox.base import TAR_FILTER, MiB, CommandResult, Limits, OutputCapture, Runtime, Sandbox, SandboxUnavailable, \
-    chown_tree
+    chown_tree, new_root, workspace_of
 from clbench.sandbox.process import WATCH_INTERVAL
 
 #: uid the container runs as when clbench runs as root (a plain, unprivileged account)
@@ -95,11 +104,46 @@ def image_exists(image: str) -> bool:
         return False
 
 
+def container_config(runtime: Runtime, workdir: str, lim: Limits, workspace: Path) -> dict:
+    """`containers.create` arguments of a sandbox's container over the host folder `workspace`."""
+    import docker.types
+
+    return dict(
+        image=runtime.image,
+        # the container's lifeline: its main process reads stdin, which this process holds open
+        # (`_lifeline`); when clbench dies, even by SIGKILL, the stream closes, the read ends and
+        # the container stops with everything in it
+        command=["/bin/sh", "-c", "cat >/dev/null"],
+        stdin_open=True,
+        detach=False,  # with stdin_open: StdinOnce, so the first attach's end closes stdin
+        init=True,
+        network_mode="none",
+        user="0:0",  # only init and `sleep` run as root (no capabilities); commands run as the sandbox's uid
+        working_dir=workdir,
+        environment=runtime.environment(workdir),
+        volumes={str(workspace): {"bind": workdir, "mode": "rw"}},
+        read_only=True,
+        tmpfs={"/tmp": f"rw,exec,nosuid,size={lim.disk_mb}m,mode=1777",
+               "/var/tmp": "rw,nosuid,size=64m,mode=1777"},
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        mem_limit=lim.memory_mb * MiB,
+        memswap_limit=lim.memory_mb * MiB,
+        nano_cpus=int(lim.cpus * 1e9),
+        pids_limit=lim.processes,
+        ulimits=[docker.types.Ulimit(name="fsize", soft=lim.file_bytes, hard=lim.file_bytes),
+                 docker.types.Ulimit(name="nofile", soft=lim.open_files, hard=lim.open_files),
+                 docker.types.Ulimit(name="core", soft=0, hard=0)],
+        hostname="sandbox",
+        labels=_labels("1"),
+    )
+
+
 class DockerSandbox(Sandbox):
     backend = "docker"
 
     def __init__(self, source=None, *, workdir: str = "/workspace", limits: Limits | None = None,
-                 runtime: Runtime | None = None, baseline=None):
+                 runtime: Runtime | None = None, baseline=None, prestart: bool = False):
         runtime = runtime or Runtime()
         ok, why = engine_status()
         if not ok:
@@ -114,18 +158,37 @@ class DockerSandbox(Sandbox):
         _reap_once()
         self.container = None
         self._runtime_for_populate = runtime
-        super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
-        if os.geteuid() == 0:
-            self.uid = self.gid = CONTAINER_UID
-            chown_tree(self.host_workspace, self.uid, self.gid)
-        else:
-            self.uid, self.gid = os.getuid(), os.getgid()
-        self._start()
+        try:
+            super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
+            if os.geteuid() == 0:
+                self.uid = self.gid = CONTAINER_UID
+                chown_tree(self.host_workspace, self.uid, self.gid)
+            else:
+                self.uid, self.gid = os.getuid(), os.getgid()
+        except BaseException:
+            self._remove_container()  # a spare's, taken by `_new_root`
+            raise
+        if self.container is None:
+            self._start()
+        if prestart:
+            _spares(os.getpid()).prepare(self.client, self._config_for(), self.limits.disk_mb)
 
     # ------------------------------------------------------------------ container lifecycle
+    def _config_for(self):
+        """workspace folder -> this sandbox's `containers.create` arguments over it (`container_config`)."""
+        return functools.partial(container_config, self.runtime, self.workdir, self.limits)
+
+    def _new_root(self) -> tuple[Path, bool]:
+        """A prestarted spare's folder and container when it was made with exactly this sandbox's
+        configuration, else a new folder (whose container starts once the workspace is filled)."""
+        spare = _spares(os.getpid()).take(self._config_for())
+        if spare is None:
+            return super()._new_root()
+        self.container, self._lifeline = spare.container, spare.lifeline
+        return spare.root, spare.mounted
+
     def _populate_from_runtime(self, dest: Path) -> None:
         """Copy the image's `workdir` out to the host workspace (start from an image)."""
-        dest.mkdir()
         runtime = self._runtime_for_populate
         container = self.client.containers.create(runtime.image, command=["true"], network_mode="none",
                                                   labels=_labels("populate"))
@@ -146,40 +209,7 @@ class DockerSandbox(Sandbox):
                 tar.extract(member, dest, **TAR_FILTER)
 
     def _start(self) -> None:
-        import docker.types
-
-        lim = self.limits
-        self.container = self.client.containers.create(
-            self.runtime.image,
-            # the container's lifeline: its main process reads stdin, which this process holds open
-            # (`_lifeline`); when clbench dies, even by SIGKILL, the stream closes, the read ends and
-            # the container stops with everything in it
-            command=["/bin/sh", "-c", "cat >/dev/null"],
-            stdin_open=True,
-            detach=False,  # with stdin_open: StdinOnce, so the first attach's end closes stdin
-            init=True,
-            network_mode="none",
-            user="0:0",  # only init and `sleep` run as root (no capabilities); commands run as self.uid
-            working_dir=self.workdir,
-            environment=self.runtime.environment(self.workdir),
-            volumes={str(self.host_workspace): {"bind": self.workdir, "mode": "rw"}},
-            read_only=True,
-            tmpfs={"/tmp": f"rw,exec,nosuid,size={lim.disk_mb}m,mode=1777",
-                   "/var/tmp": "rw,nosuid,size=64m,mode=1777"},
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            mem_limit=lim.memory_mb * MiB,
-            memswap_limit=lim.memory_mb * MiB,
-            nano_cpus=int(lim.cpus * 1e9),
-            pids_limit=lim.processes,
-            ulimits=[docker.types.Ulimit(name="fsize", soft=lim.file_bytes, hard=lim.file_bytes),
-                     docker.types.Ulimit(name="nofile", soft=lim.open_files, hard=lim.open_files),
-                     docker.types.Ulimit(name="core", soft=0, hard=0)],
-            hostname="sandbox",
-            labels=_labels("1"),
-        )
-        self._lifeline = self.client.api.attach_socket(self.container.id, params={"stdin": 1, "stream": 1})
-        self.container.start()
+        self.container, self._lifeline = _launch(self.client, self._config_for()(self.host_workspace))
 
     def _restart(self) -> None:
         self._remove_container(wait=True)  # nothing of the killed command may run beside the next one
@@ -277,6 +307,112 @@ def _remove(container) -> None:
         container.remove(force=True)
     except Exception:  # noqa: BLE001 - already gone
         pass
+
+
+def _launch(client, config: dict):
+    """Create and start a container: (container, its lifeline: the attached stdin its main process reads)."""
+    container = client.containers.create(**config)
+    try:
+        lifeline = client.api.attach_socket(container.id, params={"stdin": 1, "stream": 1})
+        container.start()
+    except BaseException:
+        _remove(container)
+        raise
+    return container, lifeline
+
+
+@dataclass
+class Spare:
+    """A prestarted container over its own new host folder (`new_root`); no command has run in it."""
+
+    config: dict  # its containers.create arguments
+    root: Path
+    mounted: bool
+    container: object
+    lifeline: object
+
+    @classmethod
+    def make(cls, client, config_for, disk_mb: int) -> "Spare":
+        root, mounted = new_root(disk_mb)
+        try:
+            config = config_for(workspace_of(root))
+            container, lifeline = _launch(client, config)
+        except BaseException:
+            quota.remove_root(root)
+            raise
+        return cls(config, root, mounted, container, lifeline)
+
+    def discard(self) -> None:
+        _shutdown(getattr(self.lifeline, "_sock", self.lifeline))
+        _remove(self.container)
+        quota.remove_root(self.root)
+
+
+class Spares:
+    """This process's one prestarted container (`DockerSandbox(prestart=True)`), made on a thread of its own."""
+
+    def __init__(self):
+        self._owner = os.getpid()
+        self._lock = threading.Lock()
+        self._next: Future | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clbench-docker-spare")
+        atexit.register(self.discard)
+
+    def prepare(self, client, config_for, disk_mb: int) -> None:
+        """Start a spare of `config_for` (workspace folder -> create arguments) in the background, unless
+        one is on its way."""
+        with self._lock:
+            if self._next is None:
+                try:
+                    self._next = self._pool.submit(Spare.make, client, config_for, disk_mb)
+                except RuntimeError:  # at interpreter shutdown: no new threads
+                    pass
+
+    def take(self, config_for) -> Spare | None:
+        """The spare if it was made with exactly the arguments `config_for` gives over its folder (waiting
+        for it if it is still starting); a spare of another configuration is discarded. Either way no spare
+        is left."""
+        with self._lock:
+            future, self._next = self._next, None
+        if future is None:
+            return None
+        try:
+            spare = future.result()
+        except Exception:  # noqa: BLE001 - the sandbox starts its own container and reports the error
+            return None
+        if spare.config == config_for(workspace_of(spare.root)):
+            return spare
+        try:
+            _removals(os.getpid()).submit(spare.discard)
+        except RuntimeError:  # at interpreter shutdown: no new threads
+            spare.discard()
+        return None
+
+    def discard(self) -> None:
+        """Remove the spare, if any (at exit: the lifeline alone would only stop it)."""
+        if os.getpid() != self._owner:  # a forked child's exit: the spare is its parent's
+            return
+        with self._lock:
+            future, self._next = self._next, None
+        if future is not None:
+            try:
+                future.result().discard()
+            except Exception:  # noqa: BLE001 - it never started
+                pass
+
+
+#: per process id: a forked child makes its own, the parent's spare belongs to the parent
+_SPARES: dict[int, Spares] = {}
+
+
+def _spares(pid: int) -> Spares:
+    return _SPARES.get(pid) or _SPARES.setdefault(pid, Spares())
+
+
+def discard_spare() -> None:
+    """Remove this process's prestarted container, if any (e.g. an env closing its last sandbox)."""
+    if os.getpid() in _SPARES:
+        _SPARES[os.getpid()].discard()
 
 
 @functools.cache

@@ -49,11 +49,13 @@ def choose_backend(backend: str = "auto", runtime: Runtime | None = None) -> str
 
 def open_sandbox(source: str | Path | None = None, *, backend: str = "auto", runtime: Runtime | None = None,
                  workdir: str = "/workspace", limits: Limits | None = None,
-                 baseline: str | Path | None = None) -> Sandbox:
+                 baseline: str | Path | None = None, prestart: bool = False) -> Sandbox:
     """Create a sandbox whose workspace starts as a copy of `source` (or the image's `workdir`).
 
     `baseline`: an unchanging copy of the starting tree that `changes()` compares with (saves
     copying `source` twice when the caller keeps one anyway); by default the sandbox copies it.
+    `prestart`: docker starts the next sandbox's container of the same configuration in the
+    background (clbench.sandbox.docker_backend); the other backends start at the first command.
     """
     name = choose_backend(backend, runtime)
     if name == "docker":
@@ -64,4 +66,5 @@ def open_sandbox(source: str | Path | None = None, *, backend: str = "auto", run
         from clbench.sandbox.local import UnsafeLocalSandbox as cls
     if source is None and name != "docker":
         raise SandboxError(f"the {name} backend starts from a folder; pass `source`")
-    return cls(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
+    extra = {"prestart": prestart} if name == "docker" else {}
+    return cls(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline, **extra)

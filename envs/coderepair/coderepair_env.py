@@ -459,11 +459,12 @@ class CodeRepairEnv(InstanceSequenceEnv):
 
     def open_sandbox(self, tree: Path, repo_name: str, timeout: float | None = None, baseline: Path | None = None
                      ) -> Sandbox:
-        """A sandbox of this env's backend on a copy of `tree` with `repo_name`'s test runtime."""
+        """A sandbox of this env's backend on a copy of `tree` with `repo_name`'s test runtime. An env opens
+        sandboxes one after another (the agent's, grading, review): docker prestarts the next one's container."""
         runtime = runtime_for(repo_name, self._repo(repo_name), self.workdir, self.backend)
         limits = self.limits.with_timeout(timeout)
         return open_sandbox(tree, backend=self.backend, runtime=runtime, workdir=self.workdir, limits=limits,
-                            baseline=baseline)
+                            baseline=baseline, prestart=True)
 
     def _checkout(self, issue: Issue) -> Path:
         """The issue's pristine agent checkout (never handed to a sandbox itself, only copied)."""
@@ -643,6 +644,10 @@ class CodeRepairEnv(InstanceSequenceEnv):
 
     def close(self):
         self._close_sandbox()
+        if self.backend == "docker":
+            from clbench.sandbox.docker_backend import discard_spare
+
+            discard_spare()
         if self._checkouts_dir is not None:
             self._checkouts_dir.cleanup()
             self._checkouts_dir = None
