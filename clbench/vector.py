@@ -405,11 +405,10 @@ for _name in ("__getitem__", "__contains__", "__iter__", "__len__", "__repr__", 
 
 
 def _keep(made: dict, key, value):
-    """`value`, kept in `made` under `key` unless the key is None; `made` holds at most 256."""
-    if key is not None:
-        if len(made) >= 256:
-            made.clear()
-        made[key] = value
+    """`value`, kept in `made` under `key`; `made` holds at most 256."""
+    if len(made) >= 256:
+        made.clear()
+    made[key] = value
     return value
 
 
@@ -625,7 +624,9 @@ class BatchedVectorEnv(VectorEnv):
         try:
             key = (rewards if rewards is None else self._pack(*rewards), terms, truncs)
             copies = self._made[key]
-        except (KeyError, struct.error, TypeError, ValueError, OverflowError):
+        except KeyError:  # columns not seen before: kept for the next time they come
+            copies = _keep(self._made, key, self._copies(rewards, terms, truncs))
+        except (struct.error, TypeError, ValueError, OverflowError):  # no key: converted each time
             copies = self._copies(rewards, terms, truncs)
         info = LazyInfo({_PENDING: (_stack_later, (self, infos, finals))}) if self.lazy_info else \
             self._stack_step((infos, finals))
@@ -640,15 +641,9 @@ class BatchedVectorEnv(VectorEnv):
         made the first time the same columns came (a copy costs less than a conversion; columns repeat
         from step to step), found by the rewards' exact bytes (a dict of floats would take -0.0 for
         0.0) and the end flags' values. Rewards the packing refuses (one numpy parses from text) and
-        unhashable end flags (an env's own array) are converted each time."""
-        copies = (self._zeros if rewards is None else np.array(rewards, dtype=np.float64).copy,
-                  *(self._false if c is None else np.array(c, dtype=np.bool_).copy for c in (terms, truncs)))
-        try:
-            key = (rewards if rewards is None else self._pack(*rewards), terms, truncs)
-            hash(key)
-        except (struct.error, TypeError, ValueError, OverflowError):
-            return copies
-        return _keep(self._made, key, copies)
+        unhashable end flags (an env's own array) have no key and are converted each time."""
+        return (self._zeros if rewards is None else np.array(rewards, dtype=np.float64).copy,
+                *(self._false if c is None else np.array(c, dtype=np.bool_).copy for c in (terms, truncs)))
 
     def _join(self, answers: list[tuple]) -> tuple:
         """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,

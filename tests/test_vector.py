@@ -649,3 +649,29 @@ def test_same_step_reports_the_first_failure_in_sync_order():
     vec.reset(seed=0)
     with pytest.raises(ValueError, match=r"sub-env 3: ValueError: the step broke"):
         vec.step(("0 - -", "0 np -", "0 - -", "boom"))
+
+
+def test_step_arrays_are_fresh_and_columns_without_a_key_are_converted_each_time():
+    """Reward and end arrays are fresh copies at every step (a caller may write into them); columns seen
+    before come from the copies kept under their key, and columns that have none (rewards numpy parses
+    from text, an env's own array of flags) are converted each time and never kept."""
+    vec = gym.make_vec("clbench/MemoryProbe-v2", 2, vectorization_mode="vector_entry_point", workers=1)
+    try:
+        vec.reset(seed=0)
+        shard = vec.unwrapped._local
+        columns = [(("a", "b"), (0.5, 1.0), (False, True), None, ({}, {}), None, True),
+                   (("a", "b"), ("0.5", "1.0"), (False, True), None, ({}, {}), None, True),
+                   (("a", "b"), (0.5, 1.0), np.array([False, True]), None, ({}, {}), None, True)]
+        for step_columns in columns:
+            shard.step = lambda actions, c=step_columns: c
+            kept = len(vec.unwrapped._made)
+            first, second = vec.step(("x", "y")), vec.step(("x", "y"))
+            for a, b in zip(first[1:3], second[1:3]):
+                assert a is not b and np.array_equal(a, b)
+            assert first[1].tolist() == [0.5, 1.0] and first[2].tolist() == [False, True]
+            assert first[3].tolist() == [False, False] and first[1].dtype == np.float64
+            first[1][0] = 9.0  # a caller's write reaches no later step
+            assert vec.step(("x", "y"))[1].tolist() == [0.5, 1.0]
+            assert len(vec.unwrapped._made) == (kept if step_columns is not columns[0] else kept + 1)
+    finally:
+        vec.close()
