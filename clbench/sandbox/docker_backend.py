@@ -221,17 +221,12 @@ class DockerSandbox(Sandbox):
         background (joined at exit; a removal cut short by a killed owner is reaped as an orphan)."""
         lifeline, self._lifeline = getattr(self, "_lifeline", None), None
         if lifeline is not None:
-            _shutdown(getattr(lifeline, "_sock", lifeline))
+            _shutdown(lifeline)
         if self.container is not None:
-            queued = False
-            if not wait:
-                try:
-                    _removals(os.getpid()).submit(_remove, self.container)
-                    queued = True
-                except RuntimeError:  # at interpreter shutdown: no new threads
-                    pass
-            if not queued:
+            if wait:
                 _remove(self.container)
+            else:
+                _remove_later(_remove, self.container)
             self.container = None
 
     # ------------------------------------------------------------------ commands
@@ -343,7 +338,7 @@ class Spare:
         return cls(config, root, mounted, container, lifeline)
 
     def discard(self) -> None:
-        _shutdown(getattr(self.lifeline, "_sock", self.lifeline))
+        _shutdown(self.lifeline)
         _remove(self.container)
         quota.remove_root(self.root)
 
@@ -382,10 +377,7 @@ class Spares:
             return None
         if spare.config == config_for(workspace_of(spare.root)):
             return spare
-        try:
-            _removals(os.getpid()).submit(spare.discard)
-        except RuntimeError:  # at interpreter shutdown: no new threads
-            spare.discard()
+        _remove_later(spare.discard)
         return None
 
     def discard(self) -> None:
@@ -415,6 +407,15 @@ def discard_spare() -> None:
         _SPARES[os.getpid()].discard()
 
 
+def _remove_later(remove, *args) -> None:
+    """`remove(*args)` on this process's removal thread (`_removals`), or here at interpreter shutdown,
+    when no new thread may start."""
+    try:
+        _removals(os.getpid()).submit(remove, *args)
+    except RuntimeError:
+        remove(*args)
+
+
 @functools.cache
 def _removals(pid: int) -> ThreadPoolExecutor:
     """This process's thread that removes closed sandboxes' containers (concurrent.futures joins it at
@@ -440,6 +441,8 @@ def _frames(sock):
 
 
 def _shutdown(sock) -> None:
+    """Shut down and close a socket, or the plain socket inside docker's socket wrapper."""
+    sock = getattr(sock, "_sock", sock)
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
