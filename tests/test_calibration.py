@@ -58,17 +58,11 @@ def test_random_agent_intervals_contain_zero(tmp_path):
 
 
 def _poker_deal_rewards(deal: int) -> dict[str, list[float]]:
-    """The oracle's and the stateless reference's rewards on every hand of one of Poker's deals."""
-    from clbench.agent import make_agent
-    from clbench.runner import make_env, play_instance
+    """The oracle's and the stateless reference's rewards on every hand of one of Poker's deals, as
+    calibration plays them."""
+    from clbench.commands.calibrate import stateless_rewards
 
-    env = make_env(resolve_tasks(["Poker"])[0])
-    rewards = {"oracle": [], "reference": []}
-    for slot in env.unwrapped.schedule.order(0):
-        for agent, out in rewards.items():
-            obs, info = env.reset(seed=deal, options={"instance": slot.instance_id, "stateless": True})
-            out.append(play_instance(env, make_agent(agent, env), obs, info, [])["reward"])
-    return rewards
+    return stateless_rewards(resolve_tasks(["Poker"])[0], ["oracle", "reference"], deals=[deal])
 
 
 def test_poker_r_max_standard_error_matches_the_oracle_and_its_lead_is_real():  # 5 deals of 120 hands

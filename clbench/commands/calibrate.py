@@ -33,16 +33,17 @@ def stateless_means(env_id: str, agents: list[str], env_kwargs: dict | None = No
 
 
 def stateless_rewards(env_id: str, agents: list[str], env_kwargs: dict | None = None, seed: int = 0,
-                      instances: list[str] | None = None) -> dict[str, list[float]]:
+                      instances: list[str] | None = None, deals: list[int] | None = None) -> dict[str, list[float]]:
     """What `stateless_means` averages: each agent's rewards, instance by instance in the same order for
-    every agent (deal by deal), so two agents' lists pair up."""
+    every agent (deal by deal), so two agents' lists pair up. `deals`: only these of the benchmark's deals
+    (each plays on its own, e.g. one per process)."""
     from clbench.agent import make_agent
     from clbench.runner import make_env, play_instance
 
     env = make_env(env_id, **(env_kwargs or {}))
     try:
         ids = instances or [slot.instance_id for slot in env.unwrapped.schedule.order(0)]
-        deals = range(env.unwrapped.deals)
+        deals = range(env.unwrapped.deals) if deals is None else deals
         played = {}
         for agent in agents:
             rewards = []
