@@ -559,3 +559,25 @@ def test_a_short_command_returns_as_soon_as_it_exits(monkeypatch):
     assert res.ok and res.stdout == "done\n" and slept == []
     res = process.run_process(["/bin/sh", "-c", "sleep 5"], Limits(timeout=0.3))
     assert res.timed_out and res.elapsed < 3
+
+
+@pytest.mark.docker
+def test_what_a_sandbox_leaves_never_reaches_the_prestarted_next_one(tmp_path):
+    """An agent that plants files (workspace, /tmp, /var/tmp, its home) and a background process in its
+    sandbox, hoping the next sandbox (grading or review, which takes the spare) finds them: the spare was
+    started before any of its commands, over its own folder, so it sees none of it."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("a\n")
+    opts = dict(backend="docker", runtime=_runtime("docker"), workdir="/testbed",
+                limits=Limits(timeout=4, memory_mb=512, processes=64))
+    with open_sandbox(tmp_path / "src", prestart=True, **opts) as first:
+        spare = _spare_container()
+        plant = ("echo planted > /testbed/planted; echo planted > /tmp/planted; echo planted > /var/tmp/planted; "
+                 "(nohup sleep 300 >/dev/null 2>&1 &); ls /proc | grep -c '^[0-9]'")
+        assert first.run(plant).ok
+    with open_sandbox(tmp_path / "src", **opts) as taken:
+        assert taken.container.id == spare.id
+        look = taken.run("cat /testbed/planted /tmp/planted /var/tmp/planted 2>&1; "
+                         "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
+        assert "planted\n" not in look.stdout and "sleep 300" not in look.stdout, look.output()
+        assert sorted(p.name for p in taken.host_workspace.iterdir()) == ["a.txt"]
