@@ -903,3 +903,45 @@ def test_a_card_blind_first_in_aggressor_stays_below_the_reference():
         for size in (0.33, 0.5, 1.0):
             for share in (0.25, 1.0):
                 assert mean_over(env, FirstIn(size, share), deals) < r_ref - 1.0, (size, share, r_ref)
+
+
+@pytest.mark.parametrize("world", [None, 3])
+def test_nothing_an_agent_sees_in_play_names_a_kind_or_a_change(world):
+    """An agent that reads the answer off what the env hands it, rather than learning it: over a whole
+    stateful pass and the stateless pass, no observation, info, tool schema or spec card names an opponent's
+    kind (in any spelling), the key of a changed player's policy, or an exploitable parameter's value
+    (each instance's id names only its variant and opponent, which a player at the table sees anyway)."""
+    env = make(**({} if world is None else {"world_seed": world}))
+    base = env.unwrapped
+    latent = base.latent()
+    changed = {key for key in latent["opponents"] if key not in {inst.payload.opponent for v in base.schedule.variants
+                                                                  for inst in v.instances}}
+    assert changed  # the canonical world has a changed player, whose policy is played under its own key
+    seen = [json.dumps(base.spec_card, sort_keys=True, default=str), json.dumps(base.tools)]
+
+    class Reader(PokerReference):
+        def act(self, observation, info):
+            seen.append(observation + json.dumps(info, sort_keys=True, default=str))
+            return super().act(observation, info)
+
+    order = base.schedule.order(0)
+    obs, info = env.reset(seed=0)
+    agent = Reader(base.spec_card)
+    for slot in order:
+        if slot.position:
+            obs, info = env.reset()
+        play_instance(env, agent, obs, info, [])
+    for slot in order[:30]:
+        obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+        play_instance(env, Reader(base.spec_card), obs, info, [])
+    text = "\n".join(seen).lower()
+    assert len(seen) > 300 and all(name.lower() in text for name in ("Mara", "Dex", "Quinn"))  # what a player sees
+    for kind in ("calling_station", "loose_aggressive", "fit_or_fold"):
+        for spelling in {kind, kind.replace("_", " "), kind.replace("_", "-")}:
+            assert spelling not in text, spelling
+    for key in changed:
+        assert key.lower() not in text, key
+    values = {f"{v}" for spec in latent["opponents"].values() for k, v in spec.items()
+              if k not in ("style", "name") and isinstance(v, float) and len(f"{v}") > 3}
+    assert values or world is None  # a drawn world's parameters have three decimals
+    assert not {v for v in values if re.search(rf"(?<![\d.]){re.escape(v)}(?![\d])", text)}, values
