@@ -242,6 +242,9 @@ class InstanceSequenceEnv(gym.Env):
     #: so the default run's rollouts each play their own cards and a score averages over `deals` of them
     #: where one deal's luck would swamp the skill (Poker); 1: every rollout plays the same instances
     deals: int = 1
+    #: rough wall seconds of one instance played by a scripted agent (order of magnitude): the runner
+    #: starts the jobs with the most instances x seconds first, so the cheap ones fill the workers' tails
+    instance_seconds: float = 0.01
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -18,7 +18,7 @@ from clbench.executors import execute
 from clbench.progress import RunProgress
 from clbench.run_dir import RunDirectory
 from clbench.runcard import build_run_card, provenance, task_params
-from clbench.runner import RunConfig, cached_env, config_dict, make_agent, plan_jobs
+from clbench.runner import Job, RunConfig, cached_env, config_dict, make_agent, plan_jobs
 
 
 class RunIncomplete(RuntimeError):
@@ -55,6 +55,15 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def dearest_first(jobs: list[Job], seconds: dict[str, float]) -> list[Job]:
+    """Jobs in the order to start them: the most work first (instances x the env's `instance_seconds`),
+    so the long jobs start at once and the cheap ones fill the workers' tails. Ordered by instances
+    alone, a suite started CodeRepair's stateless passes (7 instances of ~10 s each) after Poker's
+    (120 of ~1 ms) and one worker idled at the end: the same jobs' record times give 980 s that way
+    against 941 s this way, on 2 workers."""
+    return sorted(jobs, key=lambda j: -j.remaining * seconds[j.config.env_id])
+
+
 def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: bool = False,
              executor: str = "local", ray_address: str | None = None, quiet: bool = False,
              policy: ErrorPolicy | None = None) -> dict:
@@ -79,10 +88,11 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
 def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_address, quiet: bool,
               policy: ErrorPolicy | None) -> dict:
     out = rd.root
-    jobs, expected = [], {}
+    jobs, expected, seconds = [], {}, {}
     for cfg in cfgs:
         env = cached_env(cfg.env_id, cfg.env_kwargs)
         base = env.unwrapped
+        seconds[cfg.env_id] = base.instance_seconds
         check_shocks(cfg.shocks, len(base.schedule), cfg.env_id)  # before any work, calibration included
         if not base.calibrated and not base.baselines_from_spec and not quiet:
             say(f"{cfg.env_id}: {world_label(base)} has no r_max / r_reference yet" +
@@ -126,8 +136,7 @@ def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_addr
         rd.request_stop(reason)
         say(f"STOPPING: {reason}")
 
-    # longest first: stateful rollouts of the biggest schedules keep the workers busy
-    jobs.sort(key=lambda j: -j.remaining)
+    jobs = dearest_first(jobs, seconds)
     with RunProgress(out, expected, quiet=quiet, policy=policy, on_stop=stop):
         execute(jobs, workers, on_done, executor=executor, ray_address=ray_address)
     rd.clear_stop()

@@ -85,6 +85,27 @@ def test_ray_executor_matches_local_pool(tmp_path, monkeypatch):
     assert in_driver == planned[-1:] and len(planned) > 1
 
 
+def test_the_dearest_jobs_start_first(tmp_path):
+    """Jobs start by instances x the env's `instance_seconds`: CodeRepair's rollouts and stateless passes
+    (26 and 7 instances of seconds each) before Poker's (120 hands of about a millisecond), so the cheap
+    jobs fill the workers' tails instead of a CodeRepair pass playing alone at the end of a suite."""
+    from clbench.rollout import dearest_first
+    from clbench.runner import cached_env, plan_jobs
+
+    jobs, seconds = [], {}
+    for eid in ("clbench/Poker-v5", "clbench/CodeRepair-v6"):
+        cfg = RunConfig(eid, "reference", str(tmp_path / eid.split("/")[1]), rollouts=2, workers=2)
+        base = cached_env(eid, cfg.env_kwargs).unwrapped
+        seconds[eid] = base.instance_seconds
+        jobs += plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable)
+    order = [(j.config.env_id, j.mode, j.remaining) for j in dearest_first(jobs, seconds)]
+    envs = [e for e, _, _ in order]
+    first_poker = envs.index("clbench/Poker-v5")
+    assert set(envs[:first_poker]) == {"clbench/CodeRepair-v6"} and set(envs[first_poker:]) == {"clbench/Poker-v5"}
+    assert order[:2] == [("clbench/CodeRepair-v6", "stateful", 26)] * 2  # the rollouts, then the passes' chunks
+    assert order[first_poker] == ("clbench/Poker-v5", "stateful", 120)
+
+
 def test_suite_command_prints_summary(tmp_path, capsys):
     assert main(["suite", "--agent", "reference", "--tasks", "SpectrumMonitor", "--rollouts", "2", "--workers", "1",
                  "--env-arg", "schedule=short", "--quiet", "--out", str(tmp_path / "s")]) == 0

@@ -284,6 +284,8 @@ class CodeRepairEnv(InstanceSequenceEnv):
                       "step); the workspace is graded as the command left it.")
     invalid_action_costs_step = True
     max_invalid_repeats = 3
+    #: wall seconds of an instance (a repair's sandboxed commands and graded submission), roughly: the runner starts the dearest jobs first
+    instance_seconds = 10.0
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
     degenerate_answers = {"submit-marker": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}
     agents = {"reference": "clbench.agents.coderepair:CodeRepairReference",

@@ -213,6 +213,8 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     )
     invalid_action_costs_step = True
     max_invalid_repeats = 3
+    #: wall seconds of an instance (DuckDB queries and survival fits), roughly: the runner starts the dearest jobs first
+    instance_seconds = 0.04
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
     degenerate_answers = {
         name: json.dumps({"tool": "submit_cohort_report",

@@ -140,6 +140,8 @@ class DBExploreEnv(InstanceSequenceEnv):
                       "(or the JSON tool calls query_sql {\"sql\": ...} / answer {\"value\": ...}).")
     max_invalid_repeats = 3
     invalid_action_costs_step = False
+    #: wall seconds of an instance (a question's DuckDB queries), roughly: the runner starts the dearest jobs first
+    instance_seconds = 0.01
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
     degenerate_answers = {"zero": "ANSWER: 0", "one": "ANSWER: 1", "query": "QUERY: SELECT 1"}
     agents = {

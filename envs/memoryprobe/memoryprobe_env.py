@@ -133,6 +133,8 @@ class MemoryProbeEnv(InstanceSequenceEnv):
     #: modules a scripted agent may import (text normalisation and the public sentence templates and value domains; no world's facts; tests/test_reference_imports.py)
     public_modules = ("text", "vocabulary")
     reward_unit = "recall accuracy 0-1"
+    #: wall seconds of an instance (one question), roughly: the runner starts the dearest jobs first
+    instance_seconds = 0.003
     suite = False  # a diagnostic of memory systems, not one of the six benchmark tasks
     reward_text = ("Per question +1 if right, -1 if wrong, 0 if left out or answered 'unknown'; the session's reward "
                    "is the sum divided by the number of questions (1.0 is perfect).")

@@ -225,6 +225,8 @@ class PokerEnv(InstanceSequenceEnv):
     )
     invalid_action_costs_step = False
     max_invalid_repeats = 3
+    #: wall seconds of an instance (one hand), roughly: the runner starts the dearest jobs first
+    instance_seconds = 0.0005
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)
     degenerate_answers = {"call": "CALL", "fold": "FOLD", "check": "CHECK", "all-in": "ALL-IN"}
     agents = {

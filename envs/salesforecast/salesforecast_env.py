@@ -162,6 +162,8 @@ class SalesForecastEnv(InstanceSequenceEnv):
     max_commands = 20
     invalid_action_costs_step = True
     max_invalid_repeats = 3
+    #: wall seconds of an instance (sandboxed commands in the workspace), roughly: the runner starts the dearest jobs first
+    instance_seconds = 2.0
     #: the workspace is agent-written state the slot alone cannot rebuild: restart, don't resume
     resumable = False
     #: fixed replies that ignore the observation (clbench.agents.degenerate, tests/test_honest_scores.py)

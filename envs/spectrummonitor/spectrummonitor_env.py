@@ -138,6 +138,8 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     """
 
     env_id = "clbench/SpectrumMonitor-v5"
+    #: wall seconds of an instance (one scan), roughly: the runner starts the dearest jobs first
+    instance_seconds = 0.002
     redealable = True
     reward_unit = "IoU"
     brief = (
