@@ -150,9 +150,8 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
     executor would), from the first submission on: a thread playing earlier held the GIL while
     Ray was imported and connected, and made that take most of a short run (and on a private
     instance RayLifeline ends every process started before ray.init returns). It stops taking new
-    jobs once a Ray job has reported. Ray is
-    handed jobs RAY_JOBS_PER_CPU per cluster CPU at a time, dearest first (rollout.dearest_first), so the driver has jobs
-    to take.
+    jobs once a Ray job has reported. Ray is handed jobs RAY_JOBS_PER_CPU per cluster CPU at a time,
+    dearest first (rollout.dearest_first), so the driver has jobs to take.
     """
     helper = _DriverPlays(jobs)
     try:
