@@ -27,6 +27,7 @@ import fcntl
 import json
 import os
 import time
+from operator import itemgetter
 from pathlib import Path
 
 from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append, all_well_formed,
@@ -44,6 +45,7 @@ FLUSH_BYTES = 1 << 17
 #: the lock file of a run directory; held by the one clbench process writing it
 RUN_LOCK = ".writer.lock"
 TRAJECTORIES, TRANSCRIPTS, STATE = "trajectories", "transcripts", "state"
+_KEY_FIELDS = itemgetter("task", "system", "mode", "rollout", "instance_id")  # record_key's fields
 
 
 class RunDirectoryBusy(RuntimeError):
@@ -352,7 +354,8 @@ class RunDirectory:
         process wrote into a directory that held none before; when each is well-formed and its key
         unique, they are what reading results.jsonl back would give and are returned as they are
         (parsing the file again was a visible part of a short run); otherwise the file is read."""
-        if played is not None and all_well_formed(played) and len(set(map(record_key, played))) == len(played):
+        # the key fields read in C: record_key's int() is a no-op on the whole numbers all_well_formed requires
+        if played is not None and all_well_formed(played) and len(set(map(_KEY_FIELDS, played))) == len(played):
             return list(played)
         return load_records(self.root)
 
