@@ -27,10 +27,11 @@ import fcntl
 import json
 import os
 import time
+from operator import itemgetter
 from pathlib import Path
 
 from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append, all_well_formed,
-                             _write_locked, append_lines, encode_each, iter_jsonl, load_metadata, load_records,
+                             _write_locked, append_lines, encode_into, iter_jsonl, load_metadata, load_records,
                              read_json, record_key, reset_of, safe_name, split_instances, write_json_atomic)
 
 #: written into a run directory by the driver's error policy: jobs stop before their next instance
@@ -38,13 +39,13 @@ STOP_FILE = "STOP"
 #: a job writes its finished instances, and looks for STOP, at least this often (JobFiles): a kill
 #: loses at most this much play, which --resume plays again
 FLUSH_SECONDS = 0.25
-#: ... and once it holds this many bytes of lines: held lines of more than a few hundred KiB made
-#: each new line several times dearer than encoding it (the allocator's behaviour with that much
-#: freed at once, then allocated again); below, they cost less than one growing buffer
+#: ... and once its buffers hold this many bytes of lines: a job's memory stays bounded (buffers of
+#: megabytes, freed at once and allocated again, made each new line several times dearer than encoding it)
 FLUSH_BYTES = 1 << 17
 #: the lock file of a run directory; held by the one clbench process writing it
 RUN_LOCK = ".writer.lock"
 TRAJECTORIES, TRANSCRIPTS, STATE = "trajectories", "transcripts", "state"
+_KEY_FIELDS = itemgetter("task", "system", "mode", "rollout", "instance_id")  # record_key's fields
 
 
 class RunDirectoryBusy(RuntimeError):
@@ -189,18 +190,17 @@ class JobFiles:
     least every FLUSH_SECONDS or FLUSH_BYTES, and at once after an errored instance, before a
     checkpoint and when the job ends (`close`): trajectory, then transcripts, then their records (a
     record on disk means its trajectory is too). A file's bytes are those of writing each instance
-    at once. An instance is encoded when it is handed over (clbench.results.encode_each): until the
-    flush a job holds lines, not every event's dicts and observations."""
+    at once. An instance is encoded when it is handed over (clbench.results.encode_into): until the
+    flush a job holds one buffer of lines per file, not every event's dicts and observations."""
 
     def __init__(self, sink, out: str | Path, trajectory: Path, journal: Path | None = None):
         self.sink, self.out = sink, str(out)
         self.trajectory = os.path.relpath(trajectory, self.out)
         self.journal = os.path.relpath(journal, self.out) if journal is not None else None
         self._encoder = None  # transcripts: opened on the first instance that has one
-        self._traj: list[bytes] = []
+        self._traj = bytearray()
         self._transcripts: list[dict] = []
-        self._records: list[bytes] = []
-        self._held = 0  # bytes of the lines held
+        self._records = bytearray()
         self._flushed = time.perf_counter()
         self._stop_checked = float("-inf")
 
@@ -213,28 +213,30 @@ class JobFiles:
         return stop_requested(self.out)
 
     def instance(self, traj: list[dict], record: dict, info: dict, transcript: list[dict] | None) -> None:
-        held = self._held + encode_each(self._traj, traj)
+        encode_into(self._traj, traj)
         if transcript:
             from clbench.llm.transcripts import Encoder
 
             if self._encoder is None:
                 self._encoder = Encoder()
             self._transcripts.append(self._encoder.encode(info["instance_id"], info["position"], transcript))
-        self._held = held + encode_each(self._records, (record,))
-        if record.get("error") or self._held >= FLUSH_BYTES or time.perf_counter() - self._flushed >= FLUSH_SECONDS:
+        encode_into(self._records, (record,))
+        if record.get("error") or len(self._traj) + len(self._records) >= FLUSH_BYTES \
+                or time.perf_counter() - self._flushed >= FLUSH_SECONDS:
             self.flush()
 
     def flush(self) -> None:
         """Write what finished instances are held back."""
         if self._traj:
-            self.sink.write(self.trajectory, b"".join(self._traj))
+            self.sink.write(self.trajectory, self._traj)
         if self._transcripts:
             from clbench.llm.transcripts import transcript_rel
 
             self.sink.append(transcript_rel(self.trajectory), self._transcripts)
         if self._records:
-            self.sink.write(RESULTS_FILE, b"".join(self._records))
-        self._traj, self._transcripts, self._records, self._held = [], [], [], 0
+            self.sink.write(RESULTS_FILE, self._records)
+        # new buffers, not cleared ones: a relaying sink (Ray's) holds the written ones until it sends them
+        self._traj, self._transcripts, self._records = bytearray(), [], bytearray()
         self._flushed = time.perf_counter()
 
     def checkpoint(self, position: int, state) -> None:
@@ -352,7 +354,8 @@ class RunDirectory:
         process wrote into a directory that held none before; when each is well-formed and its key
         unique, they are what reading results.jsonl back would give and are returned as they are
         (parsing the file again was a visible part of a short run); otherwise the file is read."""
-        if played is not None and all_well_formed(played) and len(set(map(record_key, played))) == len(played):
+        # the key fields read in C: record_key's int() is a no-op on the whole numbers all_well_formed requires
+        if played is not None and all_well_formed(played) and len(set(map(_KEY_FIELDS, played))) == len(played):
             return list(played)
         return load_records(self.root)
 

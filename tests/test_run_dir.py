@@ -198,19 +198,21 @@ def test_lines_hold_the_values_the_stdlib_encoder_writes():
 
 
 def test_job_lines_are_encode_lines_and_a_card_validates_as_it_reads_back():
-    """encode_each (a job's lines) gives encode_lines' bytes line by line; json_values is what
+    """encode_into (a job's buffer) gives encode_lines' bytes, one object after another; json_values is what
     json.loads(json.dumps(obj, default=float)) gives (the run card is validated as it reads back);
     pretty writes strings and floats as the C encoder does."""
     import math
     from collections import OrderedDict
 
-    from clbench.results import encode_each, encode_lines, pretty
+    from clbench.results import encode_into, encode_lines, pretty
     from clbench.runcard import json_values
 
     objs = [{"event": "step", "observation": "a\nb", "reward": -0.0, "nan": float("nan")}, {"text": "café"},
             {1: "a non-string key"}, {"huge": 1 << 70}]
-    out: list[bytes] = []
-    assert encode_each(out, objs) == len(encode_lines(objs)) and b"".join(out) == encode_lines(objs)
+    out = bytearray(b"held\n")
+    for obj in objs:
+        encode_into(out, [obj])
+    assert out == b"held\n" + encode_lines(objs) == b"held\n" + b"".join(encode_lines([o]) for o in objs)
 
     def same(a, b):
         if type(a) is not type(b):
