@@ -33,7 +33,7 @@ import numpy as np
 
 from clbench.agent import Agent
 from clbench.envs.poker.betting import Betting
-from clbench.envs.poker.cards import FULL_DECK, card_by_name, parse_cards
+from clbench.envs.poker.cards import FULL_DECK, parse_cards
 from clbench.envs.poker.opponents import make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Act, Decision, Memo, Policy, Spot, bet_share
 from clbench.envs.poker.strength import all_combos, strength
@@ -42,7 +42,8 @@ from clbench.envs.poker.table import STREETS
 BOARD_LEN = (0, 3, 4, 5)
 _STREET_NO = {name: i for i, name in enumerate(STREETS)}
 _new = tuple.__new__
-_CARD = card_by_name
+#: a table's card names (as a tuple) -> its cards: one dict lookup instead of one per card (every decision)
+_CARDS = Memo(parse_cards).__getitem__
 # count names, built once (hand_counts runs after every hand)
 _FACED = {kind: f"faced_{kind}" for kind in (FOLD, CHECK, CALL, RAISE)}
 _OPEN_CHANCES = tuple(f"open_chances_{street}" for street in range(4))
@@ -54,7 +55,7 @@ _UNREAD = object()  # `OpponentModel.style` not read since the counts last chang
 
 # ------------------------------------------------------------------ reading the table
 def hand_cards(table: dict) -> tuple[tuple, tuple]:
-    return parse_cards(table["hole"]), parse_cards(table["board"])
+    return _CARDS(tuple(table["hole"])), _CARDS(tuple(table["board"]))
 
 
 def table_acts(table: dict) -> list[tuple[int, int, str, int]]:
@@ -78,7 +79,7 @@ _ACT_OF = Memo(lambda e: _new(Act, (_STREET_NO[e[0]], e[1] == "you", e[2], e[3])
 def table_spot(table: dict) -> Spot:
     # all in C but the first sight of an entry (this runs at every decision)
     history = tuple(map(_ACT_OF, map(tuple, table["history"])))
-    return Spot(tuple(map(_CARD, table["hole"])), tuple(map(_CARD, table["board"])), table["pot"], table["to_call"],
+    return Spot(_CARDS(tuple(table["hole"])), _CARDS(tuple(table["board"])), table["pot"], table["to_call"],
                 table["my_bet"], table["my_stack"], table["opp_stack"], table["min_raise"], table["max_raise"],
                 table["button"], table["blinds"][1], history)
 
@@ -195,14 +196,13 @@ def hand_counts(table: dict) -> dict[str, int]:
     hand = {"hands": 1}
     get = hand.get
     shown = table.get("opp_hole")
-    opp_hole = parse_cards(shown) if shown else None
-    board = parse_cards(table["board"]) if shown else ()  # read only for a showdown's strengths
+    if shown:  # a showdown: the opponent's strengths are read, for its calls and bets after the flop only
+        opp_hole, board = _CARDS(tuple(shown)), _CARDS(tuple(table["board"]))
     after_bet = -1  # the street on which our bet or raise was the move before, else -1
-    for name, who, kind, total in table["history"]:
-        street = _STREET_NO[name]
-        if who != "you":
+    for street, mine, kind, _ in map(_ACT_OF, map(tuple, table["history"])):  # the entries as Acts (memoized)
+        if not mine:
             weak = False  # shown down with a weak hand
-            if opp_hole and street > 0:
+            if shown and street and (kind == CALL or kind == RAISE):
                 held = strength(opp_hole, board[:BOARD_LEN[street]])
                 weak = held.tier <= 1 and not held.draw
             # stacks are equal, so the opponent faces a bet exactly after our bet or raise on this street
@@ -268,16 +268,15 @@ class OpponentModel:
             return bool(hand.get("limped") or hand.get("sd_weak_calls") or hand.get("sd_weak_bets"))
         return False
 
-    def contradicted_now(self, history) -> bool:
-        """What of `contradicted_by` a hand still in play shows in its actions so far (`table["history"]`),
-        read without counting them: a calling station bet or raised; a loose-aggressive player limped or
-        checked the flop; a fit-or-fold player limped (we never limp, so the opponent's call before the
-        flop that follows no bet of ours is a limp)."""
+    def contradicted_now(self, acts: tuple[Act, ...]) -> bool:
+        """What of `contradicted_by` a hand still in play shows in its actions so far (a spot's `history`, as
+        the decision reads them already), read without counting them: a calling station bet or raised; a
+        loose-aggressive player limped or checked the flop; a fit-or-fold player limped (we never limp, so
+        the opponent's call before the flop that follows no bet of ours is a limp)."""
         style = self.style()
         after_bet = -1  # the street on which our bet or raise was the move before, else -1
-        for name, who, kind, _ in history:
-            street = _STREET_NO[name]
-            if who == "you":
+        for street, mine, kind, _ in acts:
+            if mine:
                 after_bet = street if kind == RAISE else -1
                 continue
             if kind == RAISE and style == STATION:
@@ -338,7 +337,7 @@ class PokerReference(Agent):
         spot = table_spot(table)
         opponent = table["opponent"]
         book = self._books.get(opponent) or self.playbook(opponent)  # the lookup inline: this runs at every decision
-        if id(book) in _EXPLOITS and not self.frozen(info) and self.models[opponent].contradicted_now(table["history"]):
+        if id(book) in _EXPLOITS and not self.frozen(info) and self.models[opponent].contradicted_now(spot.history):
             book = PLAYBOOKS["default"]  # this hand already shows the opponent has changed: its exploit is wrong
         d = spot.legalize(book.decide(spot))
         return f"RAISE {d.total}" if d.kind == RAISE else d.kind  # = action_text(d)

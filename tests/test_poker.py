@@ -488,7 +488,7 @@ def test_the_in_hand_read_says_what_the_end_of_hand_read_says_of_the_same_action
     """`contradicted_now` (read at each decision from the actions so far) agrees with `contradicted_by` on the
     counts of the same actions, for each style the reference reads, at every decision of two rollouts of a
     world whose returning player turns from loose-aggressive to station (both answers occur for each style)."""
-    from clbench.agents.poker import FIT_OR_FOLD, OpponentModel, hand_counts
+    from clbench.agents.poker import FIT_OR_FOLD, OpponentModel, hand_counts, table_spot
 
     counts = {**STYLE_COUNTS, FIT_OR_FOLD: {"hands": 10, "faced": 10, "faced_FOLD": 5, "open_chances_0": 5}}
     models = {style: OpponentModel(c) for style, c in counts.items()}
@@ -507,7 +507,7 @@ def test_the_in_hand_read_says_what_the_end_of_hand_read_says_of_the_same_action
     seen = {style: set() for style in models}
     for table in tables:
         for style, model in models.items():
-            now = model.contradicted_now(table["history"])
+            now = model.contradicted_now(table_spot(table).history)
             assert now == model.contradicted_by(hand_counts(table)), (style, table["history"])
             seen[style].add(now)
     assert all(answers == {True, False} for answers in seen.values()), seen
