@@ -275,6 +275,34 @@ def test_nothing_a_command_starts_reaches_the_next_command(sandbox):
     still_works(sandbox)
 
 
+def test_a_docker_reply_ends_at_its_tag_only():
+    """The runner's stream: what precedes each stream's tag is output (a look-alike tag, a tag split
+    across frames, bytes that begin like it); the status counts only with its CLEAN flag."""
+    import struct
+
+    from clbench.sandbox.base import OutputCapture
+    from clbench.sandbox.docker_backend import Reply
+
+    def frame(stream: int, data: bytes) -> bytes:
+        return struct.pack(">BxxxL", stream, len(data)) + data
+
+    tag = b"0123456789abcdef" * 2
+
+    def reply(*frames) -> Reply:
+        r = Reply(tag, OutputCapture(1000, 1 << 20), OutputCapture(1000, 1 << 20))
+        stream = b"".join(frames)
+        for i in range(0, len(stream), 5):  # in pieces that cut headers and tags
+            assert r.feed(stream[i:i + 5])
+        return r
+
+    out = b"fake " + tag[:-1] + b"X 0 1\n" + tag[:7]
+    r = reply(frame(1, out + tag[:9]), frame(2, b"err"), frame(1, tag[9:] + b" 3 1\n"), frame(2, tag + b"\n"))
+    assert r.done and r.status == 3 and r.out.text() == (out.decode(), False) and r.err.text() == ("err", False)
+    assert reply(frame(1, tag + b" 0 0\n"), frame(2, tag + b"\n")).status is None  # leftovers not killed
+    assert reply(frame(1, tag + b" x 1\n"), frame(2, tag + b"\n")).status is None
+    assert not reply(frame(1, tag + b" 0 1\n")).done  # stderr's tag not seen yet
+
+
 # ---------------------------------------------------------------------------------- bwrap specifics
 def test_bwrap_runtime_binds_and_hides(tmp_path):
     if not bwrap_works()[0]:

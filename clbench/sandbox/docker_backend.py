@@ -64,11 +64,12 @@ RUNNER_CAPS = ("SETUID", "SETGID", "SETPCAP")
 #: the real uid/gid of the process that kills a command's leftovers: neither root nor the sandbox's
 #: (so commands can neither trace it nor make it kill root's processes)
 NOBODY = 65534
-#: seconds a command's leftovers have to be killed and gone (runner side: scans of /proc)
+#: scans of /proc (~1 ms each) the runner waits through for a command's killed processes to be gone
 REAP_SCANS = 2000
-#: The runner's reply (`{reap}`: the kill's uid drop): kill everything of the command's uid, up to
-#: three times if the kill itself was killed, wait until none of it is running (a zombie has closed
-#: its files), then the tag line on stdout (`TAG STATUS CLEAN`) and on stderr (`TAG`)
+#: The runner's reply (`{reap}`: the kill's uid drop; `{uid}`: the sandbox's): kill everything of the
+#: command's uid, up to three times if the kill itself was killed, wait until no process of that
+#: (real) uid is running (a zombie has closed its files; a command cannot change its uid), then the
+#: tag line on stdout (`TAG STATUS CLEAN`) and on stderr (`TAG`)
 REPLY = r"""rc=$?; clean=0
   for _ in 1 2 3; do
     ( exec {reap}/bin/bash -p -c 'kill -9 -1' ) </dev/null >/dev/null 3>&- || continue
@@ -77,7 +78,7 @@ REPLY = r"""rc=$?; clean=0
       for s in /proc/[0-9]*/status; do
         state=
         while read -r k v _; do
-          case $k in State:) state=$v;; Uid:) [ "$state" != Z ] && [ "$v" != 0 ] && left=1; break;; esac
+          case $k in State:) state=$v;; Uid:) [ "$state" != Z ] && [ "$v" = {uid} ] && left=1; break;; esac
         done <"$s"
         [ -n "$left" ] && break
       done
@@ -204,6 +205,7 @@ class DockerSandbox(Sandbox):
         _reap_once()
         self.container = None
         self._runner = None  # (socket wrapper, plain socket) of the runner's exec, started by the first command
+        self._serial = threading.Lock()  # one runner: one command at a time
         self._runtime_for_populate = runtime
         try:
             super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
@@ -286,7 +288,7 @@ class DockerSandbox(Sandbox):
         reap = ["setpriv", f"--ruid={nobody}", f"--euid={self.uid}", f"--rgid={nobody}", f"--egid={self.gid}",
                 *uid_drop(self.uid, self.gid)[3:]]
         return runner_script(uid_drop(self.uid, self.gid), ready="",
-                             reply=REPLY.replace("{reap}", quote_argv(reap)))
+                             reply=REPLY.replace("{reap}", quote_argv(reap)).replace("{uid}", str(self.uid)))
 
     def _runner_socket(self):
         """The runner's exec stream (its stdin, and its stdout and stderr multiplexed), started if need be."""
@@ -301,6 +303,10 @@ class DockerSandbox(Sandbox):
         return self._runner[1]
 
     def _run(self, command: str, limits: Limits) -> CommandResult:
+        with self._serial:
+            return self._run_one(command, limits)
+
+    def _run_one(self, command: str, limits: Limits) -> CommandResult:
         start = time.monotonic()
         tag = secrets.token_hex(16)
         data = command.encode()
