@@ -286,7 +286,7 @@ class DockerSandbox(Sandbox):
         """The runner's bash code (clbench.sandbox.session's loop with the Docker reply `REPLY`)."""
         nobody = NOBODY if self.uid != NOBODY else NOBODY - 1
         reap = ["setpriv", f"--ruid={nobody}", f"--euid={self.uid}", f"--rgid={nobody}", f"--egid={self.gid}",
-                *uid_drop(self.uid, self.gid)[3:]]
+                *uid_drop(self.uid, self.gid)[3:]]  # the drop's options after its uid and gid
         return runner_script(uid_drop(self.uid, self.gid), ready="",
                              reply=REPLY.replace("{reap}", quote_argv(reap)).replace("{uid}", str(self.uid)))
 
