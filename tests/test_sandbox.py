@@ -193,6 +193,116 @@ def test_host_files_and_task_data_are_not_readable(sandbox):
     still_works(sandbox)
 
 
+# ---------------------------------------------------------------------------------- the command runner
+# One runner per sandbox runs every command (issue 34); as root it keeps a few capabilities to drop
+# to the sandbox's uid. None of it may reach the commands, and no command may reach it.
+def _needs_root_runner(sb) -> None:
+    if sb.backend == "bwrap" and os.geteuid() != 0:
+        pytest.skip("unprivileged bwrap: runner and commands share the one mapped uid")
+
+
+def _runner_of(sb):
+    """What identifies the sandbox's running runner: a new one means it was restarted."""
+    if sb.backend == "docker":
+        return sb.container.id, id(sb._runner)
+    return id(sb._session), sb._session.runner
+
+
+def test_a_command_holds_no_capabilities(sandbox):
+    _needs_root_runner(sandbox)
+    res = sandbox.run("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status; "
+                      "(sleep 0.1; grep -E '^Cap(Prm|Eff|Bnd):' /proc/self/status) & wait")
+    caps = dict(line.split(":\t") for line in res.stdout.splitlines())
+    assert res.ok and len(res.stdout.splitlines()) == 9, res.output()
+    assert all(v == "0000000000000000" for k, v in caps.items() if k.startswith("Cap")), res.output()
+    assert sandbox.backend == "bwrap" or caps["NoNewPrivs"] == "1"
+    assert "Uid:\t0\t" not in sandbox.run("cat /proc/self/status").stdout
+
+
+def test_a_command_cannot_kill_trace_or_feed_the_runner(sandbox):
+    """The runner is the command's parent: signals, ptrace, its memory and its stdin (the channel the
+    next command arrives on) are all refused; it serves the next command as before."""
+    _needs_root_runner(sandbox)
+    first = sandbox.run("echo $PPID")
+    runner, started = first.stdout.strip(), _runner_of(sandbox)
+    attack = f"""
+kill -9 {runner}; echo "kill=$?"
+kill -STOP {runner}; echo "stop=$?"
+kill -9 -1; echo "killall=$?"
+echo 'echo fed' > /proc/{runner}/fd/0; echo "feed=$?"
+cat /proc/{runner}/environ >/dev/null; echo "environ=$?"
+head -c1 /proc/{runner}/mem >/dev/null; echo "mem=$?"
+python3 -c 'import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True)
+r = libc.ptrace(16, {runner}, 0, 0); print("ptrace=%d" % (r == 0))'
+"""
+    res = sandbox.run(attack)
+    assert "ptrace=0" in res.stdout, res.output()
+    for what in ("kill", "stop", "feed", "environ", "mem"):
+        assert f"{what}=0" not in res.stdout, res.output()
+    after = sandbox.run("echo $PPID; echo fine")
+    assert after.ok and after.stdout == f"{runner}\nfine\n", (res.output(), after.output())
+    assert _runner_of(sandbox) == started
+
+
+def test_a_command_cannot_forge_another_commands_reply(sandbox):
+    """Output written after a command (by what it left) never reaches the next one, whose exit status
+    and output are its own; a command printing what looks like replies gets it back as its output."""
+    _needs_root_runner(sandbox)
+    fake = "".join(f"{'%032x' % i} 0 1\n{i}\n" for i in range(50))
+    plant = ("(sleep 0.3; echo FORGED; echo FORGED >&2) & "
+             "setsid sh -c 'sleep 0.3; echo FORGED' & "
+             "(trap '' HUP TERM INT; sleep 0.3; echo FORGED) & disown; "
+             "nohup sh -c 'sleep 0.3; echo FORGED' >/dev/null 2>&1 & "
+             f"printf '%s' '{fake}'; printf '%s' '{fake}' >&2; exit 4")
+    res = sandbox.run(plant)
+    assert (res.exit_code, res.stdout, res.stderr) == (4, fake, fake), res.output()
+    later = sandbox.run("sleep 0.8; echo mine; exit 3")
+    assert (later.exit_code, later.stdout, later.stderr, later.killed) == (3, "mine\n", "", None), later.output()
+
+
+def test_nothing_a_command_starts_reaches_the_next_command(sandbox):
+    """Daemons of every kind (new session, double fork, ignoring signals, respawning) are gone before
+    the next command: no process of the sandbox's uid but the next command's own."""
+    _needs_root_runner(sandbox)
+    res = sandbox.run("setsid sleep 300 & (sleep 301 &) & nohup sleep 302 >/dev/null 2>&1 & "
+                      "(trap '' HUP TERM INT; exec sleep 303) & "
+                      "(while :; do sleep 304 & sleep 0.01; done) >/dev/null 2>&1 & "
+                      "(while :; do kill -9 -1 2>/dev/null; done) & sleep 0.3; echo started")
+    assert "started" not in res.stderr, res.output()  # it may well have killed itself
+    look = sandbox.run("for p in /proc/[0-9]*; do [ -O $p ] && [ ${p#/proc/} != $$ ] && "
+                       "tr '\\0' ' ' < $p/cmdline && echo; done; true")
+    assert look.ok and "sleep" not in look.stdout and "kill" not in look.stdout, look.output()
+    still_works(sandbox)
+
+
+def test_a_docker_reply_ends_at_its_tag_only():
+    """The runner's stream: what precedes each stream's tag is output (a look-alike tag, a tag split
+    across frames, bytes that begin like it); the status counts only with its CLEAN flag."""
+    import struct
+
+    from clbench.sandbox.base import OutputCapture
+    from clbench.sandbox.docker_backend import Reply
+
+    def frame(stream: int, data: bytes) -> bytes:
+        return struct.pack(">BxxxL", stream, len(data)) + data
+
+    tag = b"0123456789abcdef" * 2
+
+    def reply(*frames) -> Reply:
+        r = Reply(tag, OutputCapture(1000, 1 << 20), OutputCapture(1000, 1 << 20))
+        stream = b"".join(frames)
+        for i in range(0, len(stream), 5):  # in pieces that cut headers and tags
+            assert r.feed(stream[i:i + 5])
+        return r
+
+    out = b"fake " + tag[:-1] + b"X 0 1\n" + tag[:7]
+    r = reply(frame(1, out + tag[:9]), frame(2, b"err"), frame(1, tag[9:] + b" 3 1\n"), frame(2, tag + b"\n"))
+    assert r.done and r.status == 3 and r.out.text() == (out.decode(), False) and r.err.text() == ("err", False)
+    assert reply(frame(1, tag + b" 0 0\n"), frame(2, tag + b"\n")).status is None  # leftovers not killed
+    assert reply(frame(1, tag + b" x 1\n"), frame(2, tag + b"\n")).status is None
+    assert not reply(frame(1, tag + b" 0 1\n")).done  # stderr's tag not seen yet
+
+
 # ---------------------------------------------------------------------------------- bwrap specifics
 def test_bwrap_runtime_binds_and_hides(tmp_path):
     if not bwrap_works()[0]:
@@ -522,8 +632,9 @@ def test_a_prestarted_container_goes_with_its_owner(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- per-command cost
-def test_a_command_costs_one_docker_exec(sandbox, monkeypatch):
-    """One exec per command, the reaping of what it left running included (issue 34)."""
+def test_commands_cost_one_docker_exec_per_container(sandbox, monkeypatch):
+    """One exec (the runner) serves every command of a container, the reaping of what each one left
+    running included (issue 34); a restarted container gets a runner of its own."""
     if sandbox.backend != "docker":
         pytest.skip("docker only")
     api, calls = sandbox.client.api, []
@@ -531,7 +642,9 @@ def test_a_command_costs_one_docker_exec(sandbox, monkeypatch):
     monkeypatch.setattr(api, "exec_create", lambda *a, **k: calls.append(a) or create(*a, **k))
     sandbox.run("sleep 300 > /dev/null 2>&1 &")
     res = sandbox.run("ps -eo args 2>/dev/null | grep -c 'sleep 30[0]' || true")
-    assert len(calls) == 2 and res.stdout.strip() in ("0", ""), (calls, res.output())
+    assert len(calls) == 1 and res.stdout.strip() in ("0", ""), (calls, res.output())
+    assert sandbox.run("sleep 30", timeout=0.5).timed_out
+    assert sandbox.run("echo again").stdout == "again\n" and len(calls) == 2
 
 
 def test_bwrap_mounts_are_made_once_per_sandbox(sandbox):

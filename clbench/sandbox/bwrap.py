@@ -40,7 +40,7 @@ from pathlib import Path
 
 from clbench.sandbox import seccomp
 from clbench.sandbox.base import MiB, CommandResult, Limits, Runtime, Sandbox, SandboxUnavailable, chown_tree
-from clbench.sandbox.session import RUNNER_CAPS, SandboxSession
+from clbench.sandbox.session import RUNNER_CAPS, SandboxSession, uid_drop
 
 #: top-level system entries mounted read-only (or recreated as the same symlinks)
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -206,8 +206,7 @@ class BwrapSandbox(Sandbox):
         """Run as root: the argv prefix that drops a command to the sandbox's uid, no capabilities."""
         if not self._as_root:
             return []
-        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
-                "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+        return uid_drop(self.uid, self.gid)
 
     def argv(self, command: str, limits: Limits) -> list[str]:
         """A one-shot bwrap command line for one shell command in this sandbox's isolation (for

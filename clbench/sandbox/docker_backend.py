@@ -1,13 +1,27 @@
-"""The Docker backend: one long-lived container per sandbox, one `docker exec` per command.
+"""The Docker backend: one long-lived container per sandbox, one long-lived command runner in it.
 
 The container has no network (`network_mode="none"`), a read-only root filesystem, a private
-tmpfs /tmp, all capabilities dropped, no-new-privileges, memory (= memory + swap), CPU and pids
-limits and file-size / open-file ulimits. The workspace is
-the host folder bind-mounted at `workdir`. Images are never pulled: a missing image is a
-`SandboxUnavailable` naming the build command. Init and an idle `sleep` run as root without
-capabilities; commands run as the workspace owner's uid, and after each command everything it
-left running is killed (`kill -9 -1` as that uid), as with bwrap. On a timeout or an output
-flood the container is killed and a fresh one started on the same workspace.
+tmpfs /tmp, every capability dropped but the three a root runner needs to drop to the sandbox's
+uid (`RUNNER_CAPS`), no-new-privileges, memory (= memory + swap), CPU and pids limits and
+file-size / open-file ulimits. The workspace is the host folder bind-mounted at `workdir`. Images
+are never pulled: a missing image is a `SandboxUnavailable` naming the build command.
+
+A `docker exec` costs ~0.1 s of wall and ~0.2 s of the machine's CPU (dockerd, containerd, runc),
+far more than a short command (issue 34). So, as with bwrap (clbench.sandbox.session, whose runner
+loop this shares), the first command starts ONE exec per container: a root bash loop (uid 0 with
+only `RUNNER_CAPS`) that reads one command at a time from its stdin and runs it with `bash -c`
+behind `setpriv` as the workspace owner's uid, without groups or capabilities (bounding set
+included), stdin /dev/null, stdout and stderr the exec's. A command cannot signal, trace or feed
+the runner (another uid; its stdin is reachable only through /proc/<runner>/fd, which needs
+ptrace access) and cannot forge its reply: after a command, the runner kills every process of
+that uid (`kill -9 -1`, atomic against forks) from a process it cannot trace either (real uid
+`nobody`), waits until each one has exited, and only then writes a line with a random tag this
+process sent with the command, unknown to the command, on stdout (with the exit status) and on
+stderr: what precedes the tags is the command's output, all of it. This process still enforces
+the time limit, an output flood and the disk quota itself; on any of them, or when the runner
+ends, does not answer or could not kill what the command left, the container is removed and a
+fresh one started on the same workspace (the next command starts a new runner), and the result
+says so.
 
 `prestart=True` (a process that opens sandboxes one after another, e.g. CodeRepair): once a
 sandbox's container runs, the next one is started on a background thread, with exactly the
@@ -22,6 +36,8 @@ import atexit
 import functools
 import io
 import os
+import secrets
+import select
 import socket
 import struct
 import tarfile
@@ -35,12 +51,42 @@ from clbench.sandbox import quota
 from clbench.sandbox.base import TAR_FILTER, MiB, CommandResult, Limits, OutputCapture, Runtime, Sandbox, SandboxUnavailable, \
     chown_tree, new_root, workspace_of
 from clbench.sandbox.process import WATCH_INTERVAL
+from clbench.sandbox.session import INLINE_BYTES, quote_argv, runner_script, uid_drop
 
 #: uid the container runs as when clbench runs as root (a plain, unprivileged account)
 CONTAINER_UID = 1000
 LABEL = "clbench.sandbox"
 #: the owner process (clbench.sandbox.quota.owner_tag): containers of dead owners are reaped
 OWNER_LABEL = "clbench.owner"
+#: the container's only capabilities, held by its root processes (init, the lifeline, the runner),
+#: none by commands: enough to drop to the sandbox's uid and empty the bounding set
+RUNNER_CAPS = ("SETUID", "SETGID", "SETPCAP")
+#: the real uid/gid of the process that kills a command's leftovers: neither root nor the sandbox's
+#: (so commands can neither trace it nor make it kill root's processes)
+NOBODY = 65534
+#: scans of /proc (~1 ms each) the runner waits through for a command's killed processes to be gone
+REAP_SCANS = 2000
+#: The runner's reply (`{reap}`: the kill's uid drop; `{uid}`: the sandbox's): kill everything of the
+#: command's uid, up to three times if the kill itself was killed, wait until no process of that
+#: (real) uid is running (a zombie has closed its files; a command cannot change its uid), then the
+#: tag line on stdout (`TAG STATUS CLEAN`) and on stderr (`TAG`)
+REPLY = r"""rc=$?; clean=0
+  for _ in 1 2 3; do
+    ( exec {reap}/bin/bash -p -c 'kill -9 -1' ) </dev/null >/dev/null 3>&- || continue
+    for ((i = 0; i < %d; i++)); do
+      left=
+      for s in /proc/[0-9]*/status; do
+        state=
+        while read -r k v _; do
+          case $k in State:) state=$v;; Uid:) [ "$state" != Z ] && [ "$v" = {uid} ] && left=1; break;; esac
+        done <"$s"
+        [ -n "$left" ] && break
+      done
+      [ -z "$left" ] && { clean=1; break 2; }
+    done
+    break
+  done
+  printf '%%s %%s %%s\n' "$tag" "$rc" "$clean"; printf '%%s\n' "$tag" >&3""" % REAP_SCANS
 
 
 def _labels(kind: str) -> dict[str, str]:
@@ -118,7 +164,7 @@ def container_config(runtime: Runtime, workdir: str, lim: Limits, workspace: Pat
         detach=False,  # with stdin_open: StdinOnce, so the first attach's end closes stdin
         init=True,
         network_mode="none",
-        user="0:0",  # only init and `sleep` run as root (no capabilities); commands run as the sandbox's uid
+        user="0:0",  # init, the lifeline and the runner run as root (`RUNNER_CAPS`); commands as the sandbox's uid
         working_dir=workdir,
         environment=runtime.environment(workdir),
         volumes={str(workspace): {"bind": workdir, "mode": "rw"}},
@@ -126,6 +172,7 @@ def container_config(runtime: Runtime, workdir: str, lim: Limits, workspace: Pat
         tmpfs={"/tmp": f"rw,exec,nosuid,size={lim.disk_mb}m,mode=1777",
                "/var/tmp": "rw,nosuid,size=64m,mode=1777"},
         cap_drop=["ALL"],
+        cap_add=list(RUNNER_CAPS),
         security_opt=["no-new-privileges"],
         mem_limit=lim.memory_mb * MiB,
         memswap_limit=lim.memory_mb * MiB,
@@ -157,6 +204,8 @@ class DockerSandbox(Sandbox):
         self.client = docker_client()
         _reap_once()
         self.container = None
+        self._runner = None  # (socket wrapper, plain socket) of the runner's exec, started by the first command
+        self._serial = threading.Lock()  # one runner: one command at a time
         self._runtime_for_populate = runtime
         try:
             super().__init__(source, workdir=workdir, limits=limits, runtime=runtime, baseline=baseline)
@@ -219,6 +268,9 @@ class DockerSandbox(Sandbox):
         """Stop and remove the container. Closing need not wait for dockerd's teardown (0.3-1 s on a busy
         machine): the lifeline's end stops the container at once, and the removal finishes in the
         background (joined at exit; a removal cut short by a killed owner is reaped as an orphan)."""
+        runner, self._runner = getattr(self, "_runner", None), None
+        if runner is not None:
+            _shutdown(runner[1])  # an attached stream makes `docker kill` wait, so detach first
         lifeline, self._lifeline = getattr(self, "_lifeline", None), None
         if lifeline is not None:
             _shutdown(lifeline)
@@ -230,64 +282,82 @@ class DockerSandbox(Sandbox):
             self.container = None
 
     # ------------------------------------------------------------------ commands
+    def runner_code(self) -> str:
+        """The runner's bash code (clbench.sandbox.session's loop with the Docker reply `REPLY`)."""
+        nobody = NOBODY if self.uid != NOBODY else NOBODY - 1
+        reap = ["setpriv", f"--ruid={nobody}", f"--euid={self.uid}", f"--rgid={nobody}", f"--egid={self.gid}",
+                *uid_drop(self.uid, self.gid)[3:]]  # the drop's options after its uid and gid
+        return runner_script(uid_drop(self.uid, self.gid), ready="",
+                             reply=REPLY.replace("{reap}", quote_argv(reap)).replace("{uid}", str(self.uid)))
+
+    def _runner_socket(self):
+        """The runner's exec stream (its stdin, and its stdout and stderr multiplexed), started if need be."""
+        if self._runner is None:
+            api = self.client.api
+            exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", self.runner_code()], stdin=True,
+                                      user="0:0", workdir=self.workdir)["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+            raw = getattr(sock, "_sock", sock)  # the plain socket, read with select
+            raw.settimeout(None)
+            self._runner = (sock, raw)
+        return self._runner[1]
+
     def _run(self, command: str, limits: Limits) -> CommandResult:
-        api = self.client.api
-        out = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
-        err = OutputCapture(limits.output_chars, limits.output_kill_mb * MiB)
-        reason: list[str] = []
+        with self._serial:
+            return self._run_one(command, limits)
+
+    def _run_one(self, command: str, limits: Limits) -> CommandResult:
         start = time.monotonic()
-        # one exec per command: CPU seconds per process (as with bwrap), the command in a shell of its
-        # own, then whatever it left running is killed in the same exec (nothing outlives a command)
-        wrapper = (f"ulimit -t {limits.cpu_limit} 2>/dev/null; /bin/bash -c \"$1\"; rc=$?; "
-                   "kill -9 -1 2>/dev/null; exit $rc")
-        exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", wrapper, "clbench", command],
-                                  workdir=self.workdir, user=f"{self.uid}:{self.gid}")["Id"]
-        sock = api.exec_start(exec_id, socket=True)
-        raw = getattr(sock, "_sock", sock)  # the plain socket, so a stuck read can be cut from here
-        # no read timeout (the client's 120 s would end a silent command's stream early, as if it had
-        # finished, exit code unknown): the wait below enforces limits.timeout and shuts the socket
-        raw.settimeout(None)
-        done = threading.Event()
-
-        def reader():
-            try:
-                for stream_id, payload in _frames(raw):
-                    if not (out if stream_id == 1 else err).feed(payload):
-                        reason.append(f"output exceeded {limits.output_kill_mb} MB; the command was killed")
-                        break
-            except OSError:  # the socket is shut down on a timeout
-                pass
-            finally:
-                done.set()
-
-        thread = threading.Thread(target=reader, daemon=True)
-        thread.start()
+        tag = secrets.token_hex(16)
+        data = command.encode()
+        request = (f"{limits.cpu_limit} {len(data)} {tag}\n".encode() + data
+                   + (b"\0" if len(data) <= INLINE_BYTES else b""))
+        reply = Reply(tag.encode(), OutputCapture(limits.output_chars, limits.output_kill_mb * MiB),
+                      OutputCapture(limits.output_chars, limits.output_kill_mb * MiB))
+        reason: list[str] = []
+        broken = None
+        timed_out = False
+        try:
+            raw = self._runner_socket()
+            raw.sendall(request)
+        except OSError:
+            broken = "its command runner is gone"
         watch = self._disk_watch()
-        if watch is None:
-            finished = done.wait(limits.timeout)
-        else:  # no tmpfs quota on the host folder: poll its size while the command runs
-            deadline = start + limits.timeout
-            while not (finished := done.wait(max(0.0, min(WATCH_INTERVAL, deadline - time.monotonic())))):
+        deadline, next_watch = start + limits.timeout, start + WATCH_INTERVAL
+        while broken is None and not reason and not reply.done:
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+                reason.append(f"timed out after {limits.timeout:g} s; the command and all its processes were killed")
+                break
+            if watch is not None and now >= next_watch:  # no tmpfs quota on the host folder: poll its size
                 why = watch()
-                if why and not reason:
+                if why:
                     reason.append(why)
-                if reason or time.monotonic() >= deadline:
                     break
-        timed_out = not finished and not reason
-        if timed_out:
-            reason.append(f"timed out after {limits.timeout:g} s; the command and all its processes were killed")
-        code = None
+                next_watch = now + WATCH_INTERVAL
+            ready, _, _ = select.select([raw], [], [], max(0.0, (min(deadline, next_watch) if watch else deadline) - now))
+            if not ready:
+                continue
+            try:
+                chunk = raw.recv(1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                broken = "its command runner ended"
+            elif not reply.feed(chunk):
+                reason.append(f"output exceeded {limits.output_kill_mb} MB; the command was killed")
+        if reply.done and reply.status is None:
+            broken = "what the command left running could not be killed"
+        if broken is not None and not reason:
+            reason.append(f"the container was restarted ({broken}); files in the workspace are kept")
         if reason:
-            _shutdown(raw)  # an attached stream makes `docker kill` wait, so detach first
             self._restart()  # kills every process of the command; the workspace is on the host
-        else:
-            code = api.exec_inspect(exec_id).get("ExitCode")
-            _shutdown(raw)
-        thread.join(timeout=5)
-        stdout, cut_out = out.text()
-        stderr, cut_err = err.text()
-        return CommandResult(code, stdout, stderr, time.monotonic() - start, timed_out=timed_out,
-                             killed=reason[0] if reason else None, truncated=cut_out or cut_err)
+        stdout, cut_out = reply.out.text()
+        stderr, cut_err = reply.err.text()
+        return CommandResult(None if reason else reply.status, stdout, stderr, time.monotonic() - start,
+                             timed_out=timed_out, killed=reason[0] if reason else None,
+                             truncated=cut_out or cut_err)
 
     def _own(self, path: Path) -> None:
         if os.geteuid() == 0:
@@ -423,21 +493,56 @@ def _removals(pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="clbench-docker-remove")
 
 
-def _frames(sock):
-    """Docker's multiplexed exec stream: (stream id, payload) frames behind 8-byte headers."""
-    buf = bytearray()
-    while True:
-        chunk = sock.recv(1 << 16)
-        if not chunk:
-            return
-        buf += chunk
-        while len(buf) >= 8:
-            stream_id, size = struct.unpack(">BxxxL", buf[:8])
-            if len(buf) < 8 + size:
+class Reply:
+    """One command's part of the runner's multiplexed exec stream: its output up to the tag lines.
+
+    stdout ends with `TAG STATUS CLEAN\n`, stderr with `TAG\n` (each stream keeps its own order, not
+    their order between them); what precedes a tag is the command's output. The tag is random per
+    command and never seen by it, so no output can end a stream early."""
+
+    def __init__(self, tag: bytes, out: OutputCapture, err: OutputCapture):
+        self.tag = tag
+        self.caps = {1: out, 2: err}
+        self.out, self.err = out, err
+        self.held = {1: b"", 2: b""}  # bytes that may be the start of the tag
+        self.line: dict[int, bytes | None] = {1: None, 2: None}  # from the tag on, once seen
+        self.frames = bytearray()
+        #: the command's exit status, None if its leftovers could not be killed (or the line was bad)
+        self.status: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return all(line is not None and line.endswith(b"\n") for line in self.line.values())
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take a chunk of the exec stream; False once either capture passed its kill size."""
+        ok = True
+        self.frames += chunk
+        while len(self.frames) >= 8:
+            stream_id, size = struct.unpack(">BxxxL", self.frames[:8])
+            if len(self.frames) < 8 + size:
                 break
-            payload = bytes(buf[8:8 + size])
-            del buf[:8 + size]
-            yield stream_id, payload
+            payload = bytes(self.frames[8:8 + size])
+            del self.frames[:8 + size]
+            if stream_id in self.caps:
+                ok = self._stream(stream_id, payload) and ok
+        if self.done:
+            status, clean = (self.line[1][len(self.tag):].split() + [b"", b""])[:2]
+            self.status = int(status) if status.isdigit() and clean == b"1" else None
+        return ok
+
+    def _stream(self, stream_id: int, payload: bytes) -> bool:
+        if self.line[stream_id] is not None:
+            self.line[stream_id] += payload
+            return True
+        data = self.held[stream_id] + payload
+        at = data.find(self.tag)
+        if at >= 0:
+            self.line[stream_id], data, self.held[stream_id] = data[at:], data[:at], b""
+        else:
+            keep = min(len(data), len(self.tag) - 1)
+            data, self.held[stream_id] = data[:len(data) - keep], data[len(data) - keep:]
+        return self.caps[stream_id].feed(data) if data else True
 
 
 def _shutdown(sock) -> None:

@@ -50,16 +50,21 @@ INLINE_BYTES = 16_384
 GRACE = 5.0
 #: seconds between two checks of a command's watchdogs (disk quota without a tmpfs, summed RSS)
 WATCH_INTERVAL = 0.2
-#: `{drop}`: the uid drop of root-run sandboxes (empty otherwise); `{oom}`: the OOM reset. The
-#: runner's own stderr is /dev/null (bash would report a killed command there); fd 3 is the real one
+#: The runner loop both backends share (`runner_script`): a request is a header line `CPU LEN [TAG]`
+#: then the command's LEN bytes; `{drop}`: the uid drop of root-run runners (empty otherwise);
+#: `{oom}`: the OOM reset; `{ready}` and `{reply}`: the backend's start and answer (the exit status is
+#: `$?` there). The runner's own stderr is /dev/null (bash would report a killed command there);
+#: fd 3 is the real one
 RUNNER = r"""unset SHLVL; exec 3>&2 2>/dev/null
-printf 'ready\n' >&0
-while IFS=' ' read -r cpu len; do
+{ready}while IFS=' ' read -r cpu len tag; do
   if [ "$len" -le %d ]; then IFS= read -r -d '' cmd; else cmd=$(head -c "$len"; printf x); cmd=${cmd%%x}; fi
   ( ulimit -t "$cpu" {oom}&& exec {drop}/bin/bash -c "$cmd" ) </dev/null 2>&3 3>&-
-  printf '%%s\n' "$?" >&0
+  {reply}
 done
 """ % INLINE_BYTES
+#: the bwrap session's start and answer: on its stdin, a socket only the runner holds
+SOCKET_READY = "printf 'ready\\n' >&0\n"
+SOCKET_REPLY = "printf '%s\\n' \"$?\" >&0"
 CAP_SYS_RESOURCE = 24
 
 
@@ -82,12 +87,25 @@ RUNNER_CAPS = (("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH"
 HOLD = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "clbench-hold"]
 
 
-def runner_script(drop: list[str]) -> str:
-    """The runner's bash code; `drop` is the argv prefix that drops to the sandbox's uid."""
-    quoted = "".join(f"'{a}' " for a in drop)
+def runner_script(drop: list[str], ready: str = SOCKET_READY, reply: str = SOCKET_REPLY) -> str:
+    """The runner's bash code; `drop` is the argv prefix that drops to the sandbox's uid; `ready`
+    and `reply` say how the runner starts and answers (default: bwrap's socket on stdin)."""
     # the OOM score is reset only where it was lowered (root with CAP_SYS_RESOURCE, `_release`)
     oom = "&& echo 0 >/proc/self/oom_score_adj " if drop and "CAP_SYS_RESOURCE" in RUNNER_CAPS else ""
-    return RUNNER.replace("{oom}", oom).replace("{drop}", quoted)
+    return (RUNNER.replace("{oom}", oom).replace("{drop}", quote_argv(drop))
+            .replace("{ready}", ready).replace("{reply}", reply))
+
+
+def quote_argv(argv: list[str]) -> str:
+    """`argv` as bash words (each single-quoted, with a trailing space), for the runner's code."""
+    return "".join("'" + a.replace("'", "'\\''") + "' " for a in argv)
+
+
+def uid_drop(uid: int, gid: int) -> list[str]:
+    """The argv prefix a root runner (with `RUNNER_CAPS`) runs a command behind: the sandbox's uid
+    and gid, no groups, no capabilities (bounding set included), no new privileges."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "--"]
 
 
 def _children(pid: int) -> list[int]:
