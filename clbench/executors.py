@@ -129,9 +129,13 @@ FLUSH_SECONDS = 0.25
 RAY_RUN_TAG = "CLBENCH_RAY_RUN"
 
 
-#: jobs handed to Ray at a time per CPU of the cluster: enough that no Ray worker waits for its
-#: next job; the rest wait in the driver, which plays some of them itself while Ray starts
-RAY_JOBS_PER_CPU = 2
+#: jobs handed to Ray at a time per CPU of the cluster once its first job reported: enough that no
+#: Ray worker waits for its next job (a job starts tens of ms after it is handed over: at 2 per CPU
+#: a 2-node cluster's CPUs were busy 70% of a run of short jobs, SpectrumMonitor 240 rollouts 30.3 s
+#: against the local pool's 19.8 s; at 8 90%, 24.0 s; at 16 no more); the rest wait in the driver
+RAY_JOBS_PER_CPU = 8
+#: ... and before that, while Ray starts: the driver plays jobs itself meanwhile, from the other end
+RAY_JOBS_PER_CPU_STARTING = 2
 
 
 def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None = None) -> list[str]:
@@ -150,8 +154,9 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
     executor would), from the first submission on: a thread playing earlier held the GIL while
     Ray was imported and connected, and made that take most of a short run (and on a private
     instance RayLifeline ends every process started before ray.init returns). It stops taking new
-    jobs once a Ray job has reported. Ray is handed jobs RAY_JOBS_PER_CPU per cluster CPU at a time,
-    dearest first (rollout.dearest_first), so the driver has jobs to take.
+    jobs once a Ray job has reported. Ray is handed jobs dearest first (rollout.dearest_first),
+    RAY_JOBS_PER_CPU_STARTING per cluster CPU at a time until then (so the driver has jobs to take),
+    RAY_JOBS_PER_CPU after.
     """
     helper = _DriverPlays(jobs)
     try:
@@ -194,10 +199,12 @@ def run_ray(jobs: list[Job], workers: int, on_done: OnDone, address: str | None 
 
     try:
         remote_job = ray.remote(num_cpus=1, max_retries=0)(_ray_job)
-        capacity = RAY_JOBS_PER_CPU * max(1, int(ray.cluster_resources().get("CPU", workers)))
+        cpus = max(1, int(ray.cluster_resources().get("CPU", workers)))
         streams: dict = {}
 
         def submit() -> None:
+            # while Ray starts, few jobs go to it (the driver plays from the other end of the queue)
+            capacity = cpus * (RAY_JOBS_PER_CPU if helper.stopped.is_set() else RAY_JOBS_PER_CPU_STARTING)
             while len(streams) < capacity and (job := helper.take_first()) is not None:
                 streams[remote_job.remote(job)] = job
 

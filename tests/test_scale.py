@@ -63,8 +63,8 @@ def test_sigkill_midway_then_resume_gives_the_same_records(tmp_path, agent):
 
 
 def test_ray_executor_matches_local_pool(tmp_path, monkeypatch):
-    """The same records either way; while Ray starts, the driver plays the shortest jobs itself
-    (Ray is handed the longest, RAY_JOBS_PER_CPU per CPU), and Ray's workers play the others."""
+    """The same records either way; while Ray starts, the driver plays the cheapest jobs itself (Ray
+    is handed the dearest, RAY_JOBS_PER_CPU_STARTING per CPU until then), and Ray's workers play the others."""
     pytest.importorskip("ray")
     from clbench import executors
 
