@@ -24,6 +24,7 @@ import math
 import os
 import warnings
 from functools import lru_cache
+from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -38,8 +39,13 @@ class ResultsError(ValueError):
     """A results file or run directory that cannot be read."""
 
 
+#: the fields that identify a record, read in C (record_key, and RunDirectory.records' uniqueness check)
+record_fields = itemgetter("task", "system", "mode", "rollout", "instance_id")
+
+
 def record_key(rec: dict) -> tuple:
-    return (rec["task"], rec["system"], rec["mode"], int(rec["rollout"]), rec["instance_id"])
+    task, system, mode, rollout, instance_id = record_fields(rec)
+    return task, system, mode, int(rollout), instance_id
 
 
 def _json_default(obj):

@@ -27,12 +27,12 @@ import fcntl
 import json
 import os
 import time
-from operator import itemgetter
 from pathlib import Path
 
 from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append, all_well_formed,
                              _write_locked, append_lines, encode_into, iter_jsonl, load_metadata, load_records,
-                             read_json, record_key, reset_of, safe_name, split_instances, write_json_atomic)
+                             read_json, record_fields, record_key, reset_of, safe_name, split_instances,
+                             write_json_atomic)
 
 #: written into a run directory by the driver's error policy: jobs stop before their next instance
 STOP_FILE = "STOP"
@@ -45,7 +45,6 @@ FLUSH_BYTES = 1 << 17
 #: the lock file of a run directory; held by the one clbench process writing it
 RUN_LOCK = ".writer.lock"
 TRAJECTORIES, TRANSCRIPTS, STATE = "trajectories", "transcripts", "state"
-_KEY_FIELDS = itemgetter("task", "system", "mode", "rollout", "instance_id")  # record_key's fields
 
 
 class RunDirectoryBusy(RuntimeError):
@@ -355,7 +354,7 @@ class RunDirectory:
         unique, they are what reading results.jsonl back would give and are returned as they are
         (parsing the file again was a visible part of a short run); otherwise the file is read."""
         # the key fields read in C: record_key's int() is a no-op on the whole numbers all_well_formed requires
-        if played is not None and all_well_formed(played) and len(set(map(_KEY_FIELDS, played))) == len(played):
+        if played is not None and all_well_formed(played) and len(set(map(record_fields, played))) == len(played):
             return list(played)
         return load_records(self.root)
 
