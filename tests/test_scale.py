@@ -92,13 +92,12 @@ def test_the_dearest_jobs_start_first(tmp_path):
     from clbench.rollout import dearest_first
     from clbench.runner import cached_env, plan_jobs
 
-    jobs, seconds = [], {}
+    jobs = []
     for eid in ("clbench/Poker-v5", "clbench/CodeRepair-v6"):
         cfg = RunConfig(eid, "reference", str(tmp_path / eid.split("/")[1]), rollouts=2, workers=2)
         base = cached_env(eid, cfg.env_kwargs).unwrapped
-        seconds[eid] = base.instance_seconds
         jobs += plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable)
-    order = [(j.config.env_id, j.mode, j.remaining) for j in dearest_first(jobs, seconds)]
+    order = [(j.config.env_id, j.mode, j.remaining) for j in dearest_first(jobs)]
     envs = [e for e, _, _ in order]
     first_poker = envs.index("clbench/Poker-v5")
     assert set(envs[:first_poker]) == {"clbench/CodeRepair-v6"} and set(envs[first_poker:]) == {"clbench/Poker-v5"}
