@@ -144,13 +144,6 @@ def make_vector(eid: str, mode: str, autoreset: str):
     return gym.make_vec(eid, N, vectorization_mode=mode, cycle=True, vector_kwargs=kwargs)
 
 
-def machine_cpus() -> int:
-    """CPUs this process may run on, busy or not."""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def in_process(mode: str) -> bool:
     """Whether every sub-env of this vector lives in the calling process (then CPU time is the clock)."""
     return mode in ("sync", "batched1")
@@ -203,7 +196,7 @@ def measure(quick: bool = False) -> tuple[list[Ratio], list[str]]:
 
     for name in ENVS[:1] if quick else ENVS:
         eid = env_id(name)
-        from clbench.vector import default_workers, step_seconds
+        from clbench.vector import default_workers, machine_cpus, step_seconds
 
         # the default for this env on this machine with its CPUs free (its declared step cost), kept for
         # every repeat; the other choice is reported beside it. Not the load average's choice now: the

@@ -456,11 +456,16 @@ def step_seconds(env_id: str) -> float | None:
     return None if declared is None else float(declared)
 
 
+def machine_cpus() -> int:
+    """CPUs this process may run on, busy or not."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def available_cpus() -> int:
     """CPUs this process may run on, less those the other processes keep busy (the 1-minute load
     average, this process included, rounded: a load of 1.2 on 2 CPUs leaves most of one free), at
     least 1: a worker process only gains when a CPU is free."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = machine_cpus()
     try:
         busy = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average on this platform: count every CPU
