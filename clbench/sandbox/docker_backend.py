@@ -51,7 +51,7 @@ from clbench.sandbox import quota
 from clbench.sandbox.base import TAR_FILTER, MiB, CommandResult, Limits, OutputCapture, Runtime, Sandbox, SandboxUnavailable, \
     chown_tree, new_root, workspace_of
 from clbench.sandbox.process import WATCH_INTERVAL
-from clbench.sandbox.session import INLINE_BYTES, quote_argv, runner_script, uid_drop
+from clbench.sandbox.session import INLINE_BYTES, NO_PRIVILEGES, quote_argv, runner_script, uid_drop
 
 #: uid the container runs as when clbench runs as root (a plain, unprivileged account)
 CONTAINER_UID = 1000
@@ -286,7 +286,7 @@ class DockerSandbox(Sandbox):
         """The runner's bash code (clbench.sandbox.session's loop with the Docker reply `REPLY`)."""
         nobody = NOBODY if self.uid != NOBODY else NOBODY - 1
         reap = ["setpriv", f"--ruid={nobody}", f"--euid={self.uid}", f"--rgid={nobody}", f"--egid={self.gid}",
-                *uid_drop(self.uid, self.gid)[3:]]  # the drop's options after its uid and gid
+                *NO_PRIVILEGES]
         return runner_script(uid_drop(self.uid, self.gid), ready="",
                              reply=REPLY.replace("{reap}", quote_argv(reap)).replace("{uid}", str(self.uid)))
 

@@ -101,11 +101,15 @@ def quote_argv(argv: list[str]) -> str:
     return "".join("'" + a.replace("'", "'\\''") + "' " for a in argv)
 
 
+#: setpriv's options after the ids, for every process a root runner starts: no groups, no
+#: capabilities (bounding set included), no new privileges
+NO_PRIVILEGES = ("--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--")
+
+
 def uid_drop(uid: int, gid: int) -> list[str]:
     """The argv prefix a root runner (with `RUNNER_CAPS`) runs a command behind: the sandbox's uid
-    and gid, no groups, no capabilities (bounding set included), no new privileges."""
-    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs", "--"]
+    and gid, and NO_PRIVILEGES."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", *NO_PRIVILEGES]
 
 
 def _children(pid: int) -> list[int]:
