@@ -55,8 +55,6 @@ DOCKER_DEF = (f"docker sandbox.run('true') / container.exec_run(['true']) (the S
 SESSION_DEF = (f"docker sandbox.run('true') / a bare `docker exec -i bash` session (uid 2000) on the same running "
                f"container ({DOCKER_IMAGE}) running `/bin/bash -c true; echo \"rc $?\"` lines read from its stdin "
                "(no uid drop, no kill of leftovers, no reply tags)")
-#: the round trip against a bare session, measured with the judged ratio (printed by main, no target)
-SESSION: list[float] = []
 
 
 def bwrap_ratio(repeats: int, calls: int) -> Ratio:
@@ -80,8 +78,9 @@ def bwrap_ratio(repeats: int, calls: int) -> Ratio:
     return Ratio(name, samples, 1.2, "lower", BWRAP_DEF)
 
 
-def docker_ratio(repeats: int, calls: int) -> Ratio:
-    """The judged ratio (against `docker exec CID true`); the ratios against a bare session go to SESSION."""
+def docker_ratio(repeats: int, calls: int, session_ratios: list[float] | None = None) -> Ratio:
+    """The judged ratio (against `docker exec CID true`); given `session_ratios`, the round trip
+    against a bare session is measured too and its per-repeat ratios appended there."""
     from clbench.sandbox import Runtime
     from clbench.sandbox.docker_backend import DockerSandbox
 
@@ -100,6 +99,9 @@ def docker_ratio(repeats: int, calls: int) -> Ratio:
                 if box.container.exec_run(["true"]).exit_code != 0:
                     raise RuntimeError("docker exec true failed")
 
+            samples = paired(ours, exec_true, repeats, calls)
+            if session_ratios is None:
+                return Ratio(name, samples, 1.2, "lower", DOCKER_DEF)
             api = box.client.api
             exec_id = api.exec_create(box.container.id, ["/bin/bash"], stdin=True, user="2000:2000")["Id"]
             stream = api.exec_start(exec_id, socket=True)
@@ -116,16 +118,15 @@ def docker_ratio(repeats: int, calls: int) -> Ratio:
                     got += chunk
 
             try:
-                samples = paired(ours, exec_true, repeats, calls)
-                SESSION[:] = paired(ours, bare_session, repeats, calls)
+                session_ratios.extend(paired(ours, bare_session, repeats, calls))
             finally:
                 session.close()
     return Ratio(name, samples, 1.2, "lower", DOCKER_DEF)
 
 
-def ratios(quick: bool = False) -> list[Ratio]:
+def ratios(quick: bool = False, session_ratios: list[float] | None = None) -> list[Ratio]:
     repeats, calls = (5, 5) if quick else (11, 10)
-    return [bwrap_ratio(repeats, calls), docker_ratio(repeats, calls)]
+    return [bwrap_ratio(repeats, calls), docker_ratio(repeats, calls, session_ratios)]
 
 
 def median_time(fn, repeat: int) -> float:
@@ -176,11 +177,12 @@ def main(quick: bool = False) -> list[Ratio]:
     if len(rows) == 2:
         for name in rows["bwrap"]:
             print(f"ratio docker/bwrap {name:31s} {rows['docker'][name] / rows['bwrap'][name]:6.2f}")
-    out = ratios(quick)
+    session: list[float] = []
+    out = ratios(quick, session)
     print(table(out))
-    if SESSION:
-        print(f"reported, no target: {SESSION_DEF}: median {statistics.median(SESSION):.2f} "
-              f"({min(SESSION):.2f}-{max(SESSION):.2f}, {len(SESSION)} repeats)")
+    if session:
+        print(f"reported, no target: {SESSION_DEF}: median {statistics.median(session):.2f} "
+              f"({min(session):.2f}-{max(session):.2f}, {len(session)} repeats)")
     return out
 
 
