@@ -31,8 +31,10 @@ run directory once and calls it), `clbench report` and `clbench compare` all use
 from __future__ import annotations
 
 import math
+import threading
 import zlib
 from collections import defaultdict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -300,6 +302,46 @@ def _counts(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     return out
 
 
+def _draw_counts(seed: int, n_boot: int, K: int, n: int, P: int) -> tuple:
+    """A task's bootstrap multiplicities of rollouts, instances and passes (ck, ci, cp), and its
+    generator after them (r_max's draws come next): functions of the seed and the sizes alone."""
+    rng = np.random.default_rng(seed)
+    return _counts(rng, n_boot, K), _counts(rng, n_boot, n), _counts(rng, n_boot, P), rng
+
+
+#: _draw_counts results drawn ahead (prefetch_counts), by their arguments; each is taken once
+_PREFETCHED: dict[tuple, Future] = {}
+
+
+def prefetch_counts(task: str, system: str, K: int, n: int, P: int, n_boot: int = N_BOOT) -> None:
+    """Draw a task's bootstrap multiplicities in a background thread while its rollouts play, so its
+    metrics find them ready (task_metrics takes them when its sizes match, else draws its own: the
+    same numbers either way). The drawing and counting run in numpy without the GIL; they were a
+    quarter of a short run's card."""
+    key = (bootstrap_seed(task, system), n_boot, K, n, P)
+    if key not in _PREFETCHED:
+        _PREFETCHED[key] = _background(_draw_counts, *key)
+
+
+def _background(fn, *args) -> Future:
+    """fn(*args) in a new thread: its Future (an exception is raised by result())."""
+    fut: Future = Future()
+
+    def run():
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as exc:
+            fut.set_exception(exc)
+
+    threading.Thread(target=run, name=f"clbench-{fn.__name__}", daemon=True).start()
+    return fut
+
+
+def drop_prefetched() -> None:
+    """Forget draws made ahead that no metrics took (a run that ended before its run card)."""
+    _PREFETCHED.clear()
+
+
 def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     """Bootstrap multiplicities: how often each of `size` units is drawn in each replicate."""
     return _counts(rng, n_boot, size).astype(float)
@@ -453,13 +495,15 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     P = m.sl.shape[0]
     point = {k: float(v[0]) for k, v in headline_stats(m, tr.r_max, tr.r_reference, np.ones(K), np.ones(n),
                                                       np.ones(P)).items()}
-    rng = np.random.default_rng(bootstrap_seed(tr.task, tr.system))
-    ck, ci, cp = _counts(rng, n_boot, K), _counts(rng, n_boot, n), _counts(rng, n_boot, P)
+    key = (bootstrap_seed(tr.task, tr.system), n_boot, K, n, P)
+    fut = _PREFETCHED.pop(key, None)
+    ck, ci, cp, rng = fut.result() if fut is not None else _draw_counts(*key)
     paired = deal_paired(tr)
     if paired:  # rollout k and pass k are one unit (same deal): drawn together
         cp = ck
     r_max_draws = tr.r_max + tr.r_max_se * rng.standard_normal(n_boot) if tr.r_max_se else tr.r_max
-    draws = _replicates(m, r_max_draws, tr.r_reference, ck, ci, cp)
+    # the replicates (numpy, mostly without the GIL) in a thread while the rest is computed here
+    replicates = _background(_replicates, m, r_max_draws, tr.r_reference, ck, ci, cp)
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
     calibrated = math.isfinite(tr.r_max) and math.isfinite(tr.r_reference)
     invalid = invalid_reason(tr)
@@ -496,18 +540,18 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
              *SPLIT, *WINDOW_SPLIT)
     undefined = {name: reason if name in ("normalized_gain", *SPLIT, *WINDOW_SPLIT)
                  else reward_reason if name == "normalized_reward" else invalid for name in names}
+    per_variant, shocks = _per_variant(tr, sl_mean, m), shock_effects(tr)
+    curves = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
+                     n_boot=min(n_boot, CURVE_BOOT), paired=paired)
+    usage, errors = _usage(tr), errors_summary(tr)
+    draws = replicates.result()
     out.update(summarize_many({name: (None if undefined[name] else point[name], draws[name], undefined[name])
                                for name in names}, n))
     if reason is None and math.isfinite(point["normalized_gain"]):
         # each split is exact in every replicate too; keep it exact in the reported means
         out["plasticity"]["mean"] = out["normalized_gain"]["mean"] - out["stability"]["mean"]
         out["late_gain"]["mean"] = out["normalized_gain"]["mean"] - out["early_gain"]["mean"]
-    out["per_variant"] = _per_variant(tr, sl_mean, m)
-    out["shocks"] = shock_effects(tr)
-    out["curves"] = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
-                            n_boot=min(n_boot, CURVE_BOOT), paired=paired)
-    out["usage"] = _usage(tr)
-    out["errors"] = errors_summary(tr)
+    out.update(per_variant=per_variant, shocks=shocks, curves=curves, usage=usage, errors=errors)
     if keep_draws:
         out["draws"] = {name: draws[name] for name in AGGREGATED}
     return out
