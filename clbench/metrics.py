@@ -733,7 +733,7 @@ def _nanpercentile_columns(a: np.ndarray, q: list[float], rows: np.ndarray | Non
     `a`, whose rows are the distinct replicates; None: every row once). Columns without NaN are
     read off the sorted distinct rows with their multiplicities (the expanded column is never
     sorted: that was most of the curves' cost) unless most replicates are distinct (rollouts and
-    passes drawn apart): then np.percentile's selection over the expanded column is cheaper than
+    passes drawn apart): then the expanded columns are sorted (_percentile_rows), no dearer than
     sorting the distinct rows. The others go through nanpercentile."""
     out = np.empty((len(q), a.shape[1]))
     clean = ~np.isnan(a).any(axis=0)
