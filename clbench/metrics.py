@@ -31,10 +31,8 @@ run directory once and calls it), `clbench report` and `clbench compare` all use
 from __future__ import annotations
 
 import math
-import threading
 import zlib
 from collections import defaultdict
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -318,46 +316,6 @@ def _counts(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     return out
 
 
-def _draw_counts(seed: int, n_boot: int, K: int, n: int, P: int) -> tuple:
-    """A task's bootstrap multiplicities of rollouts, instances and passes (ck, ci, cp), and its
-    generator after them (r_max's draws come next): functions of the seed and the sizes alone."""
-    rng = np.random.default_rng(seed)
-    return _counts(rng, n_boot, K), _counts(rng, n_boot, n), _counts(rng, n_boot, P), rng
-
-
-#: _draw_counts results drawn ahead (prefetch_counts), by their arguments; each is taken once
-_PREFETCHED: dict[tuple, Future] = {}
-
-
-def prefetch_counts(task: str, system: str, K: int, n: int, P: int, n_boot: int = N_BOOT) -> None:
-    """Draw a task's bootstrap multiplicities in a background thread while its rollouts play, so its
-    metrics find them ready (task_metrics takes them when its sizes match, else draws its own: the
-    same numbers either way). The drawing and counting run in numpy without the GIL; they were a
-    quarter of a short run's card."""
-    key = (bootstrap_seed(task, system), n_boot, K, n, P)
-    if key not in _PREFETCHED:
-        _PREFETCHED[key] = _background(_draw_counts, *key)
-
-
-def _background(fn, *args) -> Future:
-    """fn(*args) in a new thread: its Future (an exception is raised by result())."""
-    fut: Future = Future()
-
-    def run():
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as exc:
-            fut.set_exception(exc)
-
-    threading.Thread(target=run, name=f"clbench-{fn.__name__}", daemon=True).start()
-    return fut
-
-
-def drop_prefetched() -> None:
-    """Forget draws made ahead that no metrics took (a run that ended before its run card)."""
-    _PREFETCHED.clear()
-
-
 def _weights(rng: np.random.Generator, n_boot: int, size: int) -> np.ndarray:
     """Bootstrap multiplicities: how often each of `size` units is drawn in each replicate."""
     return _counts(rng, n_boot, size).astype(float)
@@ -381,7 +339,7 @@ def headline_stats(m: Matrices, r_max, r_reference: float, ck, ci, cp, design: d
     rollouts and passes; the numbers are those of summing cell by cell up to floating-point
     rounding (relative 1e-12 and below on every statistic). `design` (_design(m)): the products'
     right-hand sides, built once per task instead of once per block of replicates. `work`: arrays to
-    write the products into, reused block after block (_Replicates): a fresh (replicates x instances)
+    write the products into, reused block after block (_replicates): a fresh (replicates x instances)
     array per product cost more than the product (the memory is handed back and faulted in again)."""
     ck, ci, cp = np.atleast_2d(ck), np.atleast_2d(ci), np.atleast_2d(cp)
     sums = _sums(m, ck, ci, cp, cp.sum(axis=1), design or _design(m), {} if work is None else work)
@@ -469,38 +427,27 @@ def _design(m: Matrices) -> dict:
 HEADLINE_CELLS = 1 << 19
 
 
-class _Replicates:
+def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     """headline_stats of every bootstrap replicate from the counts ck, ci, cp (_counts), a block of
     replicates at a time (each replicate is computed on its own: the same numbers as all at once);
     blocks hold at most BLOCK replicates and about HEADLINE_CELLS cells, so memory stays flat in
-    the numbers of rollouts and passes. The products and their sums go block by block (`work`, which
-    several threads may call: each takes the next block not taken); the ratios (element by element)
-    once over every replicate (`ratios`). Rows of counts sum to the units drawn (K, n, P): those sums
-    are known, not summed."""
-
-    def __init__(self, m: Matrices, r_max, r_reference: float, ck, ci, cp):
-        (K, n), P = m.sf.shape, m.sl.shape[0]
-        self.m, self.r_max, self.r_reference, self.ck, self.ci, self.cp = m, r_max, r_reference, ck, ci, cp
-        self.design = _design(m)
-        # the block size is part of the numbers: BLAS may round a row differently at another place in a block
-        self.block = int(np.clip(HEADLINE_CELLS // (3 * n + 10 * K + P), 64, BLOCK))  # cells of a replicate row
-        self.sums = {name: np.empty(len(ck)) for name in SUMS}
-        self._starts = iter(range(0, max(len(ck), 1), self.block))  # next() is atomic: one taker per block
-
-    def work(self) -> None:
-        """Compute the blocks no thread has taken yet."""
-        m, ck, ci, cp, block = self.m, self.ck, self.ci, self.cp, self.block
-        work = {"rows": block, "ci": np.empty((block, m.sf.shape[1]))}  # this thread's buffers
-        for s in self._starts:
-            rows = slice(s, s + block)
-            cif = work["ci"][:len(ci[rows])]
-            np.copyto(cif, ci[rows])  # = ci[rows].astype(float), into the same memory every block
-            _sums(m, ck[rows].astype(float), cif, cp[rows].astype(float), float(m.sl.shape[0]), self.design, work,
-                  out={name: a[rows] for name, a in self.sums.items()})
-
-    def ratios(self) -> dict:
-        """Once every block is computed."""
-        return _ratios(self.sums, float(self.ck.shape[1]), float(self.ci.shape[1]), self.r_max, self.r_reference)
+    the numbers of rollouts and passes. The products and their sums go block by block; the ratios
+    (element by element) once over every replicate. Rows of counts sum to the units drawn (K, n, P):
+    those sums are known, not summed."""
+    (K, n), P = m.sf.shape, m.sl.shape[0]
+    design = _design(m)
+    # the block size is part of the numbers: BLAS may round a row differently at another place in a block
+    block = int(np.clip(HEADLINE_CELLS // (3 * n + 10 * K + P), 64, BLOCK))  # cells of a replicate row
+    total = len(ck)
+    sums = {name: np.empty(total) for name in SUMS}
+    work = {"rows": block, "ci": np.empty((block, n))}
+    for s in range(0, max(total, 1), block):
+        rows = slice(s, s + block)
+        cif = work["ci"][:len(ci[rows])]
+        np.copyto(cif, ci[rows])  # = ci[rows].astype(float), into the same memory every block
+        _sums(m, ck[rows].astype(float), cif, cp[rows].astype(float), float(P), design, work,
+              out={name: a[rows] for name, a in sums.items()})
+    return _ratios(sums, float(ck.shape[1]), float(ci.shape[1]), r_max, r_reference)
 
 
 def deal_paired(tr: TaskRecords) -> bool:
@@ -522,17 +469,13 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
     P = m.sl.shape[0]
     point = {k: float(v[0]) for k, v in headline_stats(m, tr.r_max, tr.r_reference, np.ones(K), np.ones(n),
                                                       np.ones(P)).items()}
-    key = (bootstrap_seed(tr.task, tr.system), n_boot, K, n, P)
-    fut = _PREFETCHED.pop(key, None)
-    ck, ci, cp, rng = fut.result() if fut is not None else _draw_counts(*key)
+    rng = np.random.default_rng(bootstrap_seed(tr.task, tr.system))
+    ck, ci, cp = _counts(rng, n_boot, K), _counts(rng, n_boot, n), _counts(rng, n_boot, P)
     paired = deal_paired(tr)
     if paired:  # rollout k and pass k are one unit (same deal): drawn together
         cp = ck
     r_max_draws = tr.r_max + tr.r_max_se * rng.standard_normal(n_boot) if tr.r_max_se else tr.r_max
-    # the replicates (numpy, mostly without the GIL) in a thread while the rest is computed here, which
-    # then takes the blocks left
-    replicates = _Replicates(m, r_max_draws, tr.r_reference, ck, ci, cp)
-    helper = _background(replicates.work)
+    draws = _replicates(m, r_max_draws, tr.r_reference, ck, ci, cp)
     sl_mean = {iid: float(v) for iid, v in zip(m.ids, m.sl.mean(axis=0))}
     calibrated = math.isfinite(tr.r_max) and math.isfinite(tr.r_reference)
     invalid = invalid_reason(tr)
@@ -569,20 +512,18 @@ def task_metrics(tr: TaskRecords, window: float = DEFAULT_WINDOW, n_boot: int = 
              *SPLIT, *WINDOW_SPLIT)
     undefined = {name: reason if name in ("normalized_gain", *SPLIT, *WINDOW_SPLIT)
                  else reward_reason if name == "normalized_reward" else invalid for name in names}
-    per_variant, shocks = _per_variant(tr, sl_mean, m), shock_effects(tr)
-    curves = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
-                     n_boot=min(n_boot, CURVE_BOOT), paired=paired)
-    usage, errors = _usage(tr), errors_summary(tr)
-    replicates.work()
-    helper.result()
-    draws = replicates.ratios()
     out.update(summarize_many({name: (None if undefined[name] else point[name], draws[name], undefined[name])
                                for name in names}, n))
     if reason is None and math.isfinite(point["normalized_gain"]):
         # each split is exact in every replicate too; keep it exact in the reported means
         out["plasticity"]["mean"] = out["normalized_gain"]["mean"] - out["stability"]["mean"]
         out["late_gain"]["mean"] = out["normalized_gain"]["mean"] - out["early_gain"]["mean"]
-    out.update(per_variant=per_variant, shocks=shocks, curves=curves, usage=usage, errors=errors)
+    out["per_variant"] = _per_variant(tr, sl_mean, m)
+    out["shocks"] = shock_effects(tr)
+    out["curves"] = _curves(tr, m, rng=np.random.default_rng(bootstrap_seed(tr.task, tr.system, "curves")),
+                            n_boot=min(n_boot, CURVE_BOOT), paired=paired)
+    out["usage"] = _usage(tr)
+    out["errors"] = errors_summary(tr)
     if keep_draws:
         out["draws"] = {name: draws[name] for name in AGGREGATED}
     return out

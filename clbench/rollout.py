@@ -15,12 +15,11 @@ from typing import Callable
 from clbench.calibration import ensure_baselines, world_label
 from clbench.error_policy import ErrorPolicy
 from clbench.executors import execute
-from clbench.metrics import drop_prefetched, prefetch_counts
 from clbench.progress import RunProgress
 from clbench.registry import env_class
 from clbench.run_dir import RunDirectory
 from clbench.runcard import build_run_card, provenance, task_params
-from clbench.runner import Job, RunConfig, cached_env, config_dict, make_agent, plan_jobs, stateless_plan
+from clbench.runner import Job, RunConfig, cached_env, config_dict, make_agent, plan_jobs
 
 
 class RunIncomplete(RuntimeError):
@@ -84,11 +83,8 @@ def run_many(cfgs: list[RunConfig], say: Callable[[str], None] = _say, resume: b
 
         check_ray_address(ray_address)  # before any work: a dead address fails in one line
     rd = RunDirectory(cfgs[0].out)
-    try:
-        with rd.writer():
-            return _run_many(cfgs, rd, say, resume, executor, ray_address, quiet, policy)
-    finally:
-        drop_prefetched()  # draws no run card took
+    with rd.writer():
+        return _run_many(cfgs, rd, say, resume, executor, ray_address, quiet, policy)
 
 
 def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_address, quiet: bool,
@@ -110,8 +106,6 @@ def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_addr
         rd.merge_metadata(base.task, task_params(env, undefined), system, provenance())
         planned = plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable, resume=resume)
         jobs += planned
-        if cfg.mode == "both":  # the run card's bootstrap draws, made while the rollouts play
-            prefetch_counts(base.task, cfg.system, cfg.rollouts, len(base.schedule), stateless_plan(cfg)["passes"])
         for job in planned:
             key = (base.task, cfg.system, job.mode, job.rollout)
             expected[key] = expected.get(key, 0) + job.remaining
