@@ -182,11 +182,27 @@ def summarize_many(items: dict, n: int) -> dict:
             out[name] = summarize(point, draws, n, reason)
     if batch:
         d = np.asarray([items[name][1] for name in batch], dtype=float)
-        lo, hi = np.percentile(d, [2.5, 97.5], axis=1)
+        lo, hi = _percentile_rows(d, [2.5, 97.5])
         se = d.std(axis=1, ddof=1)
         for j, name in enumerate(batch):
             out[name] = {"mean": float(items[name][0]), "se": float(se[j]), "ci": [float(lo[j]), float(hi[j])], "n": n}
     return {name: out[name] for name in items}
+
+
+def _percentile_rows(a: np.ndarray, q: list[float]) -> np.ndarray:
+    """np.percentile(a, q, axis=1) of a 2-D array without NaN, the same numbers: each row sorted (a
+    vectorized sort was several times faster than np.percentile's selection, most of summarizing a
+    task's replicates) and its order statistics interpolated as numpy's linear method does."""
+    ranked = np.sort(a, axis=1)
+    n = a.shape[1]
+    out = np.empty((len(q), len(a)))
+    for j, v in enumerate((n - 1) * (np.asarray(q, dtype=float) / 100)):
+        before = int(np.floor(v))
+        lo, hi = ranked[:, before], ranked[:, min(before + 1, n - 1)]
+        t = v - before
+        diff = hi - lo
+        out[j] = hi - diff * (1 - t) if t >= 0.5 else lo + diff * t
+    return out
 
 
 def estimate(values, n_boot: int = N_BOOT, seed: int = 0) -> dict:
@@ -658,12 +674,12 @@ def _nanpercentile_columns(a: np.ndarray, q: list[float], rows: np.ndarray | Non
     `a`, whose rows are the distinct replicates; None: every row once). Columns without NaN are
     read off the sorted distinct rows with their multiplicities (the expanded column is never
     sorted: that was most of the curves' cost) unless most replicates are distinct (rollouts and
-    passes drawn apart): then np.percentile's selection over the expanded column is cheaper than
+    passes drawn apart): then the expanded columns are sorted (_percentile_rows), no dearer than
     sorting the distinct rows. The others go through nanpercentile."""
     out = np.empty((len(q), a.shape[1]))
     clean = ~np.isnan(a).any(axis=0)
     if rows is not None and 2 * len(a) > len(rows):
-        out[:, clean] = np.percentile(a[rows][:, clean], q, axis=0)
+        out[:, clean] = _percentile_rows(a[:, clean].T[:, rows], q)
     else:
         counts = np.ones(len(a), dtype=np.intp) if rows is None else np.bincount(rows, minlength=len(a))
         out[:, clean] = _percentile_of_counted_rows(a[:, clean], counts, q)
