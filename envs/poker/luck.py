@@ -6,7 +6,7 @@ opponent's actual cards, eq_{s-1} -> eq_s, and with it the expected value of the
 in the pot, c_s: by 2 c_s (eq_s - eq_{s-1}). Given everything before the cards came, the board is
 uniform over the cards left, so each such term has mean zero; the chips minus the terms estimate the
 same expected result with the board's luck taken out (`luck_adjusted`). On Poker-v5's paired gain
-(stateful reference minus its stateless line, 40 deals) the per-deal sd falls from 1.03 to 0.79 bb/hand
+(stateful reference minus its stateless line, 40 deals) the per-deal sd falls from 1.10 to 0.79 bb/hand
 (docs/poker-variance-levers.md).
 
 The equities are exact from the flop on (every runout); before the flop they are Monte Carlo over
