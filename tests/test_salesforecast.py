@@ -599,3 +599,43 @@ def test_the_sandbox_binds_site_folders_a_venv_pth_adds():
     numpy_home = str(Path(np.__file__).resolve().parent.parent)
     assert any(numpy_home.startswith(b) for b in binds | prefixes), (numpy_home, binds)
     assert not any(str(Path(pkg.__file__).resolve().parent).startswith(b) for b in binds)
+
+
+
+def test_the_sandbox_binds_the_folders_of_its_packages_only(tmp_path, monkeypatch):
+    """A folder on sys.path that holds a distribution the sandbox offers is bound (a .pth's shared folder);
+    one that holds a user's files (the current folder under `python -m`, a script's folder, PYTHONPATH)
+    is not, though it comes first on sys.path."""
+    from clbench.envs.salesforecast import workspace
+
+    shared, user = tmp_path / "shared", tmp_path / "project"
+    (shared / "clbench_probe_dist-1.0.dist-info").mkdir(parents=True)
+    (shared / "clbench_probe_dist-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: clbench-probe-dist\nVersion: 1.0\n")
+    (user / "runs").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(shared))
+    monkeypatch.syspath_prepend(str(user))
+    monkeypatch.setattr(workspace, "SANDBOX_PACKAGES", (*workspace.SANDBOX_PACKAGES, "clbench-probe-dist"))
+    binds = {src for src, _ in workspace.host_python_runtime().binds}
+    assert str(shared.resolve()) in binds and str(user.resolve()) not in binds, binds
+
+
+def test_earlier_runs_in_the_users_folder_are_out_of_the_sandboxs_reach(tmp_path, monkeypatch):
+    """Red team (s16): the sandbox bound every sys.path folder, so a stateless agent run from a project folder
+    read an earlier oracle run's trajectories there and resubmitted its forecasts (r_max without forecasting)."""
+    project = tmp_path / "project"
+    answers = project / "runs" / "oracle" / "trajectories.jsonl"
+    answers.parent.mkdir(parents=True)
+    answers.write_text('{"action": "SUBMIT 7f3a9c-answer"}\n')
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.chdir(project)
+    e = gym.make(ENV)
+    try:
+        e.reset(seed=0)
+        for probe in (f"cat {answers}", f"ls {project}", f"ls {answers.parent}", "ls runs"):
+            obs, *_ = e.step(probe)
+            assert "No such file" in obs and "7f3a9c-answer" not in obs, (probe, obs)
+        obs, *_ = e.step("find / -path /proc -prune -o -name 'trajector*' -print 2>/dev/null; echo searched")
+        assert "searched" in obs and "/runs/oracle/" not in obs, obs
+    finally:
+        e.close()

@@ -1,12 +1,15 @@
 """The agent's sandboxed workspace: the host Python bound read-only, an inbox the env rewrites.
 
 The sandbox runs the host interpreter (which has numpy, scipy, scikit-learn and pandas) from its
-installation prefix mounted read-only; clbench's own package folder (generator code and task
-data) is hidden, and the repository of an editable install is never mounted, so neither the
-seed nor future sales can be reached from inside.
+installation prefix mounted read-only, plus any folder outside it that holds those libraries or
+what they require; clbench's own package folder (generator code and task data) is hidden, and
+neither the repository of an editable install nor any other sys.path folder (the current folder,
+a script's folder, PYTHONPATH: where earlier runs and their answers live) is mounted, so neither
+the seed, future sales nor another run's forecasts can be reached from inside.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -33,17 +36,44 @@ def host_python_runtime(image: str | None = None) -> Runtime:
     return Runtime(image=image, binds=binds, hide=(str(Path(clbench.__file__).resolve().parent),), env=tuple(env))
 
 
+#: what the workspace offers its commands' python3 (docs: numpy, scipy, scikit-learn and pandas)
+SANDBOX_PACKAGES = ("numpy", "scipy", "scikit-learn", "pandas")
+
+
+def _required(name: str) -> list[str]:
+    """The distributions `name` needs at run time (extras left out), by the names they are installed under."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.distribution(name).requires or []
+    except metadata.PackageNotFoundError:
+        return []
+    return [m.group(1) for r in requires if "extra ==" not in r and (m := re.match(r"\s*([A-Za-z0-9][\w.-]*)", r))]
+
+
 def _outside_site_dirs(prefixes) -> tuple[tuple[str, str], ...]:
-    """Site folders on sys.path outside the interpreter's prefixes (a venv's .pth may add one, e.g.
-    a shared dependency folder): bound too, or the sandbox's python3 would not find numpy there.
-    Folders holding clbench itself are never bound."""
+    """The folders outside the interpreter's prefixes that hold SANDBOX_PACKAGES or what they require (a
+    venv's .pth may add a shared dependency folder): bound too, or the sandbox's python3 would not find
+    numpy there. Only such folders: other sys.path entries (the current folder under `python -m`, a
+    script's folder, PYTHONPATH) hold a user's files, such as earlier runs' trajectories with their
+    answers, and are never bound. Nor is a folder holding clbench itself."""
+    from importlib import metadata
+
     import clbench
 
     own = Path(clbench.__file__).resolve().parent.parent
-    found = []
-    for entry in sys.path:
-        path = Path(entry).resolve() if entry else None
-        if path is None or not path.is_dir() or str(path).startswith("/usr/") or (path / "clbench").exists():
+    todo, seen, found = list(SANDBOX_PACKAGES), set(), []
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += _required(name)
+        try:
+            path = Path(metadata.distribution(name).locate_file("")).resolve()
+        except metadata.PackageNotFoundError:
+            continue
+        if not path.is_dir() or str(path).startswith("/usr/") or (path / "clbench").exists():
             continue
         if any(path.is_relative_to(p) for p in prefixes) or own.is_relative_to(path):
             continue
