@@ -16,6 +16,7 @@ from texasholdem.game import game as _library
 from texasholdem.game.action_type import ActionType
 from texasholdem.game.game import TexasHoldEm
 from texasholdem.game.hand_phase import HandPhase
+from texasholdem.game.history import History
 
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.cards import Deal, StackedDeck
@@ -47,13 +48,30 @@ class _Evaluator:
         return hand_rank(tuple(cards), tuple(board))
 
 
-class _Game(TexasHoldEm):
-    """The library's game, its hand set-up and showdown run unchanged but dealing from `_Unshuffled`
-    and ranking hands through `_Evaluator`: the same function code, with `Deck` and `evaluator` looked
-    up in a copy of the library module's globals (nothing global is patched, so other users of the
-    library in this process still shuffle)."""
+#: a phase's section of the hand history, by the phase's member name
+_SECTION = {phase._name_: phase._name_.lower() for phase in HandPhase}
 
-    _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled}, "_prehand")
+
+class _History(History):
+    """The library's hand history, each phase's section found through `_SECTION` instead of the phase's
+    enum name lowered at every look-up (the betting round reads it at every move; an enum's `name` is
+    two Python calls)."""
+
+    def __getitem__(self, hand_phase: HandPhase):
+        return getattr(self, _SECTION[hand_phase._name_])
+
+    def __setitem__(self, hand_phase: HandPhase, history) -> None:
+        setattr(self, _SECTION[hand_phase._name_], history)
+
+
+class _Game(TexasHoldEm):
+    """The library's game, its hand set-up and showdown run unchanged but dealing from `_Unshuffled`,
+    keeping its history in `_History` and ranking hands through `_Evaluator`: the same function code,
+    with `Deck`, `History` and `evaluator` looked up in a copy of the library module's globals (nothing
+    global is patched, so other users of the library in this process still shuffle)."""
+
+    _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled,
+                                                             "History": _History}, "_prehand")
     _settle = FunctionType(TexasHoldEm._settle.__code__, {**vars(_library), "evaluator": _Evaluator}, "_settle")
 
 
