@@ -213,11 +213,10 @@ class HandTable:
         b, kind, game = self.betting, d.kind, self.game
         p = b.to_act
         game._action = (_TYPE[kind], d.total if kind == RAISE else None)
-        try:
-            next(game._hand_gen)
-        except StopIteration:
-            if game.hand_phase is not _PREHAND:
-                raise RuntimeError("the library refused an earlier move of this hand: it cannot go on") from None
+        # the hand yields the game before each move and ends (None here: no StopIteration raised and caught
+        # at every hand's last move) after the last
+        if next(game._hand_gen, None) is None and game.hand_phase is not _PREHAND:
+            raise RuntimeError("the library refused an earlier move of this hand: it cannot go on")
         self.over = game.hand_phase is _PREHAND  # = not game.is_hand_running()
         b.apply(d)
         if b.stacks[p] == 0 and (kind == CALL or kind == RAISE):
@@ -237,7 +236,11 @@ class HandTable:
 
     def showdown(self) -> bool:
         settle = self.game.hand_history.settle if self.game.hand_history else None
-        return bool(settle) and any(rank != -1 for _, rank, _ in settle.pot_winners.values())
+        if settle:  # a plain loop: any() over a generator left early closes it with an exception
+            for _, rank, _ in settle.pot_winners.values():
+                if rank != -1:
+                    return True
+        return False
 
     def hand_name(self, player: int) -> str:
         """'Two Pair', 'Flush', ... (a winner's rank comes from the library's settlement)."""
