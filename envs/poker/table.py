@@ -17,6 +17,7 @@ from texasholdem.game.action_type import ActionType
 from texasholdem.game.game import TexasHoldEm
 from texasholdem.game.hand_phase import HandPhase
 from texasholdem.game.history import History
+from texasholdem.game.player_state import PlayerState
 
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.cards import Deal, StackedDeck
@@ -26,6 +27,7 @@ from clbench.envs.poker.strength import hand_rank, rank_name
 AGENT, OPPONENT = 0, 1
 STREETS = ("preflop", "flop", "turn", "river")
 _PREHAND = HandPhase.PREHAND
+_IN, _TO_CALL = PlayerState.IN, PlayerState.TO_CALL
 _TYPE = {FOLD: ActionType.FOLD, CHECK: ActionType.CHECK, CALL: ActionType.CALL, RAISE: ActionType.RAISE}
 
 
@@ -72,6 +74,20 @@ class _Game(TexasHoldEm):
 
     _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled,
                                                              "History": _History}, "_prehand")
+
+    def _is_hand_over(self) -> bool:
+        """`TexasHoldEm._is_hand_over` (no player can act any more: none has a bet to call and at most one
+        can still bet) without its iterators: the library's walks the players through two nested
+        generators and leaves them early, and each closing raises GeneratorExit in both; it asks this before
+        every move and street (the answer does not depend on the order the players are read in)."""
+        count = 0
+        for player in self.players:
+            state = player.state
+            if state is _TO_CALL:
+                return False
+            if state is _IN:
+                count += 1
+        return count < 2
     _settle = FunctionType(TexasHoldEm._settle.__code__, {**vars(_library), "evaluator": _Evaluator}, "_settle")
 
 
