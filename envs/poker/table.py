@@ -70,10 +70,12 @@ class _Game(TexasHoldEm):
     """The library's game, its hand set-up and showdown run unchanged but dealing from `_Unshuffled`,
     keeping its history in `_History` and ranking hands through `_Evaluator`: the same function code,
     with `Deck`, `History` and `evaluator` looked up in a copy of the library module's globals (nothing
-    global is patched, so other users of the library in this process still shuffle)."""
+    global is patched, so other users of the library in this process still shuffle). One query of its
+    rules, `_is_hand_over`, is answered without the library's generators."""
 
     _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled,
                                                              "History": _History}, "_prehand")
+    _settle = FunctionType(TexasHoldEm._settle.__code__, {**vars(_library), "evaluator": _Evaluator}, "_settle")
 
     def _is_hand_over(self) -> bool:
         """`TexasHoldEm._is_hand_over` (no player can act any more: none has a bet to call and at most one
@@ -88,7 +90,6 @@ class _Game(TexasHoldEm):
             if state is _IN:
                 count += 1
         return count < 2
-    _settle = FunctionType(TexasHoldEm._settle.__code__, {**vars(_library), "evaluator": _Evaluator}, "_settle")
 
 
 #: finished games, per (stack, small blind, big blind), ready for another hand. A game is a knot of
