@@ -199,8 +199,9 @@ def hand_counts(table: dict) -> dict[str, int]:
     if shown:  # a showdown: the opponent's strengths are read, for its calls and bets after the flop only
         opp_hole, board = _CARDS(tuple(shown)), _CARDS(tuple(table["board"]))
     after_bet = -1  # the street on which our bet or raise was the move before, else -1
-    for street, mine, kind, _ in map(_ACT_OF, map(tuple, table["history"])):  # the entries as Acts (memoized)
-        if not mine:
+    for name, who, kind, _ in table["history"]:  # read as they are (no Act needed: one look-up per entry)
+        street = _STREET_NO[name]
+        if who != "you":
             weak = False  # shown down with a weak hand
             if shown and street and (kind == CALL or kind == RAISE):
                 held = strength(opp_hole, board[:BOARD_LEN[street]])

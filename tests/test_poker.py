@@ -245,6 +245,7 @@ def test_betting_model_agrees_with_the_library():
             assert t.to_act == g.current_player and legal.to_call == g.chips_to_call(g.current_player)
             assert (legal.min_raise, legal.max_raise) == ((rr.start, rr[-1]) if rr else (0, 0))
             assert t.pot == sum(p.get_total_amount() for p in g.pots)
+            assert g._is_hand_over() is TexasHoldEm._is_hand_over(g)  # HandTable's game answers without generators
             u = rng.random()
             if u < 0.1:
                 d = Decision(FOLD)
@@ -254,6 +255,7 @@ def test_betting_model_agrees_with_the_library():
                 high = legal.max_raise if rng.random() < 0.2 else min(legal.max_raise, 3 * legal.min_raise)
                 d = Decision(RAISE, int(rng.integers(legal.min_raise, high + 1)))
             t.apply(d)
+            assert g._is_hand_over() is TexasHoldEm._is_hand_over(g)
         assert t.betting.over and t.betting.payoff(0, t.holes, deal.board) == t.profit()
 
 

@@ -383,9 +383,11 @@ class PokerEnv(InstanceSequenceEnv):
             raise ActionError(f"RAISE needs a total, e.g. RAISE {table.legal().min_raise or 0}. "
                               f"{self._view.legal_text()}")
         decision = _new(Decision, (kind, int(total) if kind == RAISE else 0))  # NamedTuple's __new__ is slower
-        problem = table.legal().check(decision)
-        if problem:
-            raise ActionError(f"{problem}. {self._view.legal_text()}")
+        # = table.legal().check(decision) is not None, read off the betting model's own tuple (every step)
+        to_call, low, high = table.betting.legal()
+        if (kind == CHECK and to_call or kind == CALL and not to_call
+                or kind == RAISE and not (high and low <= decision.total <= high)):
+            raise ActionError(f"{table.legal().check(decision)}. {self._view.legal_text()}")
         return self._advance(decision, "")
 
     def _advance(self, decision: Decision, note: str) -> Outcome:

@@ -16,6 +16,8 @@ from texasholdem.game import game as _library
 from texasholdem.game.action_type import ActionType
 from texasholdem.game.game import TexasHoldEm
 from texasholdem.game.hand_phase import HandPhase
+from texasholdem.game.history import History
+from texasholdem.game.player_state import PlayerState
 
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.cards import Deal, StackedDeck
@@ -25,6 +27,7 @@ from clbench.envs.poker.strength import hand_rank, rank_name
 AGENT, OPPONENT = 0, 1
 STREETS = ("preflop", "flop", "turn", "river")
 _PREHAND = HandPhase.PREHAND
+_IN, _TO_CALL = PlayerState.IN, PlayerState.TO_CALL
 _TYPE = {FOLD: ActionType.FOLD, CHECK: ActionType.CHECK, CALL: ActionType.CALL, RAISE: ActionType.RAISE}
 
 
@@ -47,14 +50,46 @@ class _Evaluator:
         return hand_rank(tuple(cards), tuple(board))
 
 
-class _Game(TexasHoldEm):
-    """The library's game, its hand set-up and showdown run unchanged but dealing from `_Unshuffled`
-    and ranking hands through `_Evaluator`: the same function code, with `Deck` and `evaluator` looked
-    up in a copy of the library module's globals (nothing global is patched, so other users of the
-    library in this process still shuffle)."""
+#: a phase's section of the hand history, by the phase's member name
+_SECTION = {phase._name_: phase._name_.lower() for phase in HandPhase}
 
-    _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled}, "_prehand")
+
+class _History(History):
+    """The library's hand history, each phase's section found through `_SECTION` instead of the phase's
+    enum name lowered at every look-up (the betting round reads it at every move; an enum's `name` is
+    two Python calls)."""
+
+    def __getitem__(self, hand_phase: HandPhase):
+        return getattr(self, _SECTION[hand_phase._name_])
+
+    def __setitem__(self, hand_phase: HandPhase, history) -> None:
+        setattr(self, _SECTION[hand_phase._name_], history)
+
+
+class _Game(TexasHoldEm):
+    """The library's game, its hand set-up and showdown run unchanged but dealing from `_Unshuffled`,
+    keeping its history in `_History` and ranking hands through `_Evaluator`: the same function code,
+    with `Deck`, `History` and `evaluator` looked up in a copy of the library module's globals (nothing
+    global is patched, so other users of the library in this process still shuffle). One query of its
+    rules, `_is_hand_over`, is answered without the library's generators."""
+
+    _prehand = FunctionType(TexasHoldEm._prehand.__code__, {**vars(_library), "Deck": _Unshuffled,
+                                                             "History": _History}, "_prehand")
     _settle = FunctionType(TexasHoldEm._settle.__code__, {**vars(_library), "evaluator": _Evaluator}, "_settle")
+
+    def _is_hand_over(self) -> bool:
+        """`TexasHoldEm._is_hand_over` (no player can act any more: none has a bet to call and at most one
+        can still bet) without its iterators: the library's walks the players through two nested
+        generators and leaves them early, and each closing raises GeneratorExit in both; it asks this before
+        every move and street (the answer does not depend on the order the players are read in)."""
+        count = 0
+        for player in self.players:
+            state = player.state
+            if state is _TO_CALL:
+                return False
+            if state is _IN:
+                count += 1
+        return count < 2
 
 
 #: finished games, per (stack, small blind, big blind), ready for another hand. A game is a knot of
@@ -195,11 +230,10 @@ class HandTable:
         b, kind, game = self.betting, d.kind, self.game
         p = b.to_act
         game._action = (_TYPE[kind], d.total if kind == RAISE else None)
-        try:
-            next(game._hand_gen)
-        except StopIteration:
-            if game.hand_phase is not _PREHAND:
-                raise RuntimeError("the library refused an earlier move of this hand: it cannot go on") from None
+        # the hand yields the game before each move and ends (None here: no StopIteration raised and caught
+        # at every hand's last move) after the last
+        if next(game._hand_gen, None) is None and game.hand_phase is not _PREHAND:
+            raise RuntimeError("the library refused an earlier move of this hand: it cannot go on")
         self.over = game.hand_phase is _PREHAND  # = not game.is_hand_running()
         b.apply(d)
         if b.stacks[p] == 0 and (kind == CALL or kind == RAISE):
@@ -219,7 +253,11 @@ class HandTable:
 
     def showdown(self) -> bool:
         settle = self.game.hand_history.settle if self.game.hand_history else None
-        return bool(settle) and any(rank != -1 for _, rank, _ in settle.pot_winners.values())
+        if settle:  # a plain loop: any() over a generator left early closes it with an exception
+            for _, rank, _ in settle.pot_winners.values():
+                if rank != -1:
+                    return True
+        return False
 
     def hand_name(self, player: int) -> str:
         """'Two Pair', 'Flush', ... (a winner's rank comes from the library's settlement)."""
