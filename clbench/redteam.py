@@ -9,6 +9,10 @@
 - `train-answers`: the oracle played on the train split (another world, the same kind of
   structure), its actions per instance replayed blind on the test twin (the same id without the
   "train-" prefix): what a train split that shared answers would pay;
+- `train-learned`: the env's stateful reference trained on one rollout of the train split and then
+  frozen, played stateless: on each instance a fresh reference loads the state it had at the end of
+  the instance's variant there and learns nothing more. What a train split that shared answers with
+  the test split (not only their kind) would pay a system trained on it (red team s16: Poker's did);
 - `feedback-memorizer`: a stateful agent that reads nothing but the rewards its feedback reports;
   it tries every constant reply once, then replays whichever action sequence it played scored
   best so far in the instance's variant (overall, where the variant has no score yet); one
@@ -42,6 +46,7 @@ import numpy as np
 from clbench.agent import Agent
 
 TRAIN_ANSWERS = "train-answers"
+TRAIN_LEARNED = "train-learned"
 MEMORIZER = "feedback-memorizer"
 #: Policy.family values that are not declared policy families (never chosen on re-deals)
 NOT_FAMILIES = ("degenerate", "generic")
@@ -105,6 +110,9 @@ class Policy:
     #: a redealable env's family points: mean reward per re-deal (never redeal 0, the benchmark)
     selection: dict[int, float] = field(default_factory=dict)
     chosen: bool | None = None  # None: not a choice (every point on the benchmark, or not a family)
+    #: a tie with r_reference passes: the policy is the stateless reference when it carries nothing over
+    #: (train-learned whose learning lives outside its state, e.g. in a workspace a stateless pass never keeps)
+    tie_passes: bool = False
 
     @property
     def selection_mean(self) -> float | None:
@@ -114,8 +122,9 @@ class Policy:
         return {"policy": self.name, "family": self.family, "params": self.params, "stateful": self.stateful,
                 "selection_mean": self.selection_mean, "selection": dict(self.selection), "chosen": self.chosen,
                 "mean": self.mean, "r_reference": r_reference, "r_max": r_max,
+                "tie_passes": self.tie_passes,
                 "verdict": ("not chosen on the re-deals" if self.chosen is False and not self.skipped
-                            else verdict(self.mean, r_reference, self.skipped))}
+                            else verdict(self.mean, r_reference, self.skipped, self.tie_passes))}
 
 
 def redeals(full: bool = False) -> int:
@@ -123,25 +132,27 @@ def redeals(full: bool = False) -> int:
     return 6 if full or slow() else 2
 
 
-def reaches(mean: float | None, r_reference: float | None) -> bool:
-    """Whether a mean reaches r_reference (up to rounding: a tie is a failure)."""
+def reaches(mean: float | None, r_reference: float | None, tie_passes: bool = False) -> bool:
+    """Whether a mean reaches r_reference (up to rounding: a tie is a failure unless `tie_passes`, when only
+    a mean above it is)."""
     if mean is None or r_reference is None:
         return False
-    return mean >= r_reference - 1e-9 * max(1.0, abs(r_reference))
+    rounding = 1e-9 * max(1.0, abs(r_reference))
+    return mean > r_reference + rounding if tie_passes else mean >= r_reference - rounding
 
 
-def verdict(mean, r_reference, skipped=None) -> str:
+def verdict(mean, r_reference, skipped=None, tie_passes: bool = False) -> str:
     if skipped:
         return f"skipped: {skipped}"
     if r_reference is None:
         return "no r_reference"
-    return "REACHES r_reference" if reaches(mean, r_reference) else "ok"
+    return "REACHES r_reference" if reaches(mean, r_reference, tie_passes) else "ok"
 
 
 def plan(env_id: str, full: bool = False, include: tuple[str, ...] = ("degenerate", "families", TRAIN_ANSWERS,
-                                                                       MEMORIZER)) -> list[Policy]:
+                                                                       TRAIN_LEARNED, MEMORIZER)) -> list[Policy]:
     """The policies the red team plays on `env_id` (degenerate agents, every family's grid points,
-    train-answers, the feedback memorizer)."""
+    train-answers, train-learned, the feedback memorizer)."""
     from clbench.agents.degenerate import degenerate_agents
     from clbench.registry import env_class
 
@@ -155,11 +166,12 @@ def plan(env_id: str, full: bool = False, include: tuple[str, ...] = ("degenerat
             for params in points:
                 label = fam_name + ("" if not params else "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")")
                 out.append(Policy(label, fam_name, fam.cls, params, stateful=fam.stateful))
-    if TRAIN_ANSWERS in include:
-        pol = Policy(TRAIN_ANSWERS, "generic", f"{__name__}:ReplayAgent", {})
-        if cls.no_train_split:
-            pol.skipped = f"no train split ({cls.no_train_split})"
-        out.append(pol)
+    for name, agent in ((TRAIN_ANSWERS, "ReplayAgent"), (TRAIN_LEARNED, "TrainLearned")):
+        if name in include:
+            pol = Policy(name, "generic", f"{__name__}:{agent}", {}, tie_passes=name == TRAIN_LEARNED)
+            if cls.no_train_split:
+                pol.skipped = f"no train split ({cls.no_train_split})"
+            out.append(pol)
     if MEMORIZER in include:
         out.append(Policy(MEMORIZER, "generic", f"{__name__}:FeedbackMemorizer", {}, stateful=True))
     return out
@@ -184,6 +196,25 @@ def train_actions(env_id: str, env_kwargs: dict, workers: int, out: Path) -> dic
                 twin = reset["instance_id"].removeprefix("train-")
                 actions[twin] = [ev["action"] for ev in group if ev.get("event") == "step"]
     return actions
+
+
+def train_states(env_id: str, env_kwargs: dict) -> dict[str, dict]:
+    """The stateful reference's `state_dict()` at the end of each variant of one rollout (seed 0) on the
+    train split, by variant name (a train variant and its test twin share the name)."""
+    from clbench.agent import make_agent
+    from clbench.runner import make_env, play_instance
+
+    env = make_env(env_id, **{**env_kwargs, "split": "train"})
+    try:
+        agent = make_agent("reference", env, seed=0)
+        states: dict[str, dict] = {}
+        for pos in range(len(env.unwrapped.schedule)):
+            obs, info = env.reset(seed=0) if pos == 0 else env.reset()
+            play_instance(env, agent, obs, info, [])
+            states[info["variant"]] = agent.state_dict()  # the variant's last instance leaves its state
+        return states
+    finally:
+        env.close()
 
 
 def _play(env_id: str, policies: list[Policy], env_kwargs: dict, workers: int, out: Path,
@@ -278,6 +309,12 @@ def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers
                     params[pol.name] = {"actions": train_actions(env_id, env_kwargs, workers, root / "train")}
                 except (RuntimeError, ValueError, TypeError) as exc:  # shown in the table, never hidden
                     pol.skipped = f"the oracle could not play the train split ({type(exc).__name__}: {str(exc)[:160]})"
+            if pol.name == TRAIN_LEARNED and not pol.skipped:
+                states = train_states(env_id, env_kwargs)
+                if any(state is None for state in states.values()):
+                    pol.skipped = "the reference keeps no state (state_dict() is None): nothing to carry over"
+                else:
+                    params[pol.name] = {"states": states}
         bench = [p for p in policies if not p.skipped and p.chosen is not False]
         means = _play(env_id, bench, env_kwargs, workers, root / "play", params)
     for pol in bench:
@@ -287,7 +324,8 @@ def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers
             "then played on the benchmark" if redealable else "every point played on the benchmark")
     return {"env_id": env_id, "world": world_label(base), "r_reference": r_ref, "r_max": r_max, "rule": rule,
             "redeals": k if redealable else 0, "selection": selection, "rows": rows,
-            "families": sorted(families(type(base))), "failures": [r for r in rows if reaches(r["mean"], r_ref)]}
+            "families": sorted(families(type(base))),
+            "failures": [r for r in rows if reaches(r["mean"], r_ref, r["tie_passes"])]}
 
 
 def format_table(report: dict) -> str:
@@ -332,6 +370,38 @@ class ReplayAgent(Agent):
 
     def act(self, observation: str, info: dict) -> str:
         return self._queue.pop(0) if self._queue else ""
+
+
+class TrainLearned(Agent):
+    """`train-learned`: per instance a fresh stateful reference of the env, loaded with `states[variant]` (what
+    it had learned by the end of that variant on the train split, `train_states`) and frozen from the start
+    (`freeze_at=0`): it applies what the train split taught and learns nothing on the test split."""
+
+    name = "train-learned"
+
+    def __init__(self, card, seed: int = 0, latent=None, states: dict | None = None):
+        from clbench.agent import agent_table, load_object
+        from clbench.registry import env_class
+
+        super().__init__(card, seed=seed)
+        self.states = dict(states or {})
+        self._cls = load_object(agent_table(env_class(card["env_id"]))["reference"])
+        self._inner: Agent | None = None
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        self._inner = self._cls(self.card, seed=self.seed, latent=None, freeze_at=0)
+        state = self.states.get(info["variant"])
+        if state is not None:
+            self._inner.load_state_dict(state)
+        self._inner.begin_instance(observation, info)
+
+    def act(self, observation: str, info: dict) -> str:
+        return self._inner.act(observation, info)
+
+    def end_instance(self, reward: float, info: dict, observation: str = "") -> None:
+        from clbench.agent import end_instance
+
+        end_instance(self._inner, reward, info, observation)
 
 
 class FeedbackMemorizer(Agent):

@@ -1,6 +1,6 @@
 """The red team (clbench.redteam, `clbench redteam`) on every registered env: no non-learning
-adversary (degenerate agents, the env's declared policy families, the train split's answers, a
-feedback-only memorizer) may reach r_reference, and every env must declare a policy family. A
+adversary (degenerate agents, the env's declared policy families, the train split's answers, the
+reference trained on the train split and frozen, a feedback-only memorizer) may reach r_reference, and every env must declare a policy family. A
 redealable env's family points are chosen on re-deals of its world and only the chosen point of
 each family is scored on the benchmark (selection on the scored instances measures luck).
 
@@ -19,7 +19,10 @@ from clbench.registry import clbench_env_ids, env_class
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
-OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail); Poker closed in v3
+OPEN_HOLES: dict[str, str] = {  # task -> issue text of a hole still open (strict xfail)
+    "poker": "issue 29, Poker-v5: train-learned (the reference trained on the train split, then frozen) reaches "
+             "r_reference: the train split's players play the canonical world's kinds",
+}
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":
@@ -54,6 +57,21 @@ def test_no_red_team_policy_reaches_r_reference(env_id):
     report = redteam.run(env_id, workers=2)
     assert report["families"], f"{env_id} declares no policy family"
     assert not report["failures"], "\n" + redteam.format_table(report)
+
+
+def test_train_learned_applies_what_the_train_split_taught():
+    """train-learned is not the stateless line in disguise: on DBExplore, whose train split has conventions of the
+    same kind and other values, the frozen reference applies its train-split lessons, which are wrong on the test
+    split, so it earns less than r_reference; were its state ignored it would tie r_reference exactly."""
+    pols = [p for p in redteam.plan("clbench/DBExplore-v3") if p.name == redteam.TRAIN_LEARNED]
+    report = redteam.run("clbench/DBExplore-v3", policies=pols, workers=1)
+    (row,) = report["rows"]
+    assert row["tie_passes"] and row["mean"] < report["r_reference"] - 0.05, row
+
+
+def test_a_tie_fails_a_policy_unless_it_is_the_reference_carrying_nothing():
+    assert redteam.reaches(0.5, 0.5) and not redteam.reaches(0.5, 0.5, tie_passes=True)
+    assert redteam.reaches(0.51, 0.5, tie_passes=True) and not redteam.reaches(0.49, 0.5)
 
 
 def test_family_entries_take_every_form():
