@@ -113,14 +113,27 @@ def invalid_reason(tr: TaskRecords) -> str | None:
 
 
 def errors_summary(tr: TaskRecords) -> dict:
-    """Errored instances per mode (infrastructure and agent errors), for run cards and reports."""
-    out = {"infrastructure": 0, "agent": 0, "stateful": 0, "stateless": 0}
+    """Errored instances per mode (infrastructure and agent errors), for run cards and reports; with
+    `model_faults` when any instance was scored on a reply the model did not fully give (a refusal, a reply
+    cut off or empty, malformed tool arguments, a failed memory update): {"instances", "total", "kinds"},
+    kinds counted by the fault's text up to its details."""
+    out: dict = {"infrastructure": 0, "agent": 0, "stateful": 0, "stateless": 0}
+    faulted, kinds = 0, {}
     for mode, recs in (("stateful", [x for v in tr.stateful.values() for x in v]),
                        ("stateless", [x for v in tr.stateless.values() for x in v.values()])):
         for x in recs:
             if x.get("error"):
                 out[mode] += 1
                 out[INFRASTRUCTURE if x.get("error_kind") == INFRASTRUCTURE else "agent"] += 1
+            faults = x.get("model_faults") or []
+            faulted += bool(faults)
+            for fault in faults:
+                kind = str(fault).split(" (")[0]
+                kind = (kind.split(" failed:")[0] + " failed" if " failed:" in kind else kind)[:80]
+                kinds[kind] = kinds.get(kind, 0) + 1
+    if faulted:
+        out["model_faults"] = {"instances": faulted, "total": sum(kinds.values()),
+                               "kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
     return out
 
 

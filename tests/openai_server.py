@@ -50,8 +50,10 @@ def tokens(text: str) -> int:
 class Fault:
     """One injected fault: rate_limit, server_error, unauthorized, garbage (an HTML page sent with
     200), null (a `null` body sent with 200), no_choices (200 with an empty choices list), hang,
-    malformed_tool_call, empty, reply (a fixed text) or none (a normal reply: lets a later fault
-    hit a chosen request)."""
+    malformed_tool_call, empty, reply (a fixed text), parts (the policy's reply as a list of content parts,
+    its tool call written as JSON text), refusal (no content, a `refusal` message), length (the policy's
+    reply as JSON text cut to 20 characters, finish_reason "length") or none (a normal reply: lets a later
+    fault hit a chosen request)."""
 
     kind: str
     retry_after: str = "0"
@@ -269,6 +271,14 @@ class ScriptedServer:
             out = {"content": ""}
         elif fault and fault.kind == "reply":
             out = {"content": fault.content}
+        elif fault and fault.kind == "refusal":
+            out = {"content": None, "refusal": "I'm sorry, I can't assist with that."}
+        elif fault and fault.kind in ("parts", "length"):
+            out = self.policy(body)
+            text = out.get("content") or "".join(json.dumps({"tool": name, "arguments": json.loads(args)})
+                                                 for name, args in out.get("tool_calls", []))
+            out = {"content": [{"type": "text", "text": text[:len(text) // 2]}, {"type": "text", "text": text[len(text) // 2:]}]} \
+                if fault.kind == "parts" else {"content": text[:20], "finish_reason": "length"}
         else:
             if self.delay:
                 time.sleep(self.delay)
@@ -287,11 +297,14 @@ class ScriptedServer:
         message = {"role": "assistant", "content": content if content is not None or not calls else None}
         if calls:
             message["tool_calls"] = calls
+        if out.get("refusal"):
+            message["refusal"] = out["refusal"]
+        finish = out.get("finish_reason") or ("tool_calls" if calls else "stop")
         resp = {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
-                "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}]}
+                "model": body["model"], "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
         if self.report_usage:
-            completion = tokens((content or "") + "".join(c["function"]["arguments"] for c in calls))
+            text = content if isinstance(content, str) else "".join(p["text"] for p in content or [])
+            completion = tokens(text + "".join(c["function"]["arguments"] for c in calls))
             prompt = tokens(prompt_text)
             resp["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion + self.reasoning_tokens,
                              "total_tokens": prompt + completion + self.reasoning_tokens,

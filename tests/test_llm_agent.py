@@ -193,6 +193,32 @@ def test_faults_are_survived_and_recorded(tmp_path, prices, reference):
     assert [r["reward"] for r in rest] != [ref[r["instance_id"]] for r in rest]
 
 
+def test_replies_that_are_not_the_models_whole_answer_are_scored_and_said_so(tmp_path, prices):
+    """Red team s16: content sent as a list of parts crashed every instance (scored 0 as agent errors, nothing
+    said); a refusal and a reply cut off at max_tokens were scored with no fault and the refusal text was lost.
+    Now parts are read as their text, refusals and cut-off replies are model faults in the record, and the run
+    card and the headline say how many instances stand on faulty replies."""
+    from clbench.reporting.tables import headline_table
+    from clbench.llm.transcripts import read_transcripts, transcript_file
+
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend([Fault("parts"), Fault("none"), Fault("refusal"), Fault("length")])
+        card, records = rollout(server, tmp_path, "none", prices)
+    assert all(r["error"] is None for r in records), [r["error"] for r in records]
+    faults = [f for r in records for f in r.get("model_faults") or []]
+    assert any("the model refused (I'm sorry" in f for f in faults), faults
+    assert any("cut off at max_tokens" in f for f in faults), faults
+    task = card["tasks"]["spectrummonitor/llm"]
+    assert task["errors"]["model_faults"]["instances"] >= 1 and task["errors"]["agent"] == 0
+    note = headline_table({"tasks": [task], "metadata": None}).note
+    assert "scored on faulty model replies" in note and "the model refused" in note, note
+    traj = tmp_path / "trajectories/spectrummonitor/llm/stateful-r0.jsonl"
+    replies = [e["reply"] for entries in read_transcripts(transcript_file(tmp_path, traj)).values()
+               for e in entries if e.get("reply")]
+    assert any(r.get("refusal") == "I'm sorry, I can't assist with that." for r in replies), replies[:3]
+    assert any(r["finish_reason"] == "length" for r in replies)
+
+
 def test_unknown_model_price_gives_null_cost(tmp_path):
     with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
         card, records = rollout(server, tmp_path, "none", None)
@@ -577,3 +603,16 @@ def test_retrieval_and_playbook_stay_within_their_bounds_with_a_consistent_index
             assert 0 < len(docs) <= 6
             _index_matches(mem.index, docs)
         assert len(docs) == 6
+
+
+def test_a_transcript_is_found_from_a_run_directory_named_relative_to_the_current_folder(tmp_path, monkeypatch):
+    """Red team s16: `clbench view runs/x` and `report runs/x --format html` failed with "not a trajectory path"
+    whenever the run directory was relative (the README's own commands)."""
+    from clbench.llm.transcripts import transcript_file
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = Path("runs/x")
+    traj = run_dir / "trajectories/memoryprobe/llm/stateful-r0.jsonl"
+    expected = transcript_file(tmp_path / run_dir, tmp_path / traj)
+    assert transcript_file(run_dir, traj).absolute() == expected.absolute()
+    assert transcript_file(run_dir, "trajectories/memoryprobe/llm/stateful-r0.jsonl").absolute() == expected.absolute()

@@ -209,3 +209,30 @@ def test_preflight_names_the_fix_for_key_model_and_url():
     with pytest.raises(LLMCallError, match=r"cannot reach http://127.0.0.1:9/v1 .*check --base-url"):
         ChatClient("scripted", base_url="http://127.0.0.1:9/v1", backoff=0.01).check()
     assert time.monotonic() - start < 10
+
+
+def test_a_call_is_charged_at_the_price_its_endpoint_is_shown_with():
+    """Red team s16: the run card showed Cerebras' price for gpt-oss-120b at Cerebras' URL while calls were
+    charged OpenAI's (9x less). A reply's cost now uses the endpoint's price, as the card does."""
+    from clbench.llm.client import _reply_from_dict
+    from clbench.llm.prices import PriceTable
+
+    table, url = PriceTable.load(), "https://api.cerebras.ai/v1"
+    data = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 0}}
+    shown = table.lookup_with_source("gpt-oss-120b", url)[0]
+    assert shown != table.lookup_with_source("gpt-oss-120b")[0]  # the providers price it differently
+    reply = _reply_from_dict(data, "gpt-oss-120b", table, [], base_url=url)
+    assert reply.usage.cost == pytest.approx(shown.input)
+
+
+def test_content_parts_are_read_as_their_text_and_a_refusal_is_kept():
+    from clbench.llm.client import _reply_from_dict
+    from clbench.llm.prices import PriceTable
+
+    parts = {"choices": [{"message": {"content": [{"type": "text", "text": "ANSWER "}, {"type": "text", "text": "42"}]},
+                          "finish_reason": "stop"}]}
+    assert _reply_from_dict(parts, "m", PriceTable({}), []).content == "ANSWER 42"
+    refused = {"choices": [{"message": {"content": None, "refusal": "I can't help with that."}, "finish_reason": "stop"}]}
+    reply = _reply_from_dict(refused, "m", PriceTable({}), [])
+    assert reply.content == "" and reply.refusal == "I can't help with that."

@@ -48,6 +48,18 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 MAX_MEMORY_CALLS = 3
 
 
+def reply_fault(reply: ChatReply) -> str | None:
+    """Why a reply is not the model's whole answer, or None: it refused, it was cut off at max_tokens, or the
+    endpoint's content filter withheld it."""
+    if reply.refusal:
+        return f"the model refused ({reply.refusal[:200]})"
+    if reply.finish_reason == "length":
+        return "reply cut off at max_tokens (finish_reason length)"
+    if reply.finish_reason == "content_filter":
+        return "reply withheld by the endpoint's content filter"
+    return None
+
+
 def strip_thinking(text: str) -> str:
     """Drop <think>...</think> blocks that some reasoning models put in the reply text."""
     return _THINK.sub("", text).strip()
@@ -357,12 +369,16 @@ class LLMAgent(Agent):
         u = reply.usage
         entry.update(reply={"content": reply.content, "reasoning": reply.reasoning or None,
                             "tool_calls": [vars(c) for c in reply.tool_calls] or None,
-                            "finish_reason": reply.finish_reason},
+                            "finish_reason": reply.finish_reason, "refusal": reply.refusal or None},
                      usage={"prompt": u.prompt, "completion": u.completion, "cached": u.cached,
                             "reasoning": u.reasoning, "cost": u.cost, "estimated": u.estimated},
                      latency=reply.latency, retries=reply.retries, attempt_errors=reply.attempt_errors or None,
                      from_cache=reply.from_cache)
         self.usage.record(reply.usage, memory=memory, from_cache=reply.from_cache, retries=reply.retries)
+        fault = reply_fault(reply)
+        if fault:  # a reply that is not the model's whole answer is used, and said so (record, card, report)
+            entry["fault"] = fault
+            self.usage.faults.append(f"{purpose} call: {fault}")
         return reply
 
     def _step_call(self, memory_tools: list[dict]) -> ChatReply:

@@ -200,19 +200,30 @@ class CommandAgent(BridgeAgent):
         self._collect()
 
     def _stop(self) -> None:
+        """End the harness and everything it started: SIGTERM to its process group (SIGKILL if the harness
+        outlives 5 s), then SIGKILL to whatever is left of the group (a background child, which the harness's
+        own exit does not end), waiting until it is gone."""
         proc = self._proc
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=5)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
             try:
-                os.killpg(proc.pid, sig)
+                os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 return
-            try:
-                proc.wait(timeout=5)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+            time.sleep(0.01)
 
     def _collect(self) -> None:
         proc, scratch = self._proc, self._scratch

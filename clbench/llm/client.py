@@ -111,6 +111,8 @@ class ChatReply:
     reasoning: str = ""
     #: seconds from the first attempt to the reply (retries and their waits included)
     latency: float = 0.0
+    #: the endpoint's refusal message (`message.refusal`), when it refused instead of replying
+    refusal: str = ""
 
 
 def retry_after(headers) -> float | None:
@@ -133,7 +135,8 @@ def retry_after(headers) -> float | None:
         return None if when is None else max(0.0, when.timestamp() - time.time())
 
 
-def _reply_from_dict(data: dict, model: str, prices: PriceTable, messages: list[dict]) -> ChatReply:
+def _reply_from_dict(data: dict, model: str, prices: PriceTable, messages: list[dict],
+                     base_url: str | None = None) -> ChatReply:
     choices = data.get("choices") or []
     msg = (choices[0].get("message") or {}) if choices else {}
     calls = []
@@ -142,7 +145,7 @@ def _reply_from_dict(data: dict, model: str, prices: PriceTable, messages: list[
         args = fn.get("arguments")
         calls.append(ToolCallReply(tc.get("id") or f"call_{i}", str(fn.get("name") or ""),
                                    args if isinstance(args, str) else json.dumps(args or {})))
-    content = msg.get("content") or ""
+    content = _text(msg.get("content"))
     raw = data.get("usage") or {}
     if raw.get("prompt_tokens") is None:
         usage = CallUsage(prompt=messages_tokens(messages),
@@ -151,10 +154,24 @@ def _reply_from_dict(data: dict, model: str, prices: PriceTable, messages: list[
         usage = CallUsage(prompt=int(raw.get("prompt_tokens") or 0), completion=int(raw.get("completion_tokens") or 0),
                           cached=int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
                           reasoning=int((raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0))
-    usage.cost = prices.cost(model, usage.prompt, usage.completion, usage.cached)
+    usage.cost = prices.cost(model, usage.prompt, usage.completion, usage.cached, base_url=base_url)
     reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
     return ChatReply(content, calls, choices[0].get("finish_reason") if choices else None, usage,
-                     reasoning=reasoning if isinstance(reasoning, str) else json.dumps(reasoning))
+                     reasoning=reasoning if isinstance(reasoning, str) else json.dumps(reasoning),
+                     refusal=_text(msg.get("refusal")))
+
+
+def _text(content) -> str:
+    """A message's text: a string as it is, a list of content parts (as some endpoints send) as their texts
+    joined (a part without text as its JSON, so nothing the model sent is dropped), nothing as ""."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p if isinstance(p, str) else str(p["text"]) if isinstance(p, dict) and p.get("text") is not None
+                       else json.dumps(p) for p in content)
+    return json.dumps(content)
 
 
 class ChatClient:
@@ -217,7 +234,7 @@ class ChatClient:
                 if not self._adapt(exc, body):
                     raise self._bad_request(exc, bool(tools)) from None
                 continue
-            reply = _reply_from_dict(data, self.model, self.prices, messages)
+            reply = _reply_from_dict(data, self.model, self.prices, messages, self.base_url)
             reply.retries, reply.attempt_errors, reply.from_cache = len(errors), errors, hit
             reply.latency = round(time.monotonic() - start, 4)
             if hit and reply.usage.cost is not None:
@@ -235,7 +252,7 @@ class ChatClient:
         if len(rows) != len(texts):
             raise LLMCallError(f"embeddings: asked for {len(texts)} vectors, got {len(rows)}")
         prompt = int((data.get("usage") or {}).get("prompt_tokens") or 0)
-        cost = self.prices.cost(model, prompt, 0)
+        cost = self.prices.cost(model, prompt, 0, base_url=self.base_url)
         usage = CallUsage(prompt=prompt, cost=0.0 if hit and cost is not None else cost)
         return [list(map(float, r["embedding"])) for r in rows], usage
 

@@ -162,6 +162,8 @@ class PriceTable:
     def lookup(self, model: str) -> Price | None:
         return self.lookup_with_source(model)[0]
 
-    def cost(self, model: str, prompt: int, completion: int, cached: int = 0) -> float | None:
-        price = self.lookup(model)
+    def cost(self, model: str, prompt: int, completion: int, cached: int = 0, base_url: str | None = None) -> float | None:
+        """What a call cost at the price the run card shows for `model` at `base_url` (providers price alike
+        models differently), or None for a model nobody prices."""
+        price = self.lookup_with_source(model, base_url)[0]
         return None if price is None else price.cost(prompt, completion, cached)

@@ -42,10 +42,13 @@ def transcript_rel(trajectory_rel: str) -> str:
 
 
 def transcript_file(run_dir: str | Path, trajectory_file: str | Path) -> Path:
-    """The transcript file of a trajectory file (absolute or relative to the run directory)."""
+    """The transcript file of a trajectory file: a path inside the run directory (absolute, or relative to the
+    current folder like the run directory itself, e.g. runs/x and runs/x/trajectories/...), or one relative to
+    the run directory (trajectories/...)."""
     run_dir = Path(run_dir)
     path = Path(trajectory_file)
-    relative = path.relative_to(run_dir) if path.is_absolute() else path
+    inside = path.absolute().is_relative_to(run_dir.absolute())
+    relative = path.absolute().relative_to(run_dir.absolute()) if inside or path.is_absolute() else path
     return run_dir / transcript_rel(relative.as_posix())
 
 

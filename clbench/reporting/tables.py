@@ -93,6 +93,22 @@ def _undefined_notes(result: dict, names: tuple[str, ...]) -> str:
     return (" Undefined: " + "; ".join(notes) + ".") if notes else ""
 
 
+def _error_notes(result: dict) -> str:
+    """What the headline's numbers stand on besides the agent's answers: instances that ended in an agent
+    error (scored 0) and instances scored on a faulty model reply (a refusal, a cut-off or empty reply, ...)."""
+    notes = []
+    for t in result["tasks"]:
+        e = t.get("errors") or {}
+        who = f"{t['task']} / {display_name(result.get('metadata'), t['system'])}"
+        if e.get("agent"):
+            notes.append(f"{who}: {e['agent']} instances ended in an agent error and score 0")
+        faults = e.get("model_faults")
+        if faults:
+            kinds = ", ".join(f"{k} x{c}" for k, c in list(faults["kinds"].items())[:4])
+            notes.append(f"{who}: {faults['instances']} instances were scored on faulty model replies ({kinds})")
+    return (" Errors: " + "; ".join(notes) + " (see the records' error and model_faults).") if notes else ""
+
+
 def headline_table(result: dict) -> Table:
     meta = result.get("metadata")
     rows = [[t["task"], display_name(meta, t["system"]), fmt_est(t["normalized_gain"]), fmt_est(t["normalized_reward"])]
@@ -100,7 +116,7 @@ def headline_table(result: dict) -> Table:
     return Table("Headline (clbench conventions)",
                  ["task", "system", "normalized gain [95% CI] (fraction)", "normalized reward [95% CI] (fraction)"],
                  rows, "Fractions of the headroom: 0 = stateless play (gain) or the stateless reference (reward), "
-                       "1 = the oracle." + _undefined_notes(result, ("normalized_gain",)))
+                       "1 = the oracle." + _undefined_notes(result, ("normalized_gain",)) + _error_notes(result))
 
 
 def aggregate_table(result: dict) -> Table | None:
