@@ -729,6 +729,9 @@ def _usage(tr: TaskRecords) -> dict:
     """Tokens and cost summed over the task's records; the cost exactly rounded (math.fsum), so it
     does not depend on the order the records were written in (a pool's jobs interleave by timing)."""
     total = {"calls": 0, "prompt": 0, "completion": 0, "cached": 0, "reasoning": 0}
+    #: calls answered from the response cache (not sent: a run compared with another endpoint may have
+    #: replayed its replies) and calls whose tokens are estimates (the endpoint reported no usage)
+    flags = {"cache_hits": 0, "estimated_calls": 0}
     costs, have_tokens = [], False
     stateless = [x for recs in tr.stateless.values() for x in recs.values()]
     for rec in [*stateless, *(x for v in tr.stateful.values() for x in v)]:
@@ -737,9 +740,13 @@ def _usage(tr: TaskRecords) -> dict:
             have_tokens = True
             for k in total:
                 total[k] += int((rec.get("calls") if k == "calls" else tokens.get(k, 0)) or 0)
+            for k in flags:
+                flags[k] += int(tokens.get(k) or 0)
         if rec.get("cost") is not None:
             costs.append(float(rec["cost"]))
-    return {"tokens": total if have_tokens else None, "cost": math.fsum(costs) if costs else None}
+    out = {"tokens": total if have_tokens else None, "cost": math.fsum(costs) if costs else None}
+    out.update({k: v for k, v in flags.items() if v})
+    return out
 
 
 def aggregate(task_results: list[dict], draws: list[dict] | None = None, tasks: list[str] | None = None,

@@ -235,7 +235,11 @@ def test_response_cache_makes_a_rerun_free(tmp_path, prices):
     assert len(server.requests) == paid  # nothing sent the second time
     u1, u2 = first["tasks"]["spectrummonitor/llm"]["usage"], again["tasks"]["spectrummonitor/llm"]["usage"]
     assert u1["cost"] > 0 and u2["cost"] == 0.0 and u1["tokens"] == u2["tokens"]
-    assert sum(r["tokens"]["cache_hits"] for r in records) == u2["tokens"]["calls"]
+    assert sum(r["tokens"]["cache_hits"] for r in records) == u2["tokens"]["calls"] == u2["cache_hits"]
+    assert "cache_hits" not in u1  # the card says which run replayed cached replies
+    from clbench.reporting.tables import usage_line
+
+    assert "answered from the response cache" in usage_line(again["tasks"]["spectrummonitor/llm"])
 
 
 def _play(env, agent, first: tuple | None = None) -> list[str]:
