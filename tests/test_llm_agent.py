@@ -620,3 +620,15 @@ def test_a_transcript_is_found_from_a_run_directory_named_relative_to_the_curren
     expected = transcript_file(tmp_path / run_dir, tmp_path / traj)
     assert transcript_file(run_dir, traj).absolute() == expected.absolute()
     assert transcript_file(run_dir, "trajectories/memoryprobe/llm/stateful-r0.jsonl").absolute() == expected.absolute()
+
+
+def test_settings_a_run_cannot_take_are_refused_in_one_line(tmp_path, capsys):
+    """Red team s16: `--resume DIR --base-url ... --model ...` silently played the old settings, `--temperature nan`
+    became null and `--agent-arg max_tokens=abc` failed with a comparison error."""
+    assert cli_main(["rollout", "--resume", str(tmp_path), "--model", "other", "--base-url", "http://x/v1"]) != 0
+    assert "--model, --base-url cannot change them" in capsys.readouterr().err
+    for extra in (["--temperature", "nan"], ["--agent-arg", "max_tokens=abc"]):
+        assert cli_main(["rollout", "--env", SPECTRUM, "--agent", "llm", "--model", "m", "--base-url",
+                         "http://127.0.0.1:1/v1", "--out", str(tmp_path / "x"), *extra]) != 0
+        err = capsys.readouterr().err
+        assert ("temperature must be a finite number" in err or "max_tokens must be a whole number" in err), err

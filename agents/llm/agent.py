@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import re
 from typing import Any
 
@@ -165,6 +166,13 @@ class LLMAgent(Agent):
         super().__init__(card, seed=seed, latent=latent)
         if tools not in ("auto", "native", "text"):
             raise ValueError(f"tools must be auto, native or text, not {tools!r}")
+        for name, value in (("max_tokens", max_tokens), ("context_tokens", context_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be a whole number of tokens, not {value!r}")
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                        or not math.isfinite(temperature) or temperature < 0):
+            raise ValueError(f"temperature must be a finite number >= 0 (or None: the endpoint's default), "
+                             f"not {temperature!r}")
         if max_tokens < 1 or context_tokens <= max_tokens:
             raise ValueError("need max_tokens >= 1 and context_tokens > max_tokens")
         self.client = ChatClient(model, base_url=base_url, api_key_env=api_key_env, timeout=timeout,

@@ -208,8 +208,17 @@ def warn_uneven_deals(env_id: str, rollouts: int) -> None:
               file=sys.stderr)
 
 
+#: settings a resumed run takes from its own metadata: given with --resume they would be ignored
+FIXED_ON_RESUME = ("env", "agent", "memory", "model", "base_url", "api_key_env", "temperature", "max_tokens",
+                   "context_tokens", "world_seed")
+
+
 def cmd_rollout(args) -> int:
     if args.resume:
+        given = [f"--{name.replace('_', '-')}" for name in FIXED_ON_RESUME if getattr(args, name, None) is not None]
+        if given:
+            raise ValueError(f"--resume plays the run with its own settings; {', '.join(given)} cannot change them "
+                             "(start a new run with --out to use other ones)")
         return run_and_report(args, [])
     if not args.env or not args.agent:
         raise ValueError("--env and --agent are required (or --resume DIR)")
