@@ -52,8 +52,8 @@ class Fault:
     200), null (a `null` body sent with 200), no_choices (200 with an empty choices list), hang,
     malformed_tool_call, empty, reply (a fixed text), parts (the policy's reply as a list of content parts,
     its tool call written as JSON text), refusal (no content, a `refusal` message), length (the policy's
-    reply as JSON text cut to 20 characters, finish_reason "length") or none (a normal reply: lets a later
-    fault hit a chosen request)."""
+    reply as JSON text cut to 20 characters, finish_reason "length"), drip (a normal reply sent 8 bytes every
+    `seconds`) or none (a normal reply: lets a later fault hit a chosen request)."""
 
     kind: str
     retry_after: str = "0"
@@ -259,6 +259,8 @@ class ScriptedServer:
             return 401, {}, _error("Incorrect API key provided", "invalid_api_key")
         if fault and fault.kind == "hang":
             time.sleep(fault.seconds)
+        if fault and fault.kind == "drip":  # a normal reply, sent 8 bytes every `seconds`
+            return 200, {"_drip": fault.seconds}, self._completion(body, self.policy(body))
         if body.get("tools") and not self.supports_tools:
             return 400, {}, _error("tools are not supported by this server", "invalid_request_error", "tools")
         if self.reject_max_tokens and "max_tokens" in body:
@@ -357,6 +359,8 @@ class ScriptedServer:
             def _send(self, status: int, headers: dict, payload: dict):
                 data = b"null" if payload == "null" else json.dumps(payload).encode() if payload is not None \
                     else b"<html>Bad gateway</html>"
+                headers = dict(headers)
+                drip = headers.pop("_drip", None)
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -364,7 +368,12 @@ class ScriptedServer:
                     for k, v in headers.items():
                         self.send_header(k, v)
                     self.end_headers()
-                    self.wfile.write(data)
+                    if drip is None:
+                        self.wfile.write(data)
+                    for i in range(0, len(data), 8) if drip is not None else ():
+                        self.wfile.write(data[i:i + 8])
+                        self.wfile.flush()
+                        time.sleep(drip)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
                     pass
 

@@ -236,3 +236,16 @@ def test_content_parts_are_read_as_their_text_and_a_refusal_is_kept():
     refused = {"choices": [{"message": {"content": None, "refusal": "I can't help with that."}, "finish_reason": "stop"}]}
     reply = _reply_from_dict(refused, "m", PriceTable({}), [])
     assert reply.content == "" and reply.refusal == "I can't help with that."
+
+
+def test_a_reply_that_trickles_in_is_cut_at_the_timeout():
+    """Red team s16: `timeout` bounded each read, so a server sending a byte now and then held one call for 54 s
+    under timeout=2. The whole reply must now come within the timeout, else the call is retried and fails."""
+    with ScriptedServer(FixedPolicy("pong")) as server:
+        server.faults.extend([Fault("drip", seconds=0.3)] * 2)
+        client = ChatClient("scripted", base_url=server.base_url, timeout=1.0, max_retries=1, backoff=0.01)
+        started = time.monotonic()
+        with pytest.raises(LLMCallError, match="no reply within 1 s"):
+            client.chat([{"role": "user", "content": "ping"}])
+        assert time.monotonic() - started < 5
+        assert client.chat([{"role": "user", "content": "ping"}]).content == "pong"  # a normal reply still comes

@@ -4,7 +4,7 @@ What it adds to the SDK: retries (tenacity) with exponential backoff that honour
 (and `retry-after-ms`) on 429, 5xx, timeouts, dropped connections and 200 replies without a
 body or choices; a server asking to wait longer than `max_retry_wait` seconds (default 300,
 `--agent-arg max_retry_wait=S`) fails the call and says so instead of being cut short
-silently; a per-call time limit; a per-process limit on concurrent calls to one endpoint; token
+silently; a per-call time limit on the whole reply (wall clock, not per read); a per-process limit on concurrent calls to one endpoint; token
 accounting per call (prompt, completion, cached, reasoning) with cost from a `PriceTable`; an
 optional on-disk response cache; adaptation to endpoints that reject a parameter (`max_tokens`
 -> `max_completion_tokens`, no `temperature`); and `check()`, the one cheap pre-flight call that
@@ -229,7 +229,7 @@ class ChatClient:
             if max_tokens is not None:
                 body[self._max_tokens_param] = max_tokens
             try:
-                data, errors, hit = self._cached_call(body, lambda: self._sdk.chat.completions.create(**body))
+                data, errors, hit = self._cached_call(body, lambda: self._read_within(body))
             except openai.BadRequestError as exc:
                 if not self._adapt(exc, body):
                     raise self._bad_request(exc, bool(tools)) from None
@@ -240,6 +240,19 @@ class ChatClient:
             if hit and reply.usage.cost is not None:
                 reply.usage.cost = 0.0  # a cached reply is not paid again
             return reply
+
+    def _read_within(self, body: dict) -> dict:
+        """One request whose reply must arrive whole within `timeout` seconds of wall clock: the body is read
+        as it comes and the connection closed at the deadline (the HTTP client's own timeout bounds each read,
+        so a server sending a byte now and then would otherwise hold the call, and the run, without limit)."""
+        deadline = time.monotonic() + self.timeout
+        with self._sdk.chat.completions.with_streaming_response.create(**body) as response:
+            chunks = []
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise openai.APITimeoutError(request=response.http_request)
+        return json.loads(b"".join(chunks) or b"null")
 
     def embed(self, texts: list[str], model: str) -> tuple[list[list[float]], CallUsage]:
         """Embedding vectors of `texts` from the endpoint's /embeddings route."""
