@@ -53,7 +53,8 @@ class Fault:
     malformed_tool_call, empty, reply (a fixed text), parts (the policy's reply as a list of content parts,
     its tool call written as JSON text), refusal (no content, a `refusal` message), length (the policy's
     reply as JSON text cut to 20 characters, finish_reason "length"), drip (a normal reply sent 8 bytes every
-    `seconds`) or none (a normal reply: lets a later fault hit a chosen request)."""
+    `seconds`), context (HTTP 400: the prompt exceeds the model's context) or none (a normal reply: lets a
+    later fault hit a chosen request)."""
 
     kind: str
     retry_after: str = "0"
@@ -255,6 +256,9 @@ class ScriptedServer:
             return 200, {}, "null"
         if fault and fault.kind == "no_choices":
             return 200, {}, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "choices": []}
+        if fault and fault.kind == "context":
+            return 400, {}, _error("This model's maximum context length is 8192 tokens. However, your messages "
+                                   "resulted in 9461 tokens.", "context_length_exceeded", "messages")
         if fault and fault.kind == "unauthorized":
             return 401, {}, _error("Incorrect API key provided", "invalid_api_key")
         if fault and fault.kind == "hang":

@@ -632,3 +632,20 @@ def test_settings_a_run_cannot_take_are_refused_in_one_line(tmp_path, capsys):
                          "http://127.0.0.1:1/v1", "--out", str(tmp_path / "x"), *extra]) != 0
         err = capsys.readouterr().err
         assert ("temperature must be a finite number" in err or "max_tokens must be a whole number" in err), err
+
+
+def test_a_prompt_past_the_context_is_the_agents_loss_not_an_infrastructure_error(tmp_path, prices):
+    """Red team s16: an instance whose own turns outgrew --context-tokens was still sent, and the endpoint's
+    "maximum context length" 400 was recorded as an infrastructure error, which invalidates the task and makes
+    every --resume replay the same overflow. Both now end the instance as an agent error (scored 0, said so)."""
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.append(Fault("context"))
+        _, records = rollout(server, tmp_path / "endpoint", "none", prices, mode="stateful")
+    first = records[0]
+    assert first["error_kind"] == "agent" and "exceeds the model's context" in first["error"], first
+    assert all(r["error"] is None for r in records[1:])
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        _, records = rollout(server, tmp_path / "budget", "none", prices, mode="stateful", max_tokens=64,
+                             context_tokens=100)
+        assert not server.requests[1:]  # only the pre-flight call was sent
+    assert all(r["error_kind"] == "agent" and "exceed --context-tokens 100" in r["error"] for r in records), records[0]

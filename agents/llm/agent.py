@@ -41,7 +41,7 @@ from clbench.agent import Agent
 from clbench.agents.llm.memory import memory_class
 from clbench.agents.llm.memory.base import Episode
 from clbench.agents.llm.usage import LLMUsage
-from clbench.llm import ChatClient, ChatReply, LLMCallError, ToolsUnsupported
+from clbench.llm import ChatClient, ChatReply, ContextTooLong, LLMCallError, ToolsUnsupported
 from clbench.llm.tokens import TokenCounter
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -394,6 +394,10 @@ class LLMAgent(Agent):
             system = self._system_prompt(memory_tools)
             tools = (list(self.card.tools) + memory_tools) if self.native else None
             fixed = self.tokens.messages([system, *self._transcript]) + (self.tokens.count(json.dumps(tools)) if tools else 0)
+            if fixed + self.max_tokens > self.context_tokens:  # no history left to drop: the instance itself
+                raise ContextTooLong(f"the prompt without carried history ({fixed} tokens: system prompt and this "
+                                     f"instance's turns) and max_tokens {self.max_tokens} exceed --context-tokens "
+                                     f"{self.context_tokens}: the instance ends here, as the agent's loss")
             history = [] if getattr(self, "_history_off", False) else \
                 self.memory.history(max(0, self.context_tokens - self.max_tokens - fixed))
             messages = [system, *merge_user_turns(history + self._transcript)]

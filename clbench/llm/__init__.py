@@ -8,9 +8,9 @@
 Prices live in clbench/data/prices.yaml and can be extended by the user (see prices.py).
 """
 from clbench.llm.cache import ResponseCache, request_key
-from clbench.llm.client import (CallUsage, ChatClient, ChatReply, LLMCallError, ToolCallReply, ToolsUnsupported,
-                                estimate_tokens, messages_tokens, retry_after)
+from clbench.llm.client import (CallUsage, ChatClient, ChatReply, ContextTooLong, LLMCallError, ToolCallReply,
+                                ToolsUnsupported, estimate_tokens, messages_tokens, retry_after)
 from clbench.llm.prices import Price, PriceTable
 
-__all__ = ["CallUsage", "ChatClient", "ChatReply", "LLMCallError", "Price", "PriceTable", "ResponseCache",
+__all__ = ["CallUsage", "ChatClient", "ChatReply", "ContextTooLong", "LLMCallError", "Price", "PriceTable", "ResponseCache",
            "ToolCallReply", "ToolsUnsupported", "estimate_tokens", "messages_tokens", "request_key", "retry_after"]

@@ -79,6 +79,19 @@ class ToolsUnsupported(LLMCallError):
     """The endpoint rejected the `tools` parameter: use the env's text grammar instead."""
 
 
+class ContextTooLong(LLMCallError):
+    """The prompt and max_tokens exceed the model's context: the agent's own transcript grew past what the
+    model takes. The instance is the agent's loss (an agent error), not the infrastructure's: replaying it
+    at temperature 0 would overflow again."""
+
+    infrastructure = False
+
+
+#: what endpoints say when a prompt exceeds the model's context (OpenAI, vLLM, llama.cpp, Ollama, ...)
+CONTEXT_WORDS = ("context length", "context_length", "context window", "maximum context", "too many tokens",
+                 "prompt is too long")
+
+
 @dataclass
 class CallUsage:
     prompt: int = 0
@@ -399,6 +412,8 @@ class ChatClient:
         text = _brief(exc)
         if with_tools and "tool" in text.lower():
             return ToolsUnsupported(f"{self.model}: the endpoint rejected tools ({text})", status=400)
+        if any(w in text.lower() for w in CONTEXT_WORDS) or getattr(exc, "code", None) == "context_length_exceeded":
+            return ContextTooLong(f"{self.model}: HTTP 400: the prompt exceeds the model's context ({text})", status=400)
         return LLMCallError(f"{self.model}: HTTP 400: {text}", status=400)
 
     def _fatal(self, exc: openai.APIStatusError, attempts: int) -> LLMCallError:
