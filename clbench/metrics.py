@@ -270,7 +270,9 @@ def matrices(tr: TaskRecords, window: float) -> Matrices:
     if not tr.stateful:
         raise ValueError(f"{tr.task}/{tr.system}: no stateful records")
     if not tr.stateless:
-        raise ValueError(f"{tr.task}/{tr.system}: no stateless records (run --mode both)")
+        raise ValueError(f"{tr.task}/{tr.system}: no stateless records: the run played no stateless pass yet "
+                         "(it stopped first: finish it with `clbench rollout --resume RUN_DIR`) or none at all "
+                         "(--mode stateful: play one with --mode both)")
     ids = sorted({r["instance_id"] for recs in tr.stateful.values() for r in recs})
     col = {iid: j for j, iid in enumerate(ids)}
     for p, recs in sorted(tr.stateless.items()):
