@@ -268,6 +268,25 @@ def load_records(run_dir: str | Path) -> list[dict]:
     return list(by_key.values())
 
 
+def replaced_costs(run_dir: str | Path) -> dict[tuple[str, str], float]:
+    """USD spent, per (task, system), on records a later record of the same key replaced: instances played
+    again on `--resume` (an errored one, or a stateful rollout restarted). The metrics count each instance's
+    last record only, so without this a resumed run's cost would leave out what its first attempts cost."""
+    path = Path(run_dir) / RESULTS_FILE
+    last: dict[tuple, dict] = {}
+    spent: dict[tuple[str, str], float] = {}
+    for _, rec in iter_jsonl(path) if path.is_file() else ():
+        try:
+            key = record_key(rec)
+        except (KeyError, TypeError, ValueError):
+            continue
+        earlier = last.get(key)
+        if earlier is not None and isinstance(earlier.get("cost"), (int, float)):
+            spent[key[:2]] = spent.get(key[:2], 0.0) + float(earlier["cost"])
+        last[key] = rec
+    return spent
+
+
 def malformed(rec: dict) -> str | None:
     """What is wrong with a record's key and reward fields, or None (a hand-edited or corrupted
     file must fail where it is wrong, not deep inside the metrics)."""

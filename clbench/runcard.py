@@ -125,6 +125,13 @@ def compute(run_dir: str | Path, window: float | None = None, n_boot: int | None
     meta = load_metadata(run_dir)
     result = metrics.compute(load_records(run_dir) if records is None else records, meta, window=window,
                              n_boot=n_boot)
+    if any((t.get("usage") or {}).get("cost") is not None for t in result["tasks"]):  # paid calls: count retries
+        from clbench.results import replaced_costs
+
+        replaced = replaced_costs(run_dir)
+        for t in result["tasks"]:
+            if replaced.get((t["task"], t["system"])):
+                t["usage"]["replaced_cost"] = replaced[(t["task"], t["system"])]
     _LAST.clear()
     _LAST.update(key=key, result=result)
     return result

@@ -649,3 +649,24 @@ def test_a_prompt_past_the_context_is_the_agents_loss_not_an_infrastructure_erro
                              context_tokens=100)
         assert not server.requests[1:]  # only the pre-flight call was sent
     assert all(r["error_kind"] == "agent" and "exceed --context-tokens 100" in r["error"] for r in records), records[0]
+
+
+def test_a_resumed_run_counts_what_its_replaced_attempts_cost(tmp_path, prices, capsys):
+    """Red team s16: a stateful rollout restarted on --resume (an instance of it failed) replays instances already
+    paid for; the card counted each instance's last record only, so the first attempts' cost dropped out."""
+    from clbench.reporting.tables import usage_line
+    from clbench.results import iter_jsonl
+
+    out = tmp_path / "run"
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend([Fault("none")] * 3 + [Fault("server_error")] * 2)  # a stateful instance fails
+        assert cli_main(_cli(server, out, "--agent-arg", f"prices={prices}", "--fail-on-error", "100")) == 3
+        assert cli_main(["rollout", "--resume", str(out)]) == 0
+    capsys.readouterr()
+    lines = [rec for _, rec in iter_jsonl(out / "results.jsonl")]
+    final = {(r["mode"], r["rollout"], r["instance_id"]): r for r in lines}
+    first_attempts = sum(r["cost"] or 0.0 for r in lines) - sum(r["cost"] or 0.0 for r in final.values())
+    assert first_attempts > 0  # paid instances were played again
+    task = json.loads((out / "run_card.json").read_text())["tasks"]["spectrummonitor/llm-none-scripted"]
+    assert task["usage"]["replaced_cost"] == pytest.approx(first_attempts)
+    assert "USD more on attempts played again" in usage_line({**task, "task": "spectrummonitor", "system": "s"})

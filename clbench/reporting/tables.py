@@ -204,7 +204,9 @@ def usage_line(t: dict) -> str | None:
     tok = usage.get("tokens") or {}
     caveats = [f"{usage['estimated_calls']} calls' tokens estimated (the endpoint reported no usage)"
                if usage.get("estimated_calls") else "",
-               f"{usage['cache_hits']} calls answered from the response cache, not sent" if usage.get("cache_hits") else ""]
+               f"{usage['cache_hits']} calls answered from the response cache, not sent" if usage.get("cache_hits") else "",
+               f"{fmt(usage['replaced_cost'], 4)} USD more on attempts played again (--resume)"
+               if usage.get("replaced_cost") else ""]
     caveats = "; ".join(c for c in caveats if c)
     return (f"Tokens: prompt {tok.get('prompt', 0)}, completion {tok.get('completion', 0)}, cached "
             f"{tok.get('cached', 0)}; cost {fmt(usage.get('cost'), 4)} USD ({t['task']} / {t['system']})"
