@@ -86,17 +86,22 @@ def _failure(job: Job, exc: BaseException) -> str:
     return f"{job.label}: {type(exc).__name__}: {exc}"
 
 
-def run_local(jobs: list[Job], workers: int, on_done: OnDone) -> list[str]:
-    """Inline for one worker, else a spawn process pool; returns the failed jobs' messages."""
+def run_local(jobs: list[Job], workers: int, on_done: OnDone, poll: Callable[[], None] | None = None) -> list[str]:
+    """Inline for one worker, else a spawn process pool; returns the failed jobs' messages. Inline,
+    `poll` (the driver's look at new records: its error policy) runs after an errored or faulted
+    instance and after each job, before the next instance looks for the stop flag."""
     errors = []
     if workers == 1 or len(jobs) <= 1:
         sinks: dict[str, LocalSink] = {}  # one per run directory: its results.jsonl opened once, not per job
         try:
             for job in jobs:
                 out = job.config.out
-                sink = sinks.get(out) or sinks.setdefault(out, LocalSink(out))
+                sink = sinks.get(out) or sinks.setdefault(out, LocalSink(out, poll))
                 try:
-                    on_done(job, run_job(job, sink), None)
+                    records = run_job(job, sink)
+                    if poll is not None:  # the job's last instance: seen before the next job's first
+                        poll()
+                    on_done(job, records, None)
                 except Exception as exc:
                     errors.append(_failure(job, exc))
                     on_done(job, None, errors[-1])
@@ -470,9 +475,9 @@ class RayLifeline:
 
 
 def execute(jobs: list[Job], workers: int, on_done: OnDone, executor: str = "local",
-            ray_address: str | None = None) -> list[str]:
+            ray_address: str | None = None, poll: Callable[[], None] | None = None) -> list[str]:
     if executor == "local":
-        return run_local(jobs, workers, on_done)
+        return run_local(jobs, workers, on_done, poll)
     if executor == "ray":
         return run_ray(jobs, workers, on_done, ray_address)
     raise ValueError(f"unknown executor {executor!r}: use local or ray")

@@ -38,6 +38,8 @@ from functools import cache
 
 import numpy as np
 
+from clbench.error_policy import fault_kind
+
 N_BOOT = 10_000
 #: replicates for the per-position curve bands: they are drawn, not read to the third decimal, and
 #: the (replicates x rollouts x positions) arrays grow with the schedule
@@ -128,8 +130,7 @@ def errors_summary(tr: TaskRecords) -> dict:
             faults = x.get("model_faults") or []
             faulted += bool(faults)
             for fault in faults:
-                kind = str(fault).split(" (")[0]
-                kind = (kind.split(" failed:")[0] + " failed" if " failed:" in kind else kind)[:80]
+                kind = fault_kind(fault)
                 kinds[kind] = kinds.get(kind, 0) + 1
     if faulted:
         out["model_faults"] = {"instances": faulted, "total": sum(kinds.values()),

@@ -33,6 +33,7 @@ class RunProgress:
         self.stats = {k: {"n": 0, "reward": 0.0, "tokens": 0, "cost": None, "errors": 0} for k in expected}
         self._stopped = False
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # the follower thread and `poll` read on from one offset
         self._thread = None
         self._progress = None
         self._bars = {}
@@ -58,12 +59,19 @@ class RunProgress:
         if self._thread:
             self._thread.join(timeout=5)
         if not self.quiet or self.policy is not None:  # quiet without a policy: nothing to read back for
-            self._poll()
+            self.poll()
         if self._progress is not None:
             self._progress.stop()
 
     def _follow(self):
         while not self._stop.wait(0.5):
+            self.poll()
+
+    def poll(self):
+        """Read the records written since the last look (and let the policy see them) now: the inline
+        executor calls it after writing an errored or faulted instance, so that the policy stops a
+        one-worker run before its next instance, not half a second of instances later."""
+        with self._lock:
             self._poll()
 
     def _poll(self):
@@ -77,12 +85,13 @@ class RunProgress:
         if end < 0:
             return
         self.offset += end + 1
-        if self.quiet and self.policy is not None and _INFRASTRUCTURE not in data:
-            # nothing to show, and no line holds an infrastructure error: each is one finished instance
+        if self.quiet and self.policy is not None and _INFRASTRUCTURE not in data and _FAULTS not in data:
+            # nothing to show, and no line holds an infrastructure error or a model fault: each is one
+            # finished instance
             self.policy.observe_many(data.count(b"\n", 0, end + 1))
             return
         lines = data[: end + 1].splitlines()
-        if self.quiet:  # nothing to show: only the policy looks, and only at errors on infrastructure
+        if self.quiet:  # nothing to show: only the policy looks, and only at infrastructure errors and faults
             self._observe_lines(lines)
             return
         whole = _parse_whole(lines)  # one json.loads for the lot; line by line when one is torn
@@ -127,12 +136,13 @@ class RunProgress:
 
     def _observe_lines(self, lines: list[bytes]) -> None:
         """The policy's view of whole record lines, parsing only those that may hold an
-        infrastructure error: records are written compact with sorted keys, so any other line is a
-        finished instance without one (parsing every record again was a visible part of short runs)."""
+        infrastructure error or a model fault: records are written compact with sorted keys, so any
+        other line is a finished instance without either (parsing every record again was a visible
+        part of short runs)."""
         if self.policy is None:
             return
         for line in lines:
-            if _INFRASTRUCTURE not in line:
+            if _INFRASTRUCTURE not in line and _FAULTS not in line:
                 self._observe({})
                 continue
             rec = _loads(line)
@@ -154,6 +164,8 @@ class RunProgress:
 
 #: the bytes of an infrastructure error's kind in a record line (clbench.results.dumps)
 _INFRASTRUCTURE = b'"error_kind":"infrastructure"'
+#: ... and of a record's model faults (present only when there are some)
+_FAULTS = b'"model_faults":'
 
 
 def _loads(line: bytes):

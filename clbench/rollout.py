@@ -4,7 +4,8 @@
 executor (so tasks, rollouts and the stateless pass share the workers), then writes the run
 card. `resume_run(dir)` continues an interrupted run from its config.json (and plays errored
 instances again). The error policy (clbench.error_policy) stops a run whose model calls keep
-failing; a run that ends with errored instances raises `RunIncomplete` after writing what it has.
+failing, or whose instances keep being scored on faulty model replies (refusals, cut-offs); a run
+that ends with errored instances, or was stopped, raises `RunIncomplete` after writing what it has.
 """
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ from clbench.runner import Job, RunConfig, cached_env, config_dict, make_agent, 
 
 
 class RunIncomplete(RuntimeError):
-    """The run ended with instances lost to infrastructure errors (or was stopped for them)."""
+    """The run ended with instances lost to infrastructure errors, or was stopped for them or (`faulty`)
+    for too many instances scored on faulty model replies."""
 
-    def __init__(self, message: str, card: dict | None = None, errored: int = 0, stopped: str | None = None):
+    def __init__(self, message: str, card: dict | None = None, errored: int = 0, stopped: str | None = None,
+                 faulty: bool = False):
         super().__init__(message)
-        self.card, self.errored, self.stopped = card, errored, stopped
+        self.card, self.errored, self.stopped, self.faulty = card, errored, stopped, faulty
 
 
 def agent_settings(cfg: RunConfig, env) -> dict:
@@ -129,17 +132,18 @@ def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_addr
             played.extend(records)
 
     policy = policy or ErrorPolicy()
-    policy.planned = sum(expected.values())
+    policy.planned, policy.out = sum(expected.values()), str(out)
     if not quiet:
-        say(f"error policy: {policy.describe()} (--fail-on-error, --max-consecutive-errors)")
+        say(f"error policy: {policy.describe()} (--fail-on-error, --max-consecutive-errors, --fail-on-fault, "
+            "--max-consecutive-faults)")
 
     def stop(reason: str) -> None:
         rd.request_stop(reason)
         say(f"STOPPING: {reason}")
 
     jobs = dearest_first(jobs)
-    with RunProgress(out, expected, quiet=quiet, policy=policy, on_stop=stop):
-        execute(jobs, workers, on_done, executor=executor, ray_address=ray_address)
+    with RunProgress(out, expected, quiet=quiet, policy=policy, on_stop=stop) as progress:
+        execute(jobs, workers, on_done, executor=executor, ray_address=ray_address, poll=progress.poll)
     rd.clear_stop()
     if failures:
         raise RuntimeError(f"{len(failures)} job(s) failed: " + "; ".join(failures[:3]) +
@@ -160,6 +164,14 @@ def _run_many(cfgs, rd: RunDirectory, say, resume: bool, executor: str, ray_addr
             if not (errored or policy.reason):
                 raise
             say(f"run card not written: {exc}")
+    if policy.faulty:
+        also = f"; {errored} of {recorded} recorded instances also errored on model calls" if errored else ""
+        raise RunIncomplete(f"STOPPED run (model faults): {policy.faulted} of {policy.finished} instances played in "
+                            f"this session were scored on faulty model replies{also}. They are kept and scored "
+                            f"(records in {out}/results.jsonl), but the metrics measure the faults, not the agent. "
+                            f"Fix the cause (model, max_tokens, prompts, the endpoint's filter) and start a new run, "
+                            f"or finish this one as it is with `clbench rollout --resume {out} --fail-on-fault off`",
+                            card, errored, policy.reason, faulty=True)
     if errored or policy.reason:
         planned = policy.planned
         what = f"stopped by the error policy: {policy.reason}" if policy.reason else "finished"

@@ -163,9 +163,10 @@ class LocalSink:
     interface executors relay (e.g. from Ray workers): `append(rel, lines)`, `checkpoint(rel, line)`,
     paths relative to the run directory; `write(rel, data)` appends lines encoded elsewhere."""
 
-    def __init__(self, out: str | Path):
+    def __init__(self, out: str | Path, poll=None):
         self.out = Path(out)
         self._root = str(out)
+        self.poll = poll  # called (in this process) before a job looks for STOP after an errored or faulted instance
         # results.jsonl is appended by every worker; trajectory and transcript files by their job alone
         self.files = AppendFiles(shared={os.path.join(self._root, RESULTS_FILE)})
 
@@ -186,7 +187,7 @@ class LocalSink:
 class JobFiles:
     """One job's files, written through a sink: its trajectory file and transcript twin, the
     records, and (stateful) the agent-state journal. Finished instances are written together, at
-    least every FLUSH_SECONDS or FLUSH_BYTES, and at once after an errored instance, before a
+    least every FLUSH_SECONDS or FLUSH_BYTES, and at once after an errored or faulted instance, before a
     checkpoint and when the job ends (`close`): trajectory, then transcripts, then their records (a
     record on disk means its trajectory is too). A file's bytes are those of writing each instance
     at once. An instance is encoded when it is handed over (clbench.results.encode_into): until the
@@ -202,11 +203,19 @@ class JobFiles:
         self._records = bytearray()
         self._flushed = time.perf_counter()
         self._stop_checked = float("-inf")
+        self._alert = False  # the last instance errored or stands on model faults: the policy may trip on it
 
     def stop_requested(self) -> bool:
-        """The stop flag, looked up at most every FLUSH_SECONDS (a stat per instance showed in cheap runs)."""
+        """The stop flag, looked up at most every FLUSH_SECONDS (a stat per instance showed in cheap runs),
+        and at once after an errored or faulted instance. A sink that can `poll` (the inline executor's)
+        first lets the error policy read that instance, so a one-worker run stops right at its threshold."""
         now = time.perf_counter()
-        if now - self._stop_checked < FLUSH_SECONDS:
+        if self._alert:
+            self._alert = False
+            poll = getattr(self.sink, "poll", None)
+            if poll is not None:
+                poll()
+        elif now - self._stop_checked < FLUSH_SECONDS:
             return False
         self._stop_checked = now
         return stop_requested(self.out)
@@ -220,7 +229,10 @@ class JobFiles:
                 self._encoder = Encoder()
             self._transcripts.append(self._encoder.encode(info["instance_id"], info["position"], transcript))
         encode_into(self._records, (record,))
-        if record.get("error") or len(self._traj) + len(self._records) >= FLUSH_BYTES \
+        if record.get("error") or record.get("model_faults"):  # written at once: the error policy counts them
+            self._alert = True
+            self.flush()
+        elif len(self._traj) + len(self._records) >= FLUSH_BYTES \
                 or time.perf_counter() - self._flushed >= FLUSH_SECONDS:
             self.flush()
 

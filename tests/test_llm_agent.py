@@ -433,7 +433,10 @@ def test_a_dead_endpoint_mid_run_stops_the_run_invalidates_nothing_silently_and_
         assert "ERRORED spectrummonitor/llm-none-scripted stateless" in captured.err
         records = load_records(out)
         bad = [r for r in records if r.get("error")]
-        assert len(bad) >= 3 and all(r["error_kind"] == "infrastructure" and r["mode"] == "stateless" for r in bad)
+        # one worker: the run stops right at --max-consecutive-errors (it played the whole pass, 6 errored, when
+        # the policy read the records every 0.5 s and the job looked for the stop flag every 0.25 s)
+        assert len(bad) == 3 and all(r["error_kind"] == "infrastructure" and r["mode"] == "stateless" for r in bad)
+        assert len(records) == 8 + 2 + 3
         assert "normalized gain" not in captured.out or "invalid:" in captured.out  # never numbers over errors
         server.faults.clear()  # the endpoint is back: --resume plays the errored and unplayed instances
         assert cli_main(["rollout", "--resume", str(out)]) == 0
@@ -460,6 +463,78 @@ def test_errored_instances_make_metrics_invalid_and_the_exit_code_incomplete(tmp
     assert cli_main(["report", str(tmp_path), "--format", "html", "--no-plots", "--n-boot", "100"]) == 0
     page = (tmp_path / "report.html").read_text()
     assert "Errored instances: the run is incomplete" in page and "explorer.html" in page
+
+
+def test_a_run_whose_every_reply_is_a_refusal_stops_and_exits_4_keeping_its_records(tmp_path, capsys):
+    """A run whose model refused every call was scored, said "N instances were scored on faulty model replies"
+    in its headline and exited 0: a script would take it for a result. The fault policy stops it once more than
+    --fail-on-fault (default 0.5) of the planned instances are faulted, in one line naming the faults and the
+    transcripts, and the run exits 4; what was played stays recorded (and scored)."""
+    from clbench.llm.transcripts import read_transcripts, transcript_file
+
+    out = tmp_path / "run"
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend([Fault("none")] + [Fault("refusal")] * 400)  # the pre-flight call passes
+        code = cli_main(_cli(server, out))
+    err = capsys.readouterr().err
+    assert code == 4, err
+    stop = [line for line in err.splitlines() if line.startswith("STOPPING: ")]
+    assert len(stop) == 1, err
+    assert "9 of 9 finished instances were scored on faulty model replies" in stop[0]
+    assert "more than --fail-on-fault allows (8)" in stop[0] and "the model refused x" in stop[0]
+    assert f"{out}/transcripts" in stop[0]
+    assert "exit 4: the run was stopped for its model faults" in err and "--fail-on-fault off" in err
+    # one worker: the run stops right at the threshold (8 of 16 planned), not instances later
+    records = load_records(out)
+    assert len(records) == 9 and all(r["error"] is None for r in records)
+    assert all(any("the model refused" in f for f in r["model_faults"]) for r in records)
+    traj = out / "trajectories/spectrummonitor/llm-none-scripted/stateful-r0.jsonl"
+    replies = [e["reply"] for entries in read_transcripts(transcript_file(out, traj)).values() for e in entries
+               if e.get("reply")]
+    assert len(replies) >= 8 and all(r["refusal"] for r in replies)
+
+
+@pytest.mark.parametrize("refused", [1, 2])
+def test_a_refusal_among_good_replies_is_scored_and_noted_until_the_fault_threshold(tmp_path, capsys, refused):
+    """Within --fail-on-fault N (here 1) a faulted instance is scored, noted in the headline and the run exits 0;
+    one more stops the run right after that instance (one worker: the policy sees each faulted instance before
+    the next one starts)."""
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        # pre-flight, scans 1 and 2; scan 3's first call is refused (its second is answered) and then scan 4's
+        server.faults.extend([Fault("none")] * 3 + [Fault("refusal"), Fault("none"), Fault("refusal")][:2 * refused - 1])
+        code = cli_main(_cli(server, tmp_path, "--fail-on-fault", "1"))
+    captured = capsys.readouterr()
+    assert "after 10 consecutive faulted instances or more than 1 (1)" in captured.err  # the policy says its limits
+    records = load_records(tmp_path)
+    faulted = [r["position"] for r in records if r.get("model_faults")]
+    assert faulted == [2, 3][:refused]
+    if refused == 1:
+        assert code == 0 and len(records) == 16 and "STOPPING" not in captured.err
+        assert "1 instances were scored on faulty model replies (act call: the model refused x1" in captured.out
+    else:
+        assert code == 4 and len(records) == 4
+        assert "STOPPING: 2 of 4 finished instances were scored on faulty model replies, more than " \
+               "--fail-on-fault allows (1): act call: the model refused x2" in captured.err
+
+
+def test_fault_policy_options_are_checked_and_off_never_stops():
+    policy = ErrorPolicy(fail_on_fault="off", planned=4)
+    refused = {"error": None, "model_faults": ["act call: the model refused (no)"]}
+    assert all(policy.observe(refused) is None for _ in range(20)) and policy.faulted == 20
+    assert "faults never stop it" in policy.describe()
+    for bad in ("1.5", "-1", "inf", "x"):
+        with pytest.raises(ValueError, match="--fail-on-fault takes a count N >= 1 or a fraction 0 <= F < 1 or off"):
+            ErrorPolicy(fail_on_fault=bad)
+    with pytest.raises(ValueError, match="--max-consecutive-faults must be >= 1"):
+        ErrorPolicy(max_consecutive_faults=0)
+    # K faulted instances in a row stop the run; an unfaulted one ends the row; an errored one leaves it
+    policy = ErrorPolicy(fail_on_fault=100, max_consecutive_faults=3, fail_on_error=100, planned=50)
+    ok, lost = {"error": None}, {"error": "LLMCallError: down", "error_kind": "infrastructure"}
+    for rec in (refused, refused, ok, refused, refused, lost):
+        assert policy.observe(rec) is None
+    assert policy.observe(refused).startswith("3 instances in a row were scored on faulty model replies "
+                                              "(--max-consecutive-faults 3): act call: the model refused x5")
+    assert policy.faulty
 
 
 def test_transcripts_keep_every_prompt_reply_and_memory_update(tmp_path, prices, capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clbench.commands.rollout import add_run_arguments, config_from_args, preflight
+from clbench.commands.rollout import add_run_arguments, config_from_args, policy_from_args, preflight
 
 
 def ladder_from_dir(out: str | Path, system: str) -> dict:
@@ -43,7 +43,8 @@ def cmd_probe_ladder(args) -> int:
     cfgs = [replace(base, system=f"{system}-{rung}", probe=probe)
             for rung, probe in (("P1", None), ("P2", "select"), ("P3", "gold"))]
     preflight(cfgs, probe=True)
-    run_many(cfgs, quiet=args.quiet, executor=args.executor, ray_address=args.ray_address)
+    run_many(cfgs, quiet=args.quiet, executor=args.executor, ray_address=args.ray_address,
+             policy=policy_from_args(args))
     result = ladder_from_dir(out, system)
     (Path(out) / "probe_ladder.json").write_text(json.dumps(result, indent=2) + "\n")
     sh = result["shares"]

@@ -41,7 +41,8 @@ def add_run_arguments(p) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--shock", action="append", default=[], metavar="EVENT@K",
                    help="lifecycle shock before instance position K: flush@K, recompact@K, partial-reset[:F]@K")
-    from clbench.error_policy import DEFAULT_FAIL_ON_ERROR, DEFAULT_MAX_CONSECUTIVE
+    from clbench.error_policy import (DEFAULT_FAIL_ON_ERROR, DEFAULT_FAIL_ON_FAULT, DEFAULT_MAX_CONSECUTIVE,
+                                      DEFAULT_MAX_CONSECUTIVE_FAULTS)
 
     p.add_argument("--fail-on-error", default=str(DEFAULT_FAIL_ON_ERROR), metavar="N|F",
                    help="stop the run once more than N instances (N >= 1) or this fraction F of the planned "
@@ -49,6 +50,13 @@ def add_run_arguments(p) -> None:
                         f"{DEFAULT_FAIL_ON_ERROR}); any errored instance makes the run incomplete (exit 3)")
     p.add_argument("--max-consecutive-errors", type=int, default=DEFAULT_MAX_CONSECUTIVE, metavar="K",
                    help=f"stop the run after K errored instances in a row (default {DEFAULT_MAX_CONSECUTIVE})")
+    p.add_argument("--fail-on-fault", default=str(DEFAULT_FAIL_ON_FAULT), metavar="N|F|off",
+                   help="stop the run once more than N instances (N >= 1) or this fraction F of the planned "
+                        "instances were scored on faulty model replies (a refusal, a reply cut off at max_tokens "
+                        f"or filtered, ...; default {DEFAULT_FAIL_ON_FAULT}; off: never); such a run exits 4")
+    p.add_argument("--max-consecutive-faults", type=int, default=DEFAULT_MAX_CONSECUTIVE_FAULTS, metavar="K",
+                   help="stop the run after K instances in a row scored on faulty model replies "
+                        f"(default {DEFAULT_MAX_CONSECUTIVE_FAULTS})")
     llm = p.add_argument_group("LLM agent (--agent llm)")
     llm.add_argument("--memory", help="memory system (see `clbench agents`)")
     llm.add_argument("--model", help="model name at the endpoint")
@@ -130,16 +138,26 @@ def preflight(cfgs: list[RunConfig], probe: bool = False) -> None:
         check_endpoint(cfg, agent, checked)
 
 
+def policy_from_args(args):
+    """The error policy of --fail-on-error, --max-consecutive-errors, --fail-on-fault and --max-consecutive-faults."""
+    from clbench import error_policy as ep
+
+    return ep.ErrorPolicy(getattr(args, "fail_on_error", None) or ep.DEFAULT_FAIL_ON_ERROR,
+                          getattr(args, "max_consecutive_errors", ep.DEFAULT_MAX_CONSECUTIVE),
+                          getattr(args, "fail_on_fault", None) or ep.DEFAULT_FAIL_ON_FAULT,
+                          getattr(args, "max_consecutive_faults", ep.DEFAULT_MAX_CONSECUTIVE_FAULTS))
+
+
 def run_and_report(args, cfgs) -> int:
     """Run (or resume) and print the metrics table."""
     import sys
 
-    from clbench.error_policy import EXIT_INCOMPLETE, ErrorPolicy
+    from clbench.error_policy import EXIT_FAULTED, EXIT_INCOMPLETE
     from clbench.rollout import RunIncomplete, configs_from_dir, resume_run, run_many
     from clbench.runcard import compute
     from clbench.reporting.tables import print_metrics
 
-    policy = ErrorPolicy(getattr(args, "fail_on_error", None) or 0.1, getattr(args, "max_consecutive_errors", 5))
+    policy = policy_from_args(args)
     opts = {"executor": args.executor, "ray_address": args.ray_address, "quiet": args.quiet, "policy": policy}
     incomplete = None
     try:
@@ -160,6 +178,9 @@ def run_and_report(args, cfgs) -> int:
         print(f"records written to {out}/results.jsonl")
     if incomplete is not None:
         print(str(incomplete), file=sys.stderr)
+        if incomplete.faulty:
+            print(f"exit {EXIT_FAULTED}: the run was stopped for its model faults", file=sys.stderr)
+            return EXIT_FAULTED
         print(f"exit {EXIT_INCOMPLETE}: the run is incomplete", file=sys.stderr)
         return EXIT_INCOMPLETE
     return 0
