@@ -60,6 +60,30 @@ the earlier vector and this one alternated with one env in the same process): DB
 (201 repeats of 400 instances; 101 of 2,000: 0.975 -> 0.986 and 0.910 -> 0.936); SpectrumMonitor (41
 repeats of 200) 0.889 -> 0.893 / 0.853 -> 0.867 and MemoryProbe (21 of 200) 0.829 -> 0.836 / 0.952
 -> 0.960 in the parent alone. DBExplore NEXT_STEP stays short of 1.0 in CPU time (issue 31).
+Where NEXT_STEP's remaining gap is (issue 31; CPU time of one process, median of 201 alternated
+chunks of 50 pairs of vector steps, a pair being 8 DBExplore instances, ~95-105 us of env work): gym.make's
+two wrappers cost one env 10% (its unwrapped env runs 1.109x as many instances, quartiles 1.07-1.15),
+which is what a vector in one process can gain; eight unwrapped envs stepped bare do one unwrapped env's
+work (1.01x; 0.99x keeping their results); the shard's generated step costs 1.5% over a bare list
+comprehension on the same eight envs; the vector's step around it costs +10-11 us a pair, of which its
+three fresh arrays a step ~8 us (returning None instead: +1.5-2.4 us; the same cached arrays every step,
+not allowed: +4.4), the LazyInfo ~2.5-3 us and the key ~1.5-2 us; the benchmark's caller, counting two
+arrays a step, ~3.5% more. Each of these costs microseconds although it is a few thousand instructions
+(a copy and its release ~2k, a count_nonzero ~3.2k: warm, ~0.1 us each): it runs once per vector step,
+cold, where the wrappers' Python runs hot in the interpreter between the env's own calls. NEXT_STEP pays
+it twice per 8 instances (its step of resets is a vector step of its own), SAME_STEP once, so SAME_STEP is
+at ~0.98 and NEXT_STEP at ~0.93-0.95. That step of resets now skips the arrays' key (no reward, no end: the
+zero arrays' copies directly) and takes the shard's observation tuple as the batch: DBExplore NEXT_STEP
+0.935 (0.900-0.983) -> 0.943 (0.901-0.984), 301 alternated repeats of 400 instances, old and new step in
+the same process; SAME_STEP 0.983 -> 0.984; instructions (callgrind, 2,048 instances after 400, less a run
+of none) one env 111.6k, NEXT_STEP 109.7k -> 109.0k. Tried and not kept: arrays copied ahead in batches
+(no faster), released in batches (slower), np.zeros for the zero columns (within noise), a loop with
+zip instead of the straight-line code (slower), and recycling the arrays a caller has dropped (refcount
+check, contents rewritten through a kept memoryview; +0.01 to +0.04 of one env): a caller could then not
+resize a held array in place, and an array whose shape, dtype or flags a caller changed before dropping it
+would come back changed, so it is not the fresh array SyncVectorEnv returns. The floor is thus the fresh
+arrays, the LazyInfo and the caller's counts of a second vector step per 8 instances: ~0.94 of one env in
+CPU time on this machine, at instruction parity (0.98).
 Above that needs a free CPU for a second process: worth it when a step is expensive (MemoryProbe
 ~0.35 ms), a loss when it is cheap (a warm DBExplore instance is ~30 us, less than a pipe round trip).
 Eight envs' objects and results take more cache than one env's, so on a machine whose other

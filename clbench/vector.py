@@ -22,7 +22,8 @@ the resets, keep each method's code and data hot, where alternating them evicts 
 share nothing, so the order changes no result, and an error raised is the one SyncVectorEnv's order
 raises first), which also tells whether every observation is a str (then the batch is their tuple);
 the reward and end arrays are copies of arrays made when the same columns last came (one dict lookup
-for the three), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks them
+for the three; NEXT_STEP's step of resets alone, no reward and no end, takes the zero arrays without a
+key), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks them
 in step()).
 
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
@@ -222,7 +223,8 @@ class _Shard:
             raise _SubEnvError(self.first + i, exc) from exc
         if True in ends:
             self.autoreset = ends
-        return obs, tuple(rewards), tuple(terms), tuple(truncs), infos, None, _STR.issuperset(map(type, obs))
+        return tuple(obs), tuple(rewards), tuple(terms), tuple(truncs), tuple(infos), None, \
+            _STR.issuperset(map(type, obs))
 
     def _settle(self) -> None:
         """Call an env directly once every wrapper around it only forwards: gym.make's OrderEnforcing
@@ -540,6 +542,7 @@ class BatchedVectorEnv(VectorEnv):
         self._zeros = np.zeros(num_envs, dtype=np.float64).copy
         self._false = np.zeros(num_envs, dtype=np.bool_).copy
         self._made: dict[tuple, tuple] = {}
+        self._quiet = self._copies(None, None, None)  # no reward, no instance ended
         self._pack = struct.Struct(f"{num_envs}d").pack
         # spaces whose batches gymnasium keeps as plain tuples (Text and its subclasses): concatenate()
         # gives tuple(items) and iterate() gives iter(actions), which step() then does without them
@@ -626,18 +629,21 @@ class BatchedVectorEnv(VectorEnv):
                 obs, rewards, terms, truncs, infos, finals, text = self._local.step(actions)
             except _SubEnvError as err:
                 self._gather([("error", (err.index, _portable(err.exc)))])
-        try:
-            key = (rewards if rewards is None else self._pack(*rewards), terms, truncs)
-            copies = self._made[key]
-        except KeyError:  # columns not seen before: kept for the next time they come
-            copies = _keep(self._made, key, self._copies(rewards, terms, truncs))
-        except (struct.error, TypeError, ValueError, OverflowError):  # no key: converted each time
-            copies = self._copies(rewards, terms, truncs)
+        if rewards is None and terms is None and truncs is None:  # NEXT_STEP's step of resets: no key to build
+            copies = self._quiet
+        else:
+            try:
+                key = (rewards if rewards is None else self._pack(*rewards), terms, truncs)
+                copies = self._made[key]
+            except KeyError:  # columns not seen before: kept for the next time they come
+                copies = _keep(self._made, key, self._copies(rewards, terms, truncs))
+            except (struct.error, TypeError, ValueError, OverflowError):  # no key: converted each time
+                copies = self._copies(rewards, terms, truncs)
         info = LazyInfo({_PENDING: (_stack_later, (self, infos, finals))}) if self.lazy_info else \
             self._stack_step((infos, finals))
         self._env_obs = obs
-        if text and self._text_obs:  # `_batch`'s first case, without its call
-            return tuple(obs), copies[0](), copies[1](), copies[2](), info
+        if text and self._text_obs:  # `_batch`'s first case, without its call (obs is a tuple)
+            return obs, copies[0](), copies[1](), copies[2](), info
         return self._batch(), copies[0](), copies[1](), copies[2](), info
 
     def _copies(self, rewards, terms, truncs) -> tuple:
@@ -653,7 +659,7 @@ class BatchedVectorEnv(VectorEnv):
     def _join(self, answers: list[tuple]) -> tuple:
         """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,
         False or None, as `_Shard.step` gives it), and whether every observation is a str."""
-        obs = [x for answer in answers for x in answer[0]]
+        obs = tuple(x for answer in answers for x in answer[0])
         infos = [x for answer in answers for x in answer[4]]
         columns = []
         for k, fill in ((1, 0.0), (2, False), (3, False), (5, None)):
