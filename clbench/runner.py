@@ -248,23 +248,24 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
     records, header = [], _header(job, env.unwrapped.task)  # the task once per job (a chain of wrappers to walk)
     played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
     saved = float("-inf")  # when the newest checkpoint was taken
+    shocks, probe, clock = cfg.shocks, cfg.probe, time.perf_counter
     for pos in range(start, n):
         if files.stop_requested():
             break
-        begun = time.perf_counter()
+        begun = clock()
         if pos > start:
             obs, info = env.reset()
-        events = apply_shocks(agent, cfg.shocks, pos) if cfg.shocks else []
-        if cfg.probe:
-            agent.probe(cfg.probe, gold_facts(env, info["instance_id"]))
-        traj: list[dict] = [{"event": "shock", **e} for e in events]
+        events = apply_shocks(agent, shocks, pos) if shocks else None
+        if probe:
+            agent.probe(probe, gold_facts(env, info["instance_id"]))
+        traj: list[dict] = [{"event": "shock", **e} for e in events] if events else []
         rec = _begin_record(header, info)
         transcript = _play(env, agent, obs, info, traj, rec)
         if events:
             rec["shocks"] = [e["event"] for e in events]
         files.instance(traj, rec, info, transcript)
         records.append(rec)
-        now = time.perf_counter()
+        now = clock()
         played += now - begun
         if saving <= CHECKPOINT_SHARE * played and now - saved >= CHECKPOINT_SECONDS:
             state = agent.state_dict()
