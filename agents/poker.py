@@ -1,4 +1,4 @@
-"""Scripted agents for Poker-v5: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v6: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
 Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`: one
 parametric line (`DefaultPlay`: preflop ranges, value and bluff shares, bet sizes, calling
@@ -160,9 +160,9 @@ class DefaultPlay(Policy):
 #: the stateless reference's line (`DefaultPlay`'s parameters), fitted on the train split's worlds by
 #: tasks/poker/fit_reference.py (tests/test_poker.py checks that refitting reproduces it)
 REFERENCE_PARAMS: dict = {
-    "open_at": 0.0, "iso_at": 0.5, "defend_at": 0.5, "defend_big_at": 0.7, "threebet_at": 0.7, "cbet": 100,
+    "open_at": 0.0, "iso_at": 0.5, "defend_at": 0.6, "defend_big_at": 0.7, "threebet_at": 0.7, "cbet": 100,
     "bluff": 0, "river_bluff": 0, "value_tier": 1, "river_tier": 1, "bet_small": 1.0, "bet_big": 1.0,
-    "raise_tier": 4, "mid_share": 1.0, "top_share": 0.5, "draw_share": 0.4, "weak_share": 0.0, "catch_tier": 1,
+    "raise_tier": 3, "mid_share": 1.0, "top_share": 0.5, "draw_share": 0.4, "weak_share": 0.0, "catch_tier": 1,
     "trap_tier": 9}
 
 #: each kind's exploit (`DefaultPlay`'s parameters), fitted by the same search on the train worlds' hands
@@ -174,11 +174,11 @@ EXPLOIT_PARAMS: dict[str, dict] = {
               "weak_share": 0.0, "catch_tier": 9, "trap_tier": 9},
     FIT_OR_FOLD: {"open_at": 0.0, "iso_at": 0.7, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.7,
                   "cbet": 100, "bluff": 45, "river_bluff": 30, "value_tier": 1, "river_tier": 4, "bet_small": 0.33,
-                  "bet_big": 1.0, "raise_tier": 5, "mid_share": 0.0, "top_share": 0.5, "draw_share": 0.0,
+                  "bet_big": 1.0, "raise_tier": 4, "mid_share": 0.0, "top_share": 0.5, "draw_share": 0.0,
                   "weak_share": 0.0, "catch_tier": 9, "trap_tier": 9},
-    LAG: {"open_at": 0.0, "iso_at": 0.7, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.97, "cbet": 25,
-          "bluff": 0, "river_bluff": 0, "value_tier": 3, "river_tier": 2, "bet_small": 0.33, "bet_big": 0.66,
-          "raise_tier": 4, "mid_share": 1.0, "top_share": 1.0, "draw_share": 0.4, "weak_share": 0.3, "catch_tier": 1,
+    LAG: {"open_at": 0.2, "iso_at": 0.7, "defend_at": 0.2, "defend_big_at": 0.7, "threebet_at": 0.7, "cbet": 75,
+          "bluff": 0, "river_bluff": 0, "value_tier": 3, "river_tier": 4, "bet_small": 0.5, "bet_big": 0.66,
+          "raise_tier": 5, "mid_share": 1.0, "top_share": 1.0, "draw_share": 0.4, "weak_share": 0.0, "catch_tier": 1,
           "trap_tier": 3},
 }
 

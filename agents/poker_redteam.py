@@ -182,7 +182,7 @@ def _hands(env) -> list:
             for variant in env.schedule.variants for inst in variant.instances]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1024)  # the exploits' fit replays 25 train worlds x 20 deals
 def _dealt(cls, schedule: str, split: str, world_seed, deal: int) -> list:
     """The hands of one deal (built once: searches replay many points on the same deals)."""
     env = cls(schedule=schedule, split=split, world_seed=world_seed, redeal=deal // cls.deals)

@@ -81,6 +81,18 @@ def world_label(env) -> str:
     return env.deal_key + ("" if env.schedule_name == "default" else f" (schedule {env.schedule_name})")
 
 
+def baseline_values(base, oracle, reference) -> dict[str, float]:
+    """r_max and r_reference from the oracle's and the stateless reference's rewards on the same instances;
+    where the oracle's score is noisy (the task's default.yaml has `r_max_se`), also this world's own standard
+    errors of r_max and of the headroom r_max - r_reference (paired: both played on the same instances)."""
+    oracle, reference = np.asarray(oracle, dtype=float), np.asarray(reference, dtype=float)
+    values = {"r_max": float(oracle.mean()), "r_reference": float(reference.mean())}
+    if "r_max_se" in base.spec_data and oracle.size > 1:
+        values["r_max_se"] = float(oracle.std(ddof=1) / np.sqrt(oracle.size))
+        values["headroom_se"] = float((oracle - reference).std(ddof=1) / np.sqrt(oracle.size))
+    return values
+
+
 def calibrate_world(env_id: str, env_kwargs: dict | None = None, store: bool = True) -> dict:
     """r_max (the oracle's mean) and r_reference (the stateless reference's mean) of the world and
     schedule `env_kwargs` select, played stateless on every instance; stored in the cache unless
@@ -89,15 +101,9 @@ def calibrate_world(env_id: str, env_kwargs: dict | None = None, store: bool = T
     from clbench.runner import make_env
 
     played = stateless_rewards(env_id, ["oracle", "reference"], env_kwargs)
-    oracle, reference = np.asarray(played["oracle"], dtype=float), np.asarray(played["reference"], dtype=float)
-    values = {"r_max": float(oracle.mean()), "r_reference": float(reference.mean())}
     env = make_env(env_id, **(env_kwargs or {}))
     try:
-        if "r_max_se" in env.unwrapped.spec_data and oracle.size > 1:
-            # a noisy oracle score (the task says so in default.yaml): this world's own standard errors, of
-            # r_max and of the headroom r_max - r_reference (both played on the same instances: paired)
-            values["r_max_se"] = float(oracle.std(ddof=1) / np.sqrt(oracle.size))
-            values["headroom_se"] = float((oracle - reference).std(ddof=1) / np.sqrt(oracle.size))
+        values = baseline_values(env.unwrapped, played["oracle"], played["reference"])
         if store and not env.unwrapped.baselines_from_spec:
             store_baselines(env.unwrapped, values)
     finally:

@@ -24,7 +24,7 @@ from clbench.envs.poker.opponents import make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision
 from clbench.envs.poker.table import HandTable
 
-ENV_ID = "clbench/Poker-v5"
+ENV_ID = "clbench/Poker-v6"
 
 
 class Prober:
@@ -85,9 +85,9 @@ def digest(agent_name: str, schedule: str, seed: int, world_seed: int | None = N
 
 
 CASES = {
-    ("reference", "default", 0, None): "719ee03c229d8c15",  # v5: the refitted exploits
+    ("reference", "default", 0, None): "1b6ae0cab436efa0",  # v6: the line and exploits refitted on the new train worlds
     ("prober", "default", 1, None): "5f2af00cf1f6abb7",  # v4: seed 1 plays deal 1
-    ("prober", "drift_short", 2, 3): "cafa8dca9f772b9c",  # v4: deal 2
+    ("prober", "drift_short", 2, 3): "719ebe0ed8c5559d",  # v6: world 3 drawn anew (names, kinds)
     ("random", "short", 4, None): "06153ce3c7f2f8a4",  # v4: deal 4
 }
 

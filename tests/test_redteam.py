@@ -19,10 +19,7 @@ from clbench.registry import clbench_env_ids, env_class
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
-OPEN_HOLES: dict[str, str] = {  # task -> issue text of a hole still open (strict xfail)
-    "poker": "issue 29, Poker-v5: train-learned (the reference trained on the train split, then frozen) reaches "
-             "r_reference: the train split's players play the canonical world's kinds",
-}
+OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail); none since Poker-v6
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":

@@ -18,6 +18,7 @@ import pytest
 
 import clbench  # noqa: F401  registers the envs
 from clbench.registry import env_id_for
+from clbench.commands.drift_check import declared_drifts
 
 TRAIN_ENVS = [env_id_for(t) for t in ("spectrummonitor", "poker", "memoryprobe", "cohortstudies",
                                       "salesforecast", "dbexplore")]
@@ -83,9 +84,16 @@ def test_instance_ids_disjoint(splits):
     assert len(train_ids) == len(test_ids) == len(test.schedule)
     assert not test_ids & train_ids
     assert all(i.startswith("train-") for i in train_ids) and not any(i.startswith("train-") for i in test_ids)
-    # same schedule shape: variants (and so drift points) in the same places
-    assert [(v.name, len(v.instances)) for v in train.schedule.variants] == \
-        [(v.name, len(v.instances)) for v in test.schedule.variants]
+    # same schedule shape: variants (and so drift points) in the same places; a variant's name may carry a
+    # name the world drew (Poker's players)
+    assert [len(v.instances) for v in train.schedule.variants] == [len(v.instances) for v in test.schedule.variants]
+    drifts = [[d["variant"] for d in declared_drifts(env)] for env in (train, test)]
+    assert [[variant_index(env, v) for v in names] for env, names in zip((train, test), drifts)] == \
+        [[variant_index(test, v) for v in drifts[1]]] * 2
+
+
+def variant_index(env, name: str) -> int:
+    return [v.name for v in env.schedule.variants].index(name)
 
 
 def test_problems_disjoint(splits):
@@ -106,7 +114,7 @@ def test_first_observations_disjoint(env_id):
     assert not shared, f"{env_id}: {len(shared)} first observations appear in both splits"
 
 
-@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v5", "clbench/Poker-v5"])
+@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v5", "clbench/Poker-v6"])
 def test_train_split_is_deterministic_and_playable(env_id):
     a, b = gym.make(env_id, split="train").unwrapped, gym.make(env_id, split="train").unwrapped
     assert problem_fingerprints(a) == problem_fingerprints(b)
@@ -146,11 +154,11 @@ def test_every_env_declares_its_train_split():
 
 def test_unknown_split_refused():
     with pytest.raises(ValueError, match="split must be one of"):
-        gym.make("clbench/Poker-v5", split="validation")
+        gym.make("clbench/Poker-v6", split="validation")
 
 
 def test_split_seed():
-    test, train = gym.make("clbench/Poker-v5").unwrapped, gym.make("clbench/Poker-v5", split="train").unwrapped
+    test, train = gym.make("clbench/Poker-v6").unwrapped, gym.make("clbench/Poker-v6", split="train").unwrapped
     assert test.split_seed(50501) == 50501
     seeds = [train.split_seed(s) for s in range(50500, 50540)]
     assert len(set(seeds)) == len(seeds) and not set(seeds) & set(range(50500, 50540))

@@ -144,7 +144,7 @@ def warn_uncalibrated(env_id: str) -> None:
 
 def cmd_calibrate(args) -> int:
     from clbench.agents.degenerate import degenerate_agents
-    from clbench.calibration import store_baselines, world_label
+    from clbench.calibration import baseline_values, store_baselines, world_label
     from clbench.commands.rollout import env_kwargs_from_args
     from clbench.runner import make_env
 
@@ -154,10 +154,12 @@ def cmd_calibrate(args) -> int:
     canonical, label = base.baselines_from_spec, world_label(base)
     degenerate = [] if args.no_degenerate else degenerate_agents(args.env)
     try:
-        means = stateless_means(args.env, ["oracle", "reference", *degenerate], env_kwargs)  # one env for all
-        r_max, r_ref = means["oracle"], means["reference"]
+        played = stateless_rewards(args.env, ["oracle", "reference", *degenerate], env_kwargs)  # one env for all
+        means = {agent: float(np.mean(r)) for agent, r in played.items()}
+        values = baseline_values(base, played["oracle"], played["reference"])
+        r_max, r_ref = values["r_max"], values["r_reference"]
         if not canonical:  # another world or schedule: its own baselines, cached (never default.yaml)
-            stored = store_baselines(base, {"r_max": r_max, "r_reference": r_ref})
+            stored = store_baselines(base, values)
     finally:
         env.close()
     print(f"{args.env}, {label}\nr_max: {r_max!r}\nr_reference: {r_ref!r}")
@@ -173,9 +175,11 @@ def cmd_calibrate(args) -> int:
         if args.write:
             print("(--write applies to the canonical world's default schedule only: default.yaml is unchanged)")
     elif args.write:
-        path, diff = write_calibration(args.env, {"r_max": r_max, "r_reference": r_ref})
+        # r_max_se where the task keeps one (a noisy oracle): it moves with r_max
+        written = {k: v for k, v in values.items() if k in KEYS or k in base.spec_data}
+        path, diff = write_calibration(args.env, written)
         if diff:
-            print(f"{diff.rstrip()}\nwrote r_max and r_reference to {path}")
+            print(f"{diff.rstrip()}\nwrote {', '.join(written)} to {path}")
         else:
             print(f"{path} already holds these r_max and r_reference: nothing written")
     else:

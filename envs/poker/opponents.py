@@ -153,6 +153,13 @@ CHANGES: dict[str, tuple[str, ...]] = {"calling_station": ("loose_aggressive",),
                                        "loose_aggressive": ("calling_station",)}
 
 
+#: the names a drawn world's players go by: never the canonical world's, so no name a model may have read
+#: here carries a kind from one world into another (`PokerEnv._draw_world`)
+NAMES = ("Abe", "Ari", "Bea", "Cal", "Cy", "Eli", "Emi", "Fay", "Gus", "Ida", "Ike", "Jo", "Kai", "Kit", "Lev",
+         "Lou", "Mei", "Nia", "Ned", "Oda", "Oli", "Pia", "Raf", "Ren", "Rio", "Sol", "Tal", "Tova", "Uma", "Vik",
+         "Wen", "Yara", "Zed", "Zoe")
+
+
 def draw_opponent(style: str, rng) -> dict:
     """A spec of kind `style` with every exploitable parameter drawn from `RANGES` by `rng`."""
     spec = {"style": style}

@@ -1,6 +1,7 @@
-"""Poker-v5: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v6: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -9,7 +10,7 @@ from clbench.actions import ActionError, ToolCall, tool_schema
 from clbench.env import InstanceSequenceEnv, Outcome, load_task_spec
 from clbench.feedback import score_report
 from clbench.envs.poker.cards import Deal, card_names, deal_hands
-from clbench.envs.poker.opponents import CHANGES, STYLES, draw_opponent, make_opponent
+from clbench.envs.poker.opponents import CHANGES, NAMES, STYLES, draw_opponent, make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, KINDS, RAISE, Decision
 from clbench.envs.poker.table import AGENT, HandTable
 from clbench.envs.poker.view import HandView
@@ -123,9 +124,13 @@ class PokerEnv(InstanceSequenceEnv):
     ## Worlds
     The canonical world (`world_seed=None`, test split) plays the opponents written in
     tasks/poker/default.yaml. Any other world (the train split, `world_seed=N`) draws its own:
-    which kind each opponent plays, the kind Mara changes to (one her old exploit loses to), every
-    exploitable parameter (shares of hands, bet sizes) and the deals, from `world_rng` and
-    `draw_seed`, so worlds share the kinds of structure and never the values.
+    the players' names, which kind each plays, the kind the returning player changes to (one its
+    old exploit loses to), every exploitable parameter (shares of hands, bet sizes) and the deals,
+    from `world_rng` and `draw_seed`, so worlds share the kinds of structure and never the values.
+    No answer carries between the splits, by name or by place in the schedule: a drawn world never
+    uses a canonical name, a train world's players each play another kind than the canonical
+    world's player in the same place, and a test world never has the canonical world's kinds in
+    their places or any a train world may have (`_draw_world`).
 
     ## Action Space
     `Text`: `FOLD`, `CHECK`, `CALL`, `RAISE <total>` (raise *to* that many chips this betting
@@ -174,6 +179,12 @@ class PokerEnv(InstanceSequenceEnv):
     Seeds: `reset(seed=s)` starts rollout s: deal s % 5, hands permuted within variants by s.
 
     ## Version History
+    * v6: worlds other than the canonical one draw the players' names, and the kinds in their
+      places from assignments the other split never has (see Worlds; on v5 the train split and a
+      quarter of fresh worlds had the canonical world's kinds, so a reference trained on the train
+      split and frozen scored as much as the stateful one). The canonical world plays as in v5;
+      the reference's line and exploits are refitted on the new train worlds (r_max, r_reference
+      recalibrated).
     * v5: the kinds' exploits that the reference learns to play and the oracle plays out
       (agents/poker.py `EXPLOIT_PARAMS`) are fitted on 20 deals of the train worlds instead of 3
       and may check strong hands to a player who bets when checked to; the stateless reference's
@@ -202,7 +213,7 @@ class PokerEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/Poker-v5"
+    env_id = "clbench/Poker-v6"
     #: modules a scripted agent may import (game mechanics, cards, hand strength and the opponent archetypes with their parameter ranges: what a poker player knows, no world's values; tests/test_reference_imports.py)
     public_modules = ("betting", "cards", "opponents", "policy", "strength", "table")
     reward_unit = "BB per hand"
@@ -250,34 +261,49 @@ class PokerEnv(InstanceSequenceEnv):
         spec = self.spec_data
         self.stack = int(spec["stack"])
         self.small_blind, self.big_blind = int(spec["blinds"]["small"]), int(spec["blinds"]["big"])
-        self.opponent_specs = self._world_opponents()
+        self.opponent_specs = {key: dict(p) for key, p in spec["opponents"].items()}
         self.opponents = {name: make_opponent(p) for name, p in self.opponent_specs.items()}
         self._table: HandTable | None = None
         self._view: HandView | None = None
 
-    def _world_opponents(self) -> dict[str, dict]:
-        """The opponents' specs: as written in the canonical world; drawn in any other (every
-        player a kind of its own, a player who changes one of the kinds `opponents.CHANGES` knows
-        and afterwards the kind it changes to, every parameter from `opponents.RANGES`)."""
-        written = self.spec_data["opponents"]
-        if self.canonical_world:
-            return {key: dict(spec) for key, spec in written.items()}
+    def _draw_world(self) -> None:
+        """Rewrite the task spec as this world's (any world but the canonical one): every player gets a
+        name from `opponents.NAMES` and a kind, the changing player one of the kinds `opponents.CHANGES`
+        knows and afterwards the kind it changes to, every parameter from `opponents.RANGES`. The kinds,
+        one per player in the task YAML's order (the schedule's places) and never all alike, are an
+        assignment drawn from those no world of the other split has: a train world shares no player's kind
+        with the canonical world's player in the same place; a test world has neither the canonical
+        assignment nor any a train world may have. So what a player's name or place told in one world never
+        answers another (tests/test_poker.py)."""
+        spec = self.spec_data = dict(self.spec_data)  # load_task_spec's dict is shared by every env: replace, never edit
+        written = spec["opponents"]
+        players = [key for key, p in written.items() if "name" not in p]
+        changing = {p["name"] for p in written.values() if "name" in p}
+        canonical = tuple(written[key]["style"] for key in players)
+        # players of one kind alike need no telling apart: an opponent-blind line tuned on the world is its exploit
+        every = [a for a in itertools.product(*(sorted(CHANGES) if key in changing else sorted(STYLES) for key in players))
+                 if len(set(a)) > 1]
+        apart = [a for a in every if all(k != c for k, c in zip(a, canonical))]
+        pool = apart if self.split == "train" else [a for a in every if a != canonical and a not in apart]
         rng = self.world_rng("opponents")
-        players = [key for key, spec in written.items() if "name" not in spec]
-        changing = {spec["name"] for spec in written.values() if "name" in spec}
-        kinds: dict[str, str] = {}
-        for key in players:  # a player who changes later plays a kind that has a real change
-            if key in changing:
-                kinds[key] = str(rng.choice(sorted(set(CHANGES) - set(kinds.values()))))
-        rest = [k for k in sorted(STYLES) if k not in kinds.values()]
-        for key, kind in zip([k for k in players if k not in kinds], rng.permutation(rest).tolist()):
-            kinds[key] = kind
-        specs = {key: draw_opponent(kinds[key], rng) for key in players}
-        for key, spec in written.items():
-            if "name" in spec:  # the same player later on, playing another kind
-                after = CHANGES[kinds[spec["name"]]]
-                specs[key] = {"name": spec["name"], **draw_opponent(after[int(rng.integers(len(after)))], rng)}
-        return specs
+        kinds = dict(zip(players, pool[int(rng.integers(len(pool)))]))
+        drawn = {key: draw_opponent(kinds[key], rng) for key in players}
+        for key, p in written.items():
+            if "name" in p:  # the same player later on, playing the kind it changes to
+                after = CHANGES[kinds[p["name"]]]
+                drawn[key] = {"name": p["name"], **draw_opponent(after[int(rng.integers(len(after)))], rng)}
+        names = self.world_rng("names").choice(sorted(set(NAMES) - set(players)), size=len(players), replace=False)
+        rename = dict(zip(players, map(str, names)))
+        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, players)) + r")\b")
+
+        def sub(text: str) -> str:
+            return pattern.sub(lambda m: rename[m.group()], text)
+
+        spec["opponents"] = {sub(key): {**p, "name": sub(p["name"])} if "name" in p else p for key, p in drawn.items()}
+        spec["schedules"] = {name: [{**v, "opponent": sub(v["opponent"])} for v in variants]
+                             for name, variants in spec["schedules"].items()}
+        spec["drifts"] = {name: [{k: sub(x) if isinstance(x, str) else x for k, x in d.items()} for d in drifts]
+                          for name, drifts in (spec.get("drifts") or {}).items()}
 
     @classmethod
     def public_secrets(cls) -> list[str]:
@@ -298,6 +324,9 @@ class PokerEnv(InstanceSequenceEnv):
 
     # ---------------------------------------------------------------- schedule and latent
     def _build_schedule(self, name: str) -> Schedule:
+        if not self.canonical_world and not getattr(self, "_world_drawn", False):
+            self._draw_world()  # once: a new deal rebuilds the schedule of the same world
+            self._world_drawn = True
         schedules = self.spec_data["schedules"]
         if name not in schedules:
             raise ValueError(f"unknown schedule {name!r}; known: {sorted(schedules)}")
