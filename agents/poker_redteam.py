@@ -19,6 +19,9 @@ the benchmark's hands beside the stateless reference's, which none may reach (te
   draws, bluffs a fixed share (`bluff`) of the other flops and turns, calls bets up to half the pot
   with `small_tier`, bigger ones with `big_tier`, and folds to a raise of its bet without a strong hand.
 - `PushFold` (preflop only): all-in with the top `push_pct` of its hands, fold (or check) the rest.
+- `HandReader` (reads the kind in the hand): plays the stateless line until this hand's betting shows
+  what kind of player the opponent is (a preflop raise, then a checked or bet flop), then that kind's
+  exploit: memoryless, and the strongest family while the kinds' tells are certain (issue 29).
 
 `replay(env, policy)` plays a family point on the env's own schedule and opponents on the betting
 model (`betting.Betting`, which tests check agrees with the library move for move) without the
@@ -39,9 +42,9 @@ from functools import lru_cache
 import numpy as np
 
 from clbench.agent import Agent
-from clbench.agents.poker import BOARD_LEN, action_text, bet_share, table_spot
+from clbench.agents.poker import BOARD_LEN, PLAYBOOKS, action_text, bet_share, table_spot
 from clbench.envs.poker.betting import Betting
-from clbench.envs.poker.policy import CHECK, Decision, Policy, Spot
+from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
 
 
 def _my_raises(s: Spot) -> int:
@@ -142,6 +145,49 @@ class ValueBluff(Policy):
         share = bet_share(s)
         keep = st.tier >= (self.small_tier if share <= 0.55 else self.big_tier) or st.draw and s.street < 3 and share <= 0.8
         return s.check_or_call() if keep else s.check_or_fold()
+
+
+def hand_read(s: Spot) -> str:
+    """What this hand's betting so far shows of the opponent, as one of `HandReader`'s situations: "limped"
+    (called before the flop without facing a raise of ours), "unseen" (no move yet), "raised" / "called"
+    (its preflop moves) then "_checked" / "_bet" by its first flop move where it could bet."""
+    raised = limped = False
+    flop = ""
+    after_bet = -1  # the street on which our bet or raise was the move before, else -1
+    for a in s.history:
+        if a.mine:
+            after_bet = a.street if a.kind == RAISE else -1
+            continue
+        if a.street == 0:
+            raised |= a.kind == RAISE
+            limped |= a.kind == CALL and after_bet != 0
+        elif a.street == 1 and after_bet != 1 and not flop:
+            flop = "_bet" if a.kind == RAISE else "_checked"
+        after_bet = -1
+    if limped:
+        return "limped"
+    if not any(not a.mine for a in s.history):
+        return "unseen"
+    return ("raised" if raised else "called") + flop
+
+
+@dataclass(frozen=True)
+class HandReader(Policy):
+    """Reads the opponent's kind off this hand's betting alone and plays that kind's exploit (`PLAYBOOKS`):
+    memoryless, but the kinds have tells a single hand shows (red team s17: a station never raises, a
+    loose-aggressive player bets every flop it can). Each field is the playbook for one `hand_read`."""
+
+    raised: str = "default"
+    raised_checked: str = "default"
+    raised_bet: str = "default"
+    called: str = "default"
+    called_checked: str = "default"
+    called_bet: str = "default"
+
+    def decide(self, s: Spot) -> Decision:
+        read = hand_read(s)
+        book = "default" if read in ("limped", "unseen") else getattr(self, read)
+        return PLAYBOOKS[book].decide(s)
 
 
 @dataclass(frozen=True)
@@ -313,3 +359,7 @@ class ValueBluffAgent(FamilyAgent):
 
 class PushFoldAgent(FamilyAgent):
     policy_class = PushFold
+
+
+class HandReaderAgent(FamilyAgent):
+    policy_class = HandReader

@@ -40,6 +40,11 @@ FAMILIES: dict[str, tuple[str, dict[str, list], dict]] = {
                     {"full_grid": {"open_pct": [0.5, 0.8], "defend_pct": [0.4, 0.7], "value_tier": [2, 3],
                                    "bluff": [0.0, 0.3, 0.6], "fraction": [0.5, 1.0], "small_tier": [0, 1],
                                    "big_tier": [3, 4]}}),
+    "hand_reader": (f"{_RT}:HandReaderAgent", {"raised": ["default", "loose_aggressive"],
+                                                "raised_checked": ["default", "fit_or_fold"],
+                                                "raised_bet": ["default", "loose_aggressive"]},
+                    {"full_grid": {k: ["default", "calling_station", "fit_or_fold", "loose_aggressive"]
+                                   for k in ("raised", "raised_checked", "raised_bet", "called", "called_checked")}}),
     "push_fold": (f"{_RT}:PushFoldAgent", {"push_pct": [0.1, 0.5]}, {"full_grid": {"push_pct": [0.05, 0.1, 0.2, 0.35,
                                                                                                0.5, 0.75, 1.0]}}),
 }
