@@ -646,12 +646,11 @@ class BatchedVectorEnv(VectorEnv):
         if len(actions) != self.num_envs:
             raise ValueError(f"{self.env_id}: {len(actions)} actions for {self.num_envs} sub-envs")
         if self._pipes or self._closed:
-            if self._unreset and not self._closed:  # DISABLED: refused before any shard steps
-                raise self._not_reset(self._unreset)
-            obs, rewards, terms, truncs, infos, finals, text = self._join(
-                self._send("step", [(a,) for a in self._split(actions)]))
-            if self._disabled and (terms or truncs):
-                self._unreset = [i for i in range(self.num_envs) if (terms and terms[i]) or (truncs and truncs[i])]
+            if self._disabled:
+                obs, rewards, terms, truncs, infos, finals, text = self._step_disabled(actions)
+            else:
+                obs, rewards, terms, truncs, infos, finals, text = self._join(
+                    self._send("step", [(a,) for a in self._split(actions)]))
         else:  # every sub-env in the parent: no messages to send or gather
             try:
                 obs, rewards, terms, truncs, infos, finals, text = self._local.step(actions)
@@ -675,6 +674,18 @@ class BatchedVectorEnv(VectorEnv):
         if text and self._text_obs:  # `_batch`'s first case, without its call (obs is a tuple)
             return obs, copies[0](), copies[1](), copies[2](), info
         return self._batch(), copies[0](), copies[1](), copies[2](), info
+
+    def _step_disabled(self, actions) -> tuple:
+        """DISABLED with worker processes: the step's columns, refused before any shard steps while a
+        sub-env whose instance ended was not reset (the vector keeps which ones)."""
+        if self._unreset and not self._closed:
+            raise self._not_reset(self._unreset)
+        columns = self._join(self._send("step", [(a,) for a in self._split(actions)]))
+        terms, truncs = columns[2:4]
+        if terms or truncs:  # None: a column of False
+            no = (False,) * self.num_envs
+            self._unreset = [i for i, te, tr in zip(self._every, terms or no, truncs or no) if te or tr]
+        return columns
 
     def _not_reset(self, indices: list[int]) -> AssertionError:
         """The error of a DISABLED step while these sub-envs' instances ended and were not reset (the
