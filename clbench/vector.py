@@ -29,13 +29,16 @@ in step()).
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
 modes NEXT_STEP (default), SAME_STEP and DISABLED, infos stacked as `_add_info` stacks them, `reset(seed=,
 options={"reset_mask": ...})`, `call`/`get_attr`/`set_attr`. The same seeds give the same results as
-`SyncVectorEnv`. A lazy info is built from the info dicts the sub-envs returned, so, as gymnasium
-asks of every env (its env checker warns otherwise), a sub-env must not modify an info after
-returning it; infos that cannot be stacked (one key an int in one sub-env, None in another) raise
-where the info is first read. An exception in a sub-env is re-raised in the parent (same type when possible)
-naming the sub-env's index; the vector is then closed. `close()` never hangs: workers get a grace
-period, then SIGTERM, then SIGKILL. Workers die with the parent (they watch its pid, and a closed
-pipe ends them) and ignore SIGINT, so Ctrl-C is the parent's to handle.
+`SyncVectorEnv`. In DISABLED no sub-env resets by itself: reset those whose instance ended with
+`reset(options={"reset_mask": ...})`; a step before that raises AssertionError (SyncVectorEnv's assert)
+naming them, before any sub-env steps, and the vector stays usable. A lazy info is built from the
+info dicts the sub-envs returned, so, as gymnasium asks of every env (its env checker warns
+otherwise), a sub-env must not modify an info after returning it; infos that cannot be stacked (one
+key an int in one sub-env, None in another) raise where the info is first read. An exception in a
+sub-env is re-raised in the parent (same type when possible) naming the sub-env's index; the vector
+is then closed. `close()` never hangs: workers get a grace period, then SIGTERM, then SIGKILL.
+Workers die with the parent (they watch its pid, and a closed pipe ends them) and ignore SIGINT, so
+Ctrl-C is the parent's to handle.
 """
 from __future__ import annotations
 
@@ -76,16 +79,25 @@ class _SubEnvError(Exception):
         self.index, self.exc = index, exc
 
 
-def _stepper_source(n: int, same_step: bool) -> str:
+class _NotReset(Exception):
+    """A DISABLED step of sub-envs (global indices) whose instance ended and that were not reset."""
+
+    def __init__(self, indices: list[int]):
+        super().__init__(indices)
+        self.indices = indices
+
+
+def _stepper_source(n: int, mode: AutoresetMode) -> str:
     """Source of `make(shard, s0.., z0..)`, which returns (step, reset_all) for n sub-envs whose bound step
     and reset methods are s0.. and z0..: straight-line code, one statement per sub-env into local
     variables, where a loop stores its results in lists and reads them back (on DBExplore 1.4k of the
     vector's 4.8k instructions per instance above eight bare sub-envs). `step` is `_Shard.step`'s work
     (in SAME_STEP every sub-env steps, then those whose instance ended reset; in NEXT_STEP after every
-    instance ended, the resets alone); `reset_all` resets every sub-env. Each returns its columns and
-    whether every observation is a str (type checks on the locals cost about half of a check over the
-    column). `i` names the sub-env being called, for the error."""
-    ks = range(n)
+    instance ended, the resets alone; in DISABLED nothing resets, and a step while an ended sub-env
+    was not reset raises `_NotReset` before any sub-env steps); `reset_all` resets every sub-env.
+    Each returns its columns and whether every observation is a str (type checks on the locals cost
+    about half of a check over the column). `i` names the sub-env being called, for the error."""
+    ks, same_step = range(n), mode is AutoresetMode.SAME_STEP
 
     def cols(fmt: str) -> str:
         return "(" + "".join(fmt.format(k) + ", " for k in ks) + ")"
@@ -96,7 +108,9 @@ def _stepper_source(n: int, same_step: bool) -> str:
     text = " and ".join(f"type(o{k}) is str" for k in ks)
     lines = [f"def make(shard, {''.join(f's{k}, ' for k in ks)}{''.join(f'z{k}, ' for k in ks)}):",
              " def step(a):"]
-    if not same_step:  # the sub-envs whose instance ended in the last step reset instead
+    if mode is AutoresetMode.DISABLED:  # as SyncVectorEnv, no autoreset: the user resets with reset_mask
+        lines += ["    if shard.autoreset is not None:", "        shard._not_reset()"]
+    elif not same_step:  # the sub-envs whose instance ended in the last step reset instead
         lines += ["    ends = shard.autoreset", "    if ends is not None:",
                   f"        if {' and '.join(f'ends[{k}]' for k in ks)}:",
                   "            shard.autoreset = None", "            return reset_all()",
@@ -112,7 +126,7 @@ def _stepper_source(n: int, same_step: bool) -> str:
                           f"            o{k}, i{k} = z{k}()" for k in ks],
                          "raise _SubEnvError(shard.first + i, exc) from exc")
         finals = cols("f{}")
-    else:  # truthy where the instance ended (what _restart and reset read of it)
+    else:  # truthy where the instance ended (what _restart, _not_reset and reset read of it)
         lines += [f"    shard.autoreset = {cols('te{0} or tr{0}')}"]
         finals = "None"
     lines += [f"    return {cols('o{}')}, {cols('r{}')}, {cols('te{}')} if term else None, "
@@ -124,16 +138,16 @@ def _stepper_source(n: int, same_step: bool) -> str:
     return "\n".join(lines)
 
 
-_MAKERS: dict[tuple[int, bool], Any] = {}
+_MAKERS: dict[tuple[int, AutoresetMode], Any] = {}
 
 
-def _stepper(n: int, same_step: bool):
-    """`make` of `_stepper_source(n, same_step)`, compiled once per process."""
-    make = _MAKERS.get((n, same_step))
+def _stepper(n: int, mode: AutoresetMode):
+    """`make` of `_stepper_source(n, mode)`, compiled once per process."""
+    make = _MAKERS.get((n, mode))
     if make is None:
         scope = {"_SubEnvError": _SubEnvError}
-        exec(compile(_stepper_source(n, same_step), f"<clbench.vector stepper of {n}>", "exec"), scope)
-        make = _MAKERS[(n, same_step)] = scope["make"]
+        exec(compile(_stepper_source(n, mode), f"<clbench.vector stepper of {n}>", "exec"), scope)
+        make = _MAKERS[(n, mode)] = scope["make"]
     return make
 
 
@@ -147,7 +161,8 @@ class _Shard:
         register_all()
         self.first, self.mode, self.envs, self.count = first, mode, [], count
         self.same_step = mode is AutoresetMode.SAME_STEP
-        self.autoreset: list | None = None  # NEXT_STEP: per sub-env, whether it resets in the next step
+        # NEXT_STEP: per sub-env, whether it resets in the next step; DISABLED: whether it ended, not reset yet
+        self.autoreset: list | None = None
         for _ in range(count):
             self.envs.append(self._run(len(self.envs), gym.make, env_id, **env_kwargs))
         self.calls = list(self.envs)  # what step() calls: each env, or the env inside its forwarding wrappers
@@ -158,7 +173,7 @@ class _Shard:
     def _bind(self) -> None:
         self._steps = [env.step for env in self.calls]  # bound methods, looked up once
         self._resets = [env.reset for env in self.calls]
-        self._step, self._reset_all = _stepper(self.count, self.same_step)(self, *self._steps, *self._resets)
+        self._step, self._reset_all = _stepper(self.count, self.mode)(self, *self._steps, *self._resets)
 
     def _run(self, index: int, fn, *args, **kwargs):
         try:
@@ -191,6 +206,10 @@ class _Shard:
             self._reset_ended([loc[f"te{k}"] or loc[f"tr{k}"] for k in range(i)],
                               [loc[f"o{k}"] for k in range(i)], [loc[f"i{k}"] for k in range(i)])
         raise _SubEnvError(self.first + i, exc) from exc
+
+    def _not_reset(self):
+        """DISABLED: a step while some sub-envs' instances ended and were not reset (nothing stepped)."""
+        raise _NotReset([self.first + i for i, ended in enumerate(self.autoreset) if ended])
 
     def _reset_ended(self, ends: list[bool], obs: list, infos: list) -> None:
         """Reset the sub-envs whose instance ended (a failed SAME_STEP step's earlier sub-envs)."""
@@ -549,6 +568,9 @@ class BatchedVectorEnv(VectorEnv):
         self._text_obs = concatenate.dispatch(type(obs_space)) is concatenate.dispatch(gym.spaces.Text)
         self._text_actions = type(self.action_space) is gym.spaces.Tuple and type(act_space) not in iterate.registry
         self._every = list(range(num_envs))  # the indices of a key every sub-env reported
+        # DISABLED with worker processes: the sub-envs whose instance ended and were not reset, checked here
+        # before any shard steps (a parent-only vector's shard checks its own: `_NotReset`)
+        self._disabled, self._unreset = self.autoreset_mode is AutoresetMode.DISABLED, []
 
     # --- messaging: one message to each worker, the parent's own shard meanwhile, then one answer from each
     def _send(self, cmd: str, per_shard: list[tuple]) -> list[Any]:
@@ -606,6 +628,8 @@ class BatchedVectorEnv(VectorEnv):
             if not mask.any():
                 raise ValueError("`options['reset_mask']` must contain at least one True value")
         masks = self._split(list(mask)) if mask is not None else [None] * self.workers
+        if self._unreset:
+            self._unreset = [i for i in self._unreset if not (mask is None or mask[i])]
         answers = self._send("reset", [(s, options, m) for s, m in zip(self._split(seed), masks)])
         pairs, self._env_obs = [], list(self._env_obs)  # a step leaves a tuple
         for i, res in enumerate(r for answer in answers for r in answer):
@@ -622,13 +646,18 @@ class BatchedVectorEnv(VectorEnv):
         if len(actions) != self.num_envs:
             raise ValueError(f"{self.env_id}: {len(actions)} actions for {self.num_envs} sub-envs")
         if self._pipes or self._closed:
-            obs, rewards, terms, truncs, infos, finals, text = self._join(
-                self._send("step", [(a,) for a in self._split(actions)]))
+            if self._disabled:
+                obs, rewards, terms, truncs, infos, finals, text = self._step_disabled(actions)
+            else:
+                obs, rewards, terms, truncs, infos, finals, text = self._join(
+                    self._send("step", [(a,) for a in self._split(actions)]))
         else:  # every sub-env in the parent: no messages to send or gather
             try:
                 obs, rewards, terms, truncs, infos, finals, text = self._local.step(actions)
             except _SubEnvError as err:
                 self._gather([("error", (err.index, _portable(err.exc)))])
+            except _NotReset as err:
+                raise self._not_reset(err.indices) from None
         if rewards is None and terms is None and truncs is None:  # NEXT_STEP's step of resets: no key to build
             copies = self._quiet
         else:
@@ -645,6 +674,29 @@ class BatchedVectorEnv(VectorEnv):
         if text and self._text_obs:  # `_batch`'s first case, without its call (obs is a tuple)
             return obs, copies[0](), copies[1](), copies[2](), info
         return self._batch(), copies[0](), copies[1](), copies[2](), info
+
+    def _step_disabled(self, actions) -> tuple:
+        """DISABLED with worker processes: the step's columns, refused before any shard steps while a
+        sub-env whose instance ended was not reset (the vector keeps which ones)."""
+        if self._unreset and not self._closed:
+            raise self._not_reset(self._unreset)
+        columns = self._join(self._send("step", [(a,) for a in self._split(actions)]))
+        terms, truncs = columns[2:4]
+        if terms or truncs:  # None: a column of False
+            no = (False,) * self.num_envs
+            self._unreset = [i for i, te, tr in zip(self._every, terms or no, truncs or no) if te or tr]
+        return columns
+
+    def _not_reset(self, indices: list[int]) -> AssertionError:
+        """The error of a DISABLED step while these sub-envs' instances ended and were not reset (the
+        type SyncVectorEnv's assert raises); nothing was stepped, so the vector stays usable."""
+        which = f"sub-env {indices[0]}" if len(indices) == 1 else f"sub-envs {', '.join(map(str, indices))}"
+        exc = AssertionError(
+            f"{self.env_id}: {which} ended (terminated or truncated) and autoreset_mode is DISABLED, so it is not "
+            f"reset automatically: reset it before the next step, with reset(options={{'reset_mask': mask}}) where "
+            f"mask is a numpy bool array of shape ({self.num_envs},), True at {indices}")
+        exc.env_index = indices[0]
+        return exc
 
     def _copies(self, rewards, terms, truncs) -> tuple:
         """The copy methods of arrays of these columns (None: zeros or False), kept by `step` under

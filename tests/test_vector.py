@@ -675,3 +675,84 @@ def test_step_arrays_are_fresh_and_columns_without_a_key_are_converted_each_time
             assert len(vec.unwrapped._made) == (kept if step_columns is not columns[0] else kept + 1)
     finally:
         vec.close()
+
+
+def _end_actions(env_id: str, t: int, rng) -> tuple:
+    """Actions that end instances at different steps: an answer ends one at once, three invalid
+    replies (garbage) too."""
+    answer = "ANSWER Q1: 0" if env_id.startswith("clbench/MemoryProbe") else "ANSWER: 0"
+    return tuple(answer if (i + t) % 3 == 0 else _garbage(rng) for i in range(BATCH_N))
+
+
+@pytest.mark.parametrize("workers", [WORKERS, 1], ids=["3-processes", "parent-only"])
+@pytest.mark.parametrize("env_id", ["clbench/DBExplore-v3", "clbench/MemoryProbe-v2"])
+def test_disabled_autoreset_matches_sync_with_masked_resets(env_id, workers):
+    """DISABLED: no sub-env resets by itself (a step before the reset is refused, and changes nothing);
+    the caller resets those that ended with a reset_mask (and a seed), and step by step the vector
+    gives what SyncVectorEnv gives, through many instance ends."""
+    mode = AutoresetMode.DISABLED
+    vec = gym.make_vec(env_id, BATCH_N, vectorization_mode="vector_entry_point", cycle=True, workers=workers,
+                       autoreset_mode=mode)
+    ref = gym.make_vec(env_id, BATCH_N, vectorization_mode="sync", cycle=True, vector_kwargs={"autoreset_mode": mode})
+    try:
+        assert vec.metadata["autoreset_mode"] == mode and vec.unwrapped.workers == workers
+        assert _same(vec.reset(seed=3), ref.reset(seed=3))
+        rng, ends, mixed = np.random.default_rng(0), 0, 0
+        for t in range(STEPS):
+            action = _end_actions(env_id, t, rng)
+            got, want = vec.step(action), ref.step(action)
+            for name, x, y in zip(("obs", "reward", "terminated", "truncated", "info"), got, want):
+                assert _same(x, y), f"step {t}: {name} differs from SyncVectorEnv"
+            assert "final_obs" not in got[4]
+            done = got[2] | got[3]
+            ends += int(done.sum())
+            mixed += bool(done.any() and not done.all())
+            if done.any():  # only the ended sub-envs reset; the others carry on
+                with pytest.raises(AssertionError, match="reset_mask"):
+                    vec.step(action)
+                assert _same(vec.reset(seed=100 + t, options={"reset_mask": done}),
+                             ref.reset(seed=100 + t, options={"reset_mask": done})), t
+        assert ends >= 2 * BATCH_N and mixed >= 3, (ends, mixed)
+    finally:
+        ref.close()
+        _close_within(vec)
+
+
+@pytest.mark.parametrize(("workers", "in_parent"), [(1, True), (WORKERS, True), (1, False), (WORKERS, False)],
+                         ids=["parent-only", "parent-and-2-workers", "1-worker", "3-workers"])
+def test_disabled_step_of_an_ended_sub_env_without_reset_raises(workers, in_parent):
+    """DISABLED: stepping a sub-env whose instance ended, not reset, raises SyncVectorEnv's AssertionError
+    naming the sub-envs and the reset_mask; nothing steps, so after the masked reset the vector goes on
+    as SyncVectorEnv does."""
+    mode = AutoresetMode.DISABLED
+    vec = BatchedVectorEnv("clbench_test/Scripted-v0", BATCH_N, workers=workers, in_parent=in_parent,
+                           autoreset_mode=mode)
+    ref = gym.make_vec("clbench_test/Scripted-v0", BATCH_N, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": mode})
+    try:
+        quiet = ("1 - -",) * BATCH_N
+        assert _same(vec.reset(seed=0), ref.reset(seed=0))
+        ending = ("1 - -", "2 1 -", "3 - -", "4 - np", "5 - -")  # sub-envs 1 (terminated) and 3 (truncated)
+        assert _same(vec.step(ending), ref.step(ending))
+        for _ in range(2):  # the refusal changes nothing: it comes again
+            with pytest.raises(AssertionError, match=r"sub-envs 1, 3 ended .*DISABLED.*reset_mask") as err:
+                vec.step(quiet)
+            assert err.value.env_index == 1
+        with pytest.raises(AssertionError):
+            ref.step(quiet)  # (after stepping sub-env 0 again, which _Scripted's steps do not see)
+        mask = np.array([False, True, False, False, False])
+        assert _same(vec.reset(seed=7, options={"reset_mask": mask}), ref.reset(seed=7, options={"reset_mask": mask}))
+        with pytest.raises(AssertionError, match=r"sub-env 3 ended .*reset_mask") as err:
+            vec.step(quiet)
+        assert err.value.env_index == 3
+        mask = np.array([False, False, False, True, False])
+        assert _same(vec.reset(seed=8, options={"reset_mask": mask}), ref.reset(seed=8, options={"reset_mask": mask}))
+        for actions in (quiet, ("0 np -",) * BATCH_N):
+            assert _same(vec.step(actions), ref.step(actions))
+        with pytest.raises(AssertionError, match=r"sub-envs 0, 1, 2, 3, 4 ended"):
+            vec.step(quiet)
+        assert _same(vec.reset(seed=9), ref.reset(seed=9))  # a full reset resets every sub-env
+        assert _same(vec.step(quiet), ref.step(quiet))
+    finally:
+        ref.close()
+        _close_within(vec)
