@@ -264,8 +264,9 @@ def _parse_whole(lines: list[bytes]) -> list[tuple[int, dict]] | None:
     return list(zip(numbers, objs))
 
 
-def load_records(run_dir: str | Path) -> list[dict]:
-    """All valid records of a run directory; later duplicates of a key replace earlier ones."""
+def load_records(run_dir: str | Path, replaced: list[dict] | None = None) -> list[dict]:
+    """All valid records of a run directory; a later record of a key replaces an earlier one (the one
+    place that rule lives). `replaced`, when given, receives the records replaced, in file order."""
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
         raise ResultsError(f"{run_dir}: no {RESULTS_FILE} (is this a clbench run directory?)")
@@ -282,26 +283,23 @@ def load_records(run_dir: str | Path) -> list[dict]:
         if bad:
             warnings.warn(f"{path}:{no}: record dropped: {bad}", stacklevel=2)
             continue
-        by_key[record_key(rec)] = rec
+        key = record_key(rec)
+        if replaced is not None and key in by_key:
+            replaced.append(by_key[key])
+        by_key[key] = rec
     return list(by_key.values())
 
 
-def replaced_costs(run_dir: str | Path) -> dict[tuple[str, str], float]:
-    """USD spent, per (task, system), on records a later record of the same key replaced: instances played
-    again on `--resume` (an errored one, or a stateful rollout restarted). The metrics count each instance's
-    last record only, so without this a resumed run's cost would leave out what its first attempts cost."""
-    path = Path(run_dir) / RESULTS_FILE
-    last: dict[tuple, dict] = {}
+def replaced_costs(replaced: Iterable[dict]) -> dict[tuple[str, str], float]:
+    """USD spent, per (task, system), on the records a later one replaced (`load_records`' `replaced`):
+    instances played again on `--resume` (an errored one, or a stateful rollout restarted). The metrics
+    count each instance's last record only, so without this a resumed run's cost would leave out what
+    its first attempts cost."""
     spent: dict[tuple[str, str], float] = {}
-    for _, rec in iter_jsonl(path) if path.is_file() else ():
-        try:
-            key = record_key(rec)
-        except (KeyError, TypeError, ValueError):
-            continue
-        earlier = last.get(key)
-        if earlier is not None and isinstance(earlier.get("cost"), (int, float)):
-            spent[key[:2]] = spent.get(key[:2], 0.0) + float(earlier["cost"])
-        last[key] = rec
+    for rec in replaced:
+        if isinstance(rec.get("cost"), (int, float)):
+            key = (rec["task"], rec["system"])
+            spent[key] = spent.get(key, 0.0) + float(rec["cost"])
     return spent
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import clbench
 from clbench import metrics
-from clbench.results import RESULTS_FILE, load_metadata, load_records
+from clbench.results import RESULTS_FILE, load_metadata, load_records, replaced_costs
 
 RUN_CARD_FORMAT = "clbench.run_card/1"
 
@@ -123,15 +123,19 @@ def compute(run_dir: str | Path, window: float | None = None, n_boot: int | None
     if _LAST.get("key") == key:
         return _LAST["result"]
     meta = load_metadata(run_dir)
-    result = metrics.compute(load_records(run_dir) if records is None else records, meta, window=window,
-                             n_boot=n_boot)
+    replaced: list[dict] | None = None
+    if records is None:
+        replaced = []
+        records = load_records(run_dir, replaced)
+    result = metrics.compute(records, meta, window=window, n_boot=n_boot)
     if any((t.get("usage") or {}).get("cost") is not None for t in result["tasks"]):  # paid calls: count retries
-        from clbench.results import replaced_costs
-
-        replaced = replaced_costs(run_dir)
+        if replaced is None:  # the caller's records do not tell what they replaced
+            replaced = []
+            load_records(run_dir, replaced)
+        spent = replaced_costs(replaced)
         for t in result["tasks"]:
-            if replaced.get((t["task"], t["system"])):
-                t["usage"]["replaced_cost"] = replaced[(t["task"], t["system"])]
+            if spent.get((t["task"], t["system"])):
+                t["usage"]["replaced_cost"] = spent[(t["task"], t["system"])]
     _LAST.clear()
     _LAST.update(key=key, result=result)
     return result

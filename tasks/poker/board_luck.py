@@ -14,37 +14,23 @@ import statistics
 import sys
 from multiprocessing import Pool
 
-import gymnasium as gym
-
 import clbench  # noqa: F401  registers the envs
-from clbench.agent import make_agent
+from clbench.agents.poker_redteam import deal_env, stateful_hands, stateless_hands
 from clbench.envs.poker.luck import luck_adjusted
-from clbench.envs.poker.poker_env import PokerEnv
-from clbench.runner import play_instance, stateless_agent_seed
-
-SEEDS = 5  # rollout seeds per re-deal (the env's `deals`)
 
 
 def play_deal(deal: int) -> dict[str, float]:
     """Mean bb/hand of both modes on one deal, by chips ("*_chips") and luck-adjusted ("*_adjusted")."""
-    env = gym.make(PokerEnv.env_id, redeal=deal // SEEDS)
-    poker, seed = env.unwrapped, deal % SEEDS
+    env, seed = deal_env(deal)
+    poker = env.unwrapped
     sums = dict.fromkeys(("stateful_chips", "stateful_adjusted", "stateless_chips", "stateless_adjusted"), 0.0)
-    agent = make_agent("reference", env, seed=seed)
-    order = [inst.instance_id for inst in poker.schedule.order(seed)]
-    for mode in ("stateful", "stateless"):
-        for pos, iid in enumerate(order):
-            if mode == "stateless":
-                agent = make_agent("reference", env, seed=stateless_agent_seed(seed, iid))
-                obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
-            else:
-                obs, info = env.reset(seed=seed) if pos == 0 else env.reset()
-            play_instance(env, agent, obs, info, [])
+    for mode, hands in (("stateful", stateful_hands(env, seed)), ("stateless", stateless_hands(env, seed))):
+        for _ in hands:  # each hand's table, read as it ends
             table = poker._table
             sums[f"{mode}_chips"] += table.profit() / poker.big_blind
             sums[f"{mode}_adjusted"] += luck_adjusted(table) / poker.big_blind
     env.close()
-    return {k: v / len(order) for k, v in sums.items()}
+    return {k: v / len(poker.schedule) for k, v in sums.items()}
 
 
 def main(argv: list[str]) -> None:

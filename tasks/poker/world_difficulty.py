@@ -15,42 +15,24 @@ import statistics
 import sys
 from multiprocessing import Pool
 
-import gymnasium as gym
-
 import clbench  # noqa: F401  registers the envs
-from clbench.agent import make_agent
+from clbench.agents.poker_redteam import deal_env, stateful_hands, stateless_hands
 from clbench.commands.drift_check import declared_drifts
 from clbench.commands.worlds import parse_seeds
-from clbench.envs.poker.poker_env import PokerEnv
-from clbench.runner import play_instance, stateless_agent_seed
-
-SEEDS = 5  # rollout seeds per re-deal (the env's `deals`)
-
-
-def _stateful(env, seed: int, **agent_kwargs) -> dict[str, float]:
-    agent = make_agent("reference", env, seed=seed, **agent_kwargs)
-    rewards = {}
-    for pos in range(len(env.unwrapped.schedule)):
-        obs, info = env.reset(seed=seed) if pos == 0 else env.reset()
-        rewards[info["instance_id"]] = play_instance(env, agent, obs, info, [])["reward"]
-    return rewards
 
 
 def play_deal(job: tuple[int | None, int]) -> tuple[int | None, dict[str, float]]:
     world, deal = job
-    env = gym.make(PokerEnv.env_id, redeal=deal // SEEDS, **({} if world is None else {"world_seed": world}))
-    seed, schedule = deal % SEEDS, env.unwrapped.schedule
+    env, seed = deal_env(deal, **({} if world is None else {"world_seed": world}))
+    schedule = env.unwrapped.schedule
     starts = schedule.variant_starts()
     names, drift = list(starts), declared_drifts(env)[0]["variant"]
     after = names.index(drift) + 1
     end = starts[names[after]] if after < len(names) else len(schedule)
     order = [inst.instance_id for inst in schedule.order(seed)]
-    stateful, frozen = _stateful(env, seed), _stateful(env, seed, freeze_at=starts[drift])
-    stateless = {}
-    for iid in order:
-        agent = make_agent("reference", env, seed=stateless_agent_seed(seed, iid))
-        obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
-        stateless[iid] = play_instance(env, agent, obs, info, [])["reward"]
+    stateful = {iid: rec["reward"] for iid, rec in stateful_hands(env, seed)}
+    frozen = {iid: rec["reward"] for iid, rec in stateful_hands(env, seed, freeze_at=starts[drift])}
+    stateless = {iid: rec["reward"] for iid, rec in stateless_hands(env, seed)}
     env.close()
     post = order[starts[drift]:end]
     return world, {"gain": sum(stateful[i] - stateless[i] for i in order) / len(order),
