@@ -270,9 +270,11 @@ def mean_over(env, policy: Policy, deals) -> float:
 def deal_env(deal: int, **kwargs) -> tuple[gym.Env, int]:
     """(env, rollout seed) that play the world's deal `deal` (`hands`) through the runner: the registered
     Poker env (`kwargs`: e.g. world_seed) re-dealt `deal // deals` times, reset with seed `deal % deals`."""
-    from clbench.envs.poker.poker_env import PokerEnv
+    from clbench.registry import env_class, env_id_for  # the env by its registered id: agents import no env module
 
-    return gym.make(PokerEnv.env_id, redeal=deal // PokerEnv.deals, **kwargs), deal % PokerEnv.deals
+    env_id = env_id_for("poker")
+    deals = env_class(env_id).deals
+    return gym.make(env_id, redeal=deal // deals, **kwargs), deal % deals
 
 
 def stateful_hands(env, seed: int, **agent_kwargs) -> Iterator[tuple[str, dict]]:
