@@ -132,19 +132,6 @@ def encode_into(out: bytearray, objs: Iterable[dict]) -> None:
         out += line if line is not None and line.isascii() else (dumps(o) + "\n").encode()
 
 
-def encode_line_into(out: bytearray, obj: dict) -> None:
-    """`encode_into(out, (obj,))` for one object, without the loop (a record per instance)."""
-    if _orjson is not None:
-        try:
-            line = _orjson.dumps(obj, default=_json_default, option=_ORJSON_LINE)
-        except TypeError:  # orjson.JSONEncodeError is one
-            line = None
-        if line is not None and line.isascii():
-            out += line
-            return
-    out += (dumps(obj) + "\n").encode()
-
-
 def append_lines(path: Path, objs: Iterable[dict]) -> None:
     """Append whole JSON lines under an exclusive lock and flush them to the OS."""
     data = encode_lines(objs)

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append, all_well_formed,
-                             _write_locked, append_lines, encode_into, encode_line_into, iter_jsonl, load_metadata,
-                             load_records, read_json, record_fields, record_key, reset_of, safe_name,
-                             split_instances, write_json_atomic)
+                             _write_locked, append_lines, encode_into, iter_jsonl, load_metadata, load_records,
+                             read_json, record_fields, record_key, reset_of, safe_name, split_instances,
+                             write_json_atomic)
 
 #: written into a run directory by the driver's error policy: jobs stop before their next instance
 STOP_FILE = "STOP"
@@ -228,7 +228,7 @@ class JobFiles:
             if self._encoder is None:
                 self._encoder = Encoder()
             self._transcripts.append(self._encoder.encode(info["instance_id"], info["position"], transcript))
-        encode_line_into(self._records, record)
+        encode_into(self._records, (record,))
         if record.get("error") or record.get("model_faults"):  # written at once: the error policy counts them
             self._alert = True
             self.flush()
