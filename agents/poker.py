@@ -1,4 +1,4 @@
-"""Scripted agents for Poker-v6: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v7: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
 Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`: one
 parametric line (`DefaultPlay`: preflop ranges, value and bluff shares, bet sizes, calling
@@ -8,16 +8,18 @@ and one per opponent kind (`EXPLOIT_PARAMS`), all fitted on the train split's wo
 kind (over 20 deals per world: on 3 the search fitted noise). What an exploit wins against its kind
 it loses against another (bluffs that take pots from a fit-or-fold player are called by a station;
 thin value that a station pays is wasted on fit-or-fold; checking strong hands to let a
-loose-aggressive player bet, and calling its barrels, pays only against it: a station never bets).
+loose-aggressive player bet, and calling its barrels, pays only against it: a station seldom bets).
 
-- reference, stateful: counts, per opponent name, how often it folds to bets, calls, and
-  bets or raises by street, and what it showed down with; once the counts point to a style it
-  plays that style's exploit, and remembers it when the opponent returns. When a hand
-  contradicts the style (`OpponentModel.contradicted_by`: e.g. a "calling station" folds, bets or
-  raises) it drops that opponent's counts and starts over: the opponent has changed. Stateless (a fresh
-  agent per hand) it has no counts and plays the default.
-  `freeze_at=K` (for `clbench drift-check`): from position K on it stops updating its counts
-  and keeps playing what they pointed to at K.
+- reference: holds a belief per opponent name, P(kind) for the three kinds, and reads it like a
+  hidden Markov filter: after every hand it multiplies in the likelihood of the opponent's moves
+  (`TELLS`: each kind's moves' shares by situation, fitted on the train worlds, so what a kind does on
+  average and never one world's values) and lets it drift by `HAZARD` (a player may change kind).
+  Within a hand it reads the moves so far the same way (`posterior`) and plays the exploit of a kind
+  the read gives at least `CONFIDENT`, else the line. Stateless (a fresh agent per hand) its prior is
+  uniform: it is then the best one-hand reader its model makes, so a learner must out-earn what one
+  hand's betting tells (the red team's `likelihood_reader` and `hand_reader` families read otherwise).
+  `freeze_at=K` (for `clbench drift-check`): from position K on it stops updating its beliefs
+  (it still reads each hand) and keeps what they were at K.
 - oracle: knows each opponent's exact policy (`latent`) but not the hidden cards. At every
   decision it keeps the opponent holdings consistent with the policy and the actions seen so
   far, samples them with the unseen board cards, and plays each candidate action out on a
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -44,13 +47,7 @@ _STREET_NO = {name: i for i, name in enumerate(STREETS)}
 _new = tuple.__new__
 #: a table's card names (as a tuple) -> its cards: one dict lookup instead of one per card (every decision)
 _CARDS = Memo(parse_cards).__getitem__
-# count names, built once (hand_counts runs after every hand)
-_FACED = {kind: f"faced_{kind}" for kind in (FOLD, CHECK, CALL, RAISE)}
-_OPEN_CHANCES = tuple(f"open_chances_{street}" for street in range(4))
-_OPENED = tuple(f"opened_{street}" for street in range(4))
-_CONTRADICTING = ("faced_FOLD", "faced_RAISE", *_OPENED)
 STATION, FIT_OR_FOLD, LAG = "calling_station", "fit_or_fold", "loose_aggressive"
-_UNREAD = object()  # `OpponentModel.style` not read since the counts last changed
 
 
 # ------------------------------------------------------------------ reading the table
@@ -160,208 +157,192 @@ class DefaultPlay(Policy):
 #: the stateless reference's line (`DefaultPlay`'s parameters), fitted on the train split's worlds by
 #: tasks/poker/fit_reference.py (tests/test_poker.py checks that refitting reproduces it)
 REFERENCE_PARAMS: dict = {
-    "open_at": 0.0, "iso_at": 0.5, "defend_at": 0.6, "defend_big_at": 0.7, "threebet_at": 0.7, "cbet": 100,
-    "bluff": 0, "river_bluff": 0, "value_tier": 1, "river_tier": 1, "bet_small": 1.0, "bet_big": 1.0,
-    "raise_tier": 3, "mid_share": 1.0, "top_share": 0.5, "draw_share": 0.4, "weak_share": 0.0, "catch_tier": 1,
-    "trap_tier": 9}
+    "open_at": 0.0, "iso_at": 0.5, "defend_at": 0.1, "defend_big_at": 0.7,
+    "threebet_at": 0.7, "cbet": 75, "bluff": 30, "river_bluff": 0, "value_tier": 1, "river_tier": 1,
+    "bet_small": 1.0, "bet_big": 1.0, "raise_tier": 3, "mid_share": 1.0, "top_share": 1.0, "draw_share": 0.4,
+    "weak_share": 0.55, "catch_tier": 1, "trap_tier": 9}
 
 #: each kind's exploit (`DefaultPlay`'s parameters), fitted by the same search on the train worlds' hands
 #: against opponents of that kind only, over more deals (tasks/poker/fit_reference.py --exploits)
 EXPLOIT_PARAMS: dict[str, dict] = {
-    STATION: {"open_at": 0.0, "iso_at": 0.5, "defend_at": 0.5, "defend_big_at": 0.7, "threebet_at": 0.92,
-              "cbet": 100, "bluff": 0, "river_bluff": 0, "value_tier": 1, "river_tier": 1, "bet_small": 1.0,
-              "bet_big": 1.0, "raise_tier": 5, "mid_share": 0.7, "top_share": 1.0, "draw_share": 0.3,
-              "weak_share": 0.0, "catch_tier": 9, "trap_tier": 9},
-    FIT_OR_FOLD: {"open_at": 0.0, "iso_at": 0.7, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.7,
+    STATION: {"open_at": 0.0, "iso_at": 0.5, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.8, "cbet": 100,
+              "bluff": 0, "river_bluff": 0, "value_tier": 1, "river_tier": 1, "bet_small": 1.0, "bet_big": 1.0,
+              "raise_tier": 3, "mid_share": 1.0, "top_share": 1.0, "draw_share": 0.3, "weak_share": 0.8,
+              "catch_tier": 9, "trap_tier": 9},
+    FIT_OR_FOLD: {"open_at": 0.0, "iso_at": 0.5, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.7,
                   "cbet": 100, "bluff": 45, "river_bluff": 30, "value_tier": 1, "river_tier": 4, "bet_small": 0.33,
-                  "bet_big": 1.0, "raise_tier": 4, "mid_share": 0.0, "top_share": 0.5, "draw_share": 0.0,
+                  "bet_big": 1.0, "raise_tier": 5, "mid_share": 0.0, "top_share": 0.5, "draw_share": 0.0,
                   "weak_share": 0.0, "catch_tier": 9, "trap_tier": 9},
-    LAG: {"open_at": 0.2, "iso_at": 0.7, "defend_at": 0.2, "defend_big_at": 0.7, "threebet_at": 0.7, "cbet": 75,
-          "bluff": 0, "river_bluff": 0, "value_tier": 3, "river_tier": 4, "bet_small": 0.5, "bet_big": 0.66,
-          "raise_tier": 5, "mid_share": 1.0, "top_share": 1.0, "draw_share": 0.4, "weak_share": 0.0, "catch_tier": 1,
+    LAG: {"open_at": 0.1, "iso_at": 0.85, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.92, "cbet": 100,
+          "bluff": 45, "river_bluff": 30, "value_tier": 1, "river_tier": 4, "bet_small": 1.5, "bet_big": 0.66,
+          "raise_tier": 4, "mid_share": 0.7, "top_share": 1.0, "draw_share": 0.4, "weak_share": 0.3, "catch_tier": 3,
           "trap_tier": 3},
 }
 
 PLAYBOOKS: dict[str, Policy] = {"default": DefaultPlay(**REFERENCE_PARAMS),
                                 **{style: DefaultPlay(**params) for style, params in EXPLOIT_PARAMS.items()}}
-#: the playbooks that play otherwise than the reference's line (ids: checked at every decision)
-_EXPLOITS = {id(book) for book in PLAYBOOKS.values() if book != PLAYBOOKS["default"]}
 
 
 # ------------------------------------------------------------------ opponent modelling
-def hand_counts(table: dict) -> dict[str, int]:
-    """One finished hand's counts of the opponent's behaviour (a plain dict: a Counter runs Python
-    code for every key it lacks). A key once counted stays, at 0 when nothing was seen (e.g.
-    `sd_weak_calls` after a call without a showdown)."""
-    hand = {"hands": 1}
-    get = hand.get
-    shown = table.get("opp_hole")
-    if shown:  # a showdown: the opponent's strengths are read, for its calls and bets after the flop only
-        opp_hole, board = _CARDS(tuple(shown)), _CARDS(tuple(table["board"]))
+KINDS = (STATION, FIT_OR_FOLD, LAG)
+
+
+def opponent_moves(acts) -> Iterator[str]:
+    """The opponent's moves in a hand's betting (`Spot.history`) as tell keys "<street><o|f><KIND>":
+    "o" where it could open (nothing to face but the blinds), "f" where it faced our bet or raise."""
     after_bet = -1  # the street on which our bet or raise was the move before, else -1
-    for name, who, kind, _ in table["history"]:  # read as they are (no Act needed: one look-up per entry)
-        street = _STREET_NO[name]
-        if who != "you":
-            weak = False  # shown down with a weak hand
-            if shown and street and (kind == CALL or kind == RAISE):
-                held = strength(opp_hole, board[:BOARD_LEN[street]])
-                weak = held.tier <= 1 and not held.draw
-            # stacks are equal, so the opponent faces a bet exactly after our bet or raise on this street
-            if after_bet == street:
-                hand["faced"] = get("faced", 0) + 1
-                key = _FACED[kind]
-                hand[key] = get(key, 0) + 1
-                hand["sd_weak_calls"] = get("sd_weak_calls", 0) + (weak and kind == CALL)
-            else:
-                key = _OPEN_CHANCES[street]
-                hand[key] = get(key, 0) + 1
-                key = _OPENED[street]
-                hand[key] = get(key, 0) + (kind == RAISE)
-                hand["limped"] = get("limped", 0) + (street == 0 and kind == CALL)
-            hand["sd_weak_bets"] = get("sd_weak_bets", 0) + (weak and kind == RAISE)
-            after_bet = -1
-        else:
+    for street, mine, kind, _ in acts:
+        if mine:
             after_bet = street if kind == RAISE else -1
-    return hand
+            continue
+        yield f"{street}{'f' if after_bet == street else 'o'}{kind}"
+        after_bet = -1
 
 
-class OpponentModel:
-    """Counts of one opponent's observed behaviour, and the style they point to."""
+#: P(move | kind) of each tell key (`opponent_moves`), for the kinds in `KINDS` order: the moves' shares
+#: in each situation ("<street><o|f>") over the train split's worlds, against the reference's own play
+#: (tasks/poker/fit_reference.py --tells). Each kind's parameters are drawn per world, so these are what a
+#: kind does on average, never one world's values; a key not here says nothing.
+TELLS: dict[str, tuple[float, float, float]] = {
+    '0fCALL': (0.9996, 0.1536, 0.4399),
+    '0fFOLD': (0.0002, 0.7935, 0.2526),
+    '0fRAISE': (0.0002, 0.0529, 0.3074),
+    '0oCALL': (0.7756, 0.1047, 0.1712),
+    '0oFOLD': (0.0003, 0.425, 0.1832),
+    '0oRAISE': (0.2241, 0.4703, 0.6456),
+    '1fCALL': (0.9995, 0.1315, 0.4367),
+    '1fFOLD': (0.0002, 0.8292, 0.4947),
+    '1fRAISE': (0.0002, 0.0392, 0.0686),
+    '1oCHECK': (0.7038, 0.6517, 0.2391),
+    '1oRAISE': (0.2962, 0.3483, 0.7609),
+    '2fCALL': (0.9995, 0.312, 0.4323),
+    '2fFOLD': (0.0003, 0.5799, 0.4852),
+    '2fRAISE': (0.0003, 0.1081, 0.0825),
+    '2oCHECK': (0.7128, 0.5612, 0.3713),
+    '2oRAISE': (0.2872, 0.4388, 0.6287),
+    '3fCALL': (0.9994, 0.5282, 0.7197),
+    '3fFOLD': (0.0003, 0.2887, 0.2152),
+    '3fRAISE': (0.0003, 0.1831, 0.065),
+    '3oCHECK': (0.7061, 0.4799, 0.351),
+    '3oRAISE': (0.2939, 0.5201, 0.649),
+}
+_LOG_TELLS: dict[str, np.ndarray] = {}
+#: a player may change kind between two hands with this probability (the belief's drift: `Belief.observe`);
+#: fitted for the stateful reference on the train worlds (tasks/poker/fit_reference.py --reading)
+HAZARD = 0.15
+#: play a kind's exploit once the belief gives that kind at least this probability, else the line; fitted for
+#: the stateless reference (one hand's read) on the train worlds (tasks/poker/fit_reference.py --reading)
+CONFIDENT = 0.7
 
-    MIN_EVIDENCE = 3  # actions behind a rate
-    MIN_HANDS = 4  # hands seen before judging a style (a few hands of cards say little)
 
-    def __init__(self, counts: dict | None = None):
-        # a plain dict (a Counter runs Python code for every key it lacks); change it through `observe`,
-        # which keeps `style` current
-        self.counts: dict[str, int] = dict(counts or {})
-        self._style: str | None | object = _UNREAD
+def _log_tells() -> dict[str, np.ndarray]:
+    if len(_LOG_TELLS) != len(TELLS):
+        _LOG_TELLS.clear()
+        _LOG_TELLS.update({key: np.log(np.asarray(p, dtype=float)) for key, p in TELLS.items()})
+    return _LOG_TELLS
 
-    def observe(self, hand: dict) -> None:
-        """Add one finished hand's counts (`hand_counts`); when the hand contradicts the style read so far,
-        the opponent has changed and what we knew about it is wrong: start over from this hand."""
-        if self.contradicted_by(hand):
-            self.counts = dict(hand)
-        else:
-            counts = self.counts
-            get = counts.get
-            for key, n in hand.items():
-                counts[key] = get(key, 0) + n
-        self._style = _UNREAD
 
-    def rate(self, hits: str, chances: str) -> float | None:
-        get = self.counts.get
-        n = get(chances, 0)
-        return get(hits, 0) / n if n >= self.MIN_EVIDENCE else None
+def log_likelihood(acts) -> np.ndarray:
+    """log P(the opponent's moves in `acts` | kind), for each kind of `KINDS` (moves taken as independent)."""
+    logs, total = _log_tells(), np.zeros(len(KINDS))
+    for key in opponent_moves(acts):
+        row = logs.get(key)
+        if row is not None:
+            total += row
+    return total
 
-    def contradicted_by(self, hand: dict) -> bool:
-        """One hand's counts (`hand_counts`) show what the style read so far never does: the opponent
-        has changed. A calling station never folds, bets or raises; a loose-aggressive player never
-        limps and bets every flop it can; a fit-or-fold player never limps and never puts chips in after
-        the flop with a weak hand."""
-        style = self.style()
-        if style == STATION:
-            return any(hand.get(k) for k in _CONTRADICTING)
-        if style == LAG:
-            # a limp shows in half the hands (the opponent's button), a checked flop only when we check to it
-            return bool(hand.get("limped")) or hand.get(_OPEN_CHANCES[1], 0) > hand.get(_OPENED[1], 0)
-        if style == FIT_OR_FOLD:
-            return bool(hand.get("limped") or hand.get("sd_weak_calls") or hand.get("sd_weak_bets"))
-        return False
 
-    def contradicted_now(self, acts: tuple[Act, ...]) -> bool:
-        """What of `contradicted_by` a hand still in play shows in its actions so far (a spot's `history`, as
-        the decision reads them already), read without counting them: a calling station bet or raised; a
-        loose-aggressive player limped or checked the flop; a fit-or-fold player limped (we never limp, so
-        the opponent's call before the flop that follows no bet of ours is a limp)."""
-        style = self.style()
-        after_bet = -1  # the street on which our bet or raise was the move before, else -1
-        for street, mine, kind, _ in acts:
-            if mine:
-                after_bet = street if kind == RAISE else -1
-                continue
-            if kind == RAISE and style == STATION:
-                return True
-            if after_bet != street and style != STATION and (
-                    street == 0 and kind == CALL or street == 1 and style == LAG and kind != RAISE):
-                return True  # a limp, or a flop it could bet and did not
-            after_bet = -1
-        return False
+def posterior(prior: np.ndarray, acts) -> np.ndarray:
+    """P(kind | what was known before the hand, this hand's moves so far)."""
+    logp = np.log(prior) + log_likelihood(acts)
+    p = np.exp(logp - logp.max())
+    return p / p.sum()
+
+
+UNIFORM = np.full(len(KINDS), 1 / len(KINDS))
+
+
+def book_for(belief: np.ndarray, confident: float = CONFIDENT) -> Policy:
+    """The playbook a belief points to: the exploit of a kind it holds at least `confident`, else the line."""
+    k = int(np.argmax(belief))
+    return PLAYBOOKS[KINDS[k]] if belief[k] >= confident else PLAYBOOKS["default"]
+
+
+@dataclass(frozen=True)
+class ReadingPlay(Policy):
+    """The reference's play in one hand: reads the kind from `prior` (what it knew of this opponent before
+    the hand: uniform when it has not met it) and the hand's moves so far (`posterior`), and plays
+    `book_for` that belief. Stateless, from the uniform prior, it is the best one-hand read the reference's
+    model makes, so a learner must out-earn what one hand's betting tells."""
+
+    prior: tuple = tuple(UNIFORM)
+    confident: float = CONFIDENT
+
+    def decide(self, s: Spot) -> Decision:
+        return book_for(posterior(np.asarray(self.prior), s.history), self.confident).decide(s)
+
+
+#: the stateless reference's play (a fresh agent per hand, which has met no opponent): one hand's read
+STATELESS = ReadingPlay()
+
+
+class Belief:
+    """What the reference knows of one named opponent: P(kind), updated by Bayes after every hand and
+    let drift by `HAZARD` (a hidden Markov filter): a player who changes kind is re-read in a few hands."""
+
+    def __init__(self, p=None, hazard: float | None = None):
+        self.p = UNIFORM.copy() if p is None else np.asarray(p, dtype=float)
+        self.hazard = HAZARD if hazard is None else hazard
+
+    def observe(self, acts) -> None:
+        p = posterior(self.p, acts)
+        self.p = (1 - self.hazard) * p + self.hazard / len(KINDS)
+
+    def likeliest(self) -> str:
+        """The kind the belief holds most probable."""
+        return KINDS[int(np.argmax(self.p))]
 
     def style(self) -> str | None:
-        """The style the counts point to (None: not clear yet); read once per change of the counts."""
-        if self._style is _UNREAD:
-            self._style = self._read_style()
-        return self._style
-
-    def _read_style(self) -> str | None:
-        c = self.counts.get
-        if c("hands", 0) < self.MIN_HANDS:
-            return None
-        chances = c("open_chances_0", 0) + c("open_chances_1", 0)
-        aggression = (c("opened_0", 0) + c("opened_1", 0)) / chances if chances >= self.MIN_EVIDENCE else None
-        folds = self.rate("faced_FOLD", "faced")
-        if aggression is not None and aggression >= 0.6:
-            return LAG
-        if folds is not None and folds >= 0.3:
-            return FIT_OR_FOLD
-        if folds is not None and folds <= 0.05 and c("faced_RAISE", 0) == 0 and (aggression or 0.0) <= 0.1:
-            return STATION
-        if c("sd_weak_calls", 0) and not c("faced_FOLD", 0) and not c("faced_RAISE", 0):
-            return STATION
-        return None
+        """The kind the belief holds at least `CONFIDENT` (None: not clear yet)."""
+        k = int(np.argmax(self.p))
+        return KINDS[k] if self.p[k] >= CONFIDENT else None
 
 
 class PokerReference(Agent):
-    """Models every named opponent from what it sees and plays the matching exploit."""
+    """Reads every named opponent's kind from what it sees and plays the matching exploit."""
 
     name = "reference"
     deterministic = True  # plays from its observations only: one stateless pass measures it
 
     def __init__(self, card, seed: int = 0, latent=None, freeze_at: int | None = None):
         super().__init__(card, seed=seed)
-        self.models: dict[str, OpponentModel] = {}
+        self.beliefs: dict[str, Belief] = {}
         self.freeze_at = freeze_at
-        self._books: dict[str, Policy] = {}  # `playbook` per opponent; cleared when `models` change
-
-    def playbook(self, opponent: str) -> Policy:
-        book = self._books.get(opponent)
-        if book is None:
-            model = self.models.get(opponent)
-            book = self._books[opponent] = PLAYBOOKS.get(model.style() if model else None, PLAYBOOKS["default"])
-        return book
 
     def act(self, observation: str, info: dict) -> str:
         table = info["table"]
         if table["over"]:
             return CHECK
         spot = table_spot(table)
-        opponent = table["opponent"]
-        book = self._books.get(opponent) or self.playbook(opponent)  # the lookup inline: this runs at every decision
-        if id(book) in _EXPLOITS and not self.frozen(info) and self.models[opponent].contradicted_now(spot.history):
-            book = PLAYBOOKS["default"]  # this hand already shows the opponent has changed: its exploit is wrong
+        belief = self.beliefs.get(table["opponent"])
+        book = book_for(posterior(UNIFORM if belief is None else belief.p, spot.history))
         d = spot.legalize(book.decide(spot))
         return f"RAISE {d.total}" if d.kind == RAISE else d.kind  # = action_text(d)
 
     def end_instance(self, reward: float, info: dict) -> None:
         table = info.get("table")
-        if self.frozen(info):
+        if self.frozen(info) or not (table and table["over"]):
             return
-        if table and table["over"]:
-            hand = hand_counts(table)
-            opponent = table["opponent"]
-            model = self.models.get(opponent)
-            if model is None:
-                model = self.models[opponent] = OpponentModel()
-            model.observe(hand)
-            self._books.pop(opponent, None)  # only this opponent's playbook may have changed
+        belief = self.beliefs.get(table["opponent"])
+        if belief is None:
+            belief = self.beliefs[table["opponent"]] = Belief()
+        belief.observe(table_spot(table).history)
 
     def state_dict(self) -> dict:
-        return {"models": {name: dict(m.counts) for name, m in self.models.items()}}
+        return {"beliefs": {name: [float(x) for x in b.p] for name, b in self.beliefs.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.models = {name: OpponentModel(c) for name, c in state["models"].items()}
-        self._books.clear()
+        self.beliefs = {name: Belief(p) for name, p in state["beliefs"].items()}
 
 
 # ------------------------------------------------------------------ the oracle

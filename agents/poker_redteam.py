@@ -19,9 +19,15 @@ the benchmark's hands beside the stateless reference's, which none may reach (te
   draws, bluffs a fixed share (`bluff`) of the other flops and turns, calls bets up to half the pot
   with `small_tier`, bigger ones with `big_tier`, and folds to a raise of its bet without a strong hand.
 - `PushFold` (preflop only): all-in with the top `push_pct` of its hands, fold (or check) the rest.
-- `HandReader` (reads the kind in the hand): plays the stateless line until this hand's betting shows
-  what kind of player the opponent is (a preflop raise, then a checked or bet flop), then that kind's
-  exploit: memoryless, and the strongest family while the kinds' tells are certain (issue 29).
+- `HandReader` (reads the kind in the hand): plays the stateless line until this hand's betting hints
+  at what kind of player the opponent is (a preflop raise, then a checked or bet flop), then the
+  playbook its grid maps that situation to: memoryless, and on Poker-v6, whose kinds' tells were
+  certain, above the learning reference (issue 29). On v7 each kind mixes its visible moves and the
+  stateless reference is itself a reader (`agents.poker.ReadingPlay`), so a read tuned on the world is
+  what this family tests.
+- `LikelihoodReader` (reads the kind in the hand by likelihood): the stateful reference's own reading
+  (`agents.poker.posterior`) from a uniform prior, on this hand's betting alone; the exploit of a kind
+  read at least `confident`, else the line.
 
 `replay(env, policy)` plays a family point on the env's own schedule and opponents on the betting
 model (`betting.Betting`, which tests check agrees with the library move for move) without the
@@ -48,7 +54,8 @@ import gymnasium as gym
 import numpy as np
 
 from clbench.agent import Agent, make_agent
-from clbench.agents.poker import BOARD_LEN, PLAYBOOKS, action_text, bet_share, table_spot
+from clbench.agents.poker import (BOARD_LEN, PLAYBOOKS, UNIFORM, action_text, bet_share, book_for, posterior,
+                                  table_spot)
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
 from clbench.runner import play_instance, stateless_agent_seed
@@ -180,9 +187,10 @@ def hand_read(s: Spot) -> str:
 
 @dataclass(frozen=True)
 class HandReader(Policy):
-    """Reads the opponent's kind off this hand's betting alone and plays that kind's exploit (`PLAYBOOKS`):
-    memoryless, but the kinds have tells a single hand shows (red team s17: a station never raises, a
-    loose-aggressive player bets every flop it can). Each field is the playbook for one `hand_read`."""
+    """Reads the opponent's kind off this hand's betting alone and plays the playbook (`PLAYBOOKS`) its
+    grid maps that read to: memoryless (red team s17: on v6 a station never raised and a loose-aggressive
+    player bet every flop it could, so one hand told the kind). Each field is the playbook for one
+    `hand_read`."""
 
     raised: str = "default"
     raised_checked: str = "default"
@@ -195,6 +203,18 @@ class HandReader(Policy):
         read = hand_read(s)
         book = "default" if read in ("limped", "unseen") else getattr(self, read)
         return PLAYBOOKS[book].decide(s)
+
+
+@dataclass(frozen=True)
+class LikelihoodReader(Policy):
+    """Reads the kind as the stateful reference does (`agents.poker.posterior`: each kind's moves' shares), but
+    from nothing but this hand's betting (a uniform prior), and plays the exploit of a kind the read gives at
+    least `confident`, else the line: the best in-hand read the reference's own model makes, memoryless."""
+
+    confident: float = 0.8
+
+    def decide(self, s: Spot) -> Decision:
+        return book_for(posterior(UNIFORM, s.history), self.confident).decide(s)
 
 
 @dataclass(frozen=True)
@@ -399,3 +419,7 @@ class PushFoldAgent(FamilyAgent):
 
 class HandReaderAgent(FamilyAgent):
     policy_class = HandReader
+
+
+class LikelihoodReaderAgent(FamilyAgent):
+    policy_class = LikelihoodReader

@@ -27,8 +27,13 @@ the verdict is that point's benchmark mean against r_reference. The
 scored instances are never used to choose: in a noisy env the best of hundreds of near-equal
 points on the scored instances beats the reference by selection luck (the maximum of many noisy
 means), which measures the draw, not a policy; a point chosen elsewhere and reaching r_reference
-on the benchmark is a policy that does. Envs without re-deals keep the stricter rule: every point
-of every grid is played on the benchmark and none may reach r_reference.
+on the benchmark is a policy that does, unless the benchmark's own cards favoured it: a point that
+differs from the stateless reference on a few instances only ties it in expectation and beats it on
+one set of instances half the time. So a chosen point that reaches r_reference on the benchmark is
+played again, with the stateless reference, on `confirm_deals` other re-deals (never the ones it was
+chosen on); it fails unless it falls below the reference there (`luck`: its lead there is shown in
+the table). Envs without re-deals keep the stricter rule: every point of every grid is played on the
+benchmark and none may reach r_reference.
 
 Each is played through the runner (the process pool) into a temporary run directory; a policy
 whose benchmark mean reaches r_reference fails the env (tests/test_redteam.py).
@@ -48,6 +53,7 @@ from clbench.agent import Agent
 TRAIN_ANSWERS = "train-answers"
 TRAIN_LEARNED = "train-learned"
 MEMORIZER = "feedback-memorizer"
+REFERENCE = "stateless-reference"  # the system name of the stateless reference where a verdict is confirmed
 #: Policy.family values that are not declared policy families (never chosen on re-deals)
 NOT_FAMILIES = ("degenerate", "generic")
 
@@ -61,23 +67,28 @@ def slow() -> bool:
 class PolicyFamily:
     """One family of `policy_families`: the agent class ("module:Class"), its parameter grid
     (the default search), an optional larger grid (`full_grid`, searched with CLBENCH_SLOW=1 or
-    --full) and whether it keeps state across instances (then played as one stateful rollout)."""
+    --full), whether it keeps state across instances (then played as one stateful rollout) and the
+    points it leaves out (`exclude`: each a dict of parameter values; a point whose parameters all
+    match one is left out): the points that play the reference's own line, which no one needs to search for
+    and whose margin over the reference is the benchmark's luck where the two play differently."""
 
     cls: str
     grid: dict = field(default_factory=dict)
     stateful: bool = False
     full_grid: dict | None = None
+    exclude: tuple = ()
 
     def points(self, full: bool = False) -> list[dict]:
-        """Every parameter combination of the grid (the full grid when asked and declared)."""
+        """Every parameter combination of the grid (the full grid when asked and declared) but `exclude`."""
         grid = self.full_grid if full and self.full_grid is not None else self.grid
         names = sorted(grid)
-        return [dict(zip(names, values)) for values in itertools.product(*(list(grid[n]) for n in names))]
+        points = [dict(zip(names, values)) for values in itertools.product(*(list(grid[n]) for n in names))]
+        return [p for p in points if not any(all(x.get(k, v) == v for k, v in p.items()) for x in self.exclude)]
 
 
 def as_family(entry) -> PolicyFamily:
     """A `policy_families` value as a PolicyFamily: ("module:Class", grid), ("module:Class", grid,
-    "stateful" | {"stateful": bool, "full_grid": {...}}) or a PolicyFamily itself."""
+    "stateful" | {"stateful": bool, "full_grid": {...}, "exclude": [{...}, ...]}) or a PolicyFamily itself."""
     if isinstance(entry, PolicyFamily):
         return entry
     if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3) or not isinstance(entry[0], str):
@@ -88,6 +99,7 @@ def as_family(entry) -> PolicyFamily:
         if options not in ("stateful", "stateless"):
             raise ValueError(f"a policy family's third element is 'stateful', 'stateless' or options, not {options!r}")
         options = {"stateful": options == "stateful"}
+    options = {**options, "exclude": tuple(options.get("exclude", ()))}
     return PolicyFamily(cls, dict(grid or {}), **options)
 
 
@@ -113,6 +125,13 @@ class Policy:
     #: a tie with r_reference passes: the policy is the stateless reference when it carries nothing over
     #: (train-learned whose learning lives outside its state, e.g. in a workspace a stateless pass never keeps)
     tie_passes: bool = False
+    #: a chosen point that reached r_reference on the benchmark: its mean minus the stateless reference's on
+    #: other re-deals (`confirm_deals`); below 0, the benchmark's cards favoured it and it passes
+    held_out_lead: float | None = None
+
+    @property
+    def luck(self) -> bool:
+        return self.held_out_lead is not None and self.held_out_lead < 0
 
     @property
     def selection_mean(self) -> float | None:
@@ -122,14 +141,27 @@ class Policy:
         return {"policy": self.name, "family": self.family, "params": self.params, "stateful": self.stateful,
                 "selection_mean": self.selection_mean, "selection": dict(self.selection), "chosen": self.chosen,
                 "mean": self.mean, "r_reference": r_reference, "r_max": r_max,
-                "tie_passes": self.tie_passes,
+                "tie_passes": self.tie_passes, "held_out_lead": self.held_out_lead, "luck": self.luck,
                 "verdict": ("not chosen on the re-deals" if self.chosen is False and not self.skipped
+                            else f"ok: the benchmark's luck ({self.held_out_lead:+.3g} against the stateless "
+                                 "reference on other re-deals)" if self.luck
                             else verdict(self.mean, r_reference, self.skipped, self.tie_passes))}
 
 
 def redeals(full: bool = False) -> int:
     """How many re-deals a redealable env's family grids are searched on (more with --full / CLBENCH_SLOW=1)."""
     return 6 if full or slow() else 2
+
+
+def confirm_count(full: bool = False) -> int:
+    """How many other re-deals confirm a chosen point that reached r_reference on the benchmark."""
+    return 16 if full or slow() else 8
+
+
+def confirm_deals(env_kwargs: dict, k: int, n: int) -> list[int]:
+    """The `n` re-deals after the `k` a point was chosen on (`selection_deals`), skipping the deal under test."""
+    own, chosen = int(env_kwargs.get("redeal", 0)), set(selection_deals(env_kwargs, k))
+    return [d for d in range(1, k + n + 2) if d != own and d not in chosen][:n]
 
 
 def reaches(mean: float | None, r_reference: float | None, tie_passes: bool = False) -> bool:
@@ -244,6 +276,21 @@ def _play(env_id: str, policies: list[Policy], env_kwargs: dict, workers: int, o
     return {name: float(np.mean(rewards)) for name, rewards in by_system.items()}
 
 
+def confirm(env_id: str, points: list[Policy], env_kwargs: dict, deals: list[int], workers: int, root: Path) -> None:
+    """Play `points` and the stateless reference on each of `deals` (re-deals none was chosen on) and set each
+    point's `held_out_lead`: its mean over them minus the reference's on the same instances."""
+    if not points:
+        return
+    reference = Policy(REFERENCE, "generic", "reference", {})
+    leads = {p.name: [] for p in points}
+    for d in deals:
+        means = _play(env_id, [*points, reference], {**env_kwargs, "redeal": d}, workers, root / f"redeal-{d}")
+        for p in points:
+            leads[p.name].append(means[p.name] - means[REFERENCE])
+    for p in points:
+        p.held_out_lead = float(np.mean(leads[p.name]))
+
+
 def selection_deals(env_kwargs: dict, k: int) -> list[int]:
     """The `k` re-deals a family's point is chosen on: 1..k, skipping the deal under test (`redeal` in
     `env_kwargs`, 0 for the benchmark)."""
@@ -317,15 +364,18 @@ def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers
                     params[pol.name] = {"states": states}
         bench = [p for p in policies if not p.skipped and p.chosen is not False]
         means = _play(env_id, bench, env_kwargs, workers, root / "play", params)
-    for pol in bench:
-        pol.mean = means.get(pol.name)
+        for pol in bench:
+            pol.mean = means.get(pol.name)
+        if redealable:
+            confirm(env_id, [p for p in bench if p.chosen and reaches(p.mean, r_ref, p.tie_passes)], env_kwargs,
+                    confirm_deals(env_kwargs, k, confirm_count(full)), workers, root / "confirm")
     rows = [p.row(r_ref, r_max) for p in policies]
     rule = (f"each family's point chosen on re-deals {', '.join(map(str, selection_deals(env_kwargs, k)))} (best mean), "
             "then played on the benchmark" if redealable else "every point played on the benchmark")
     return {"env_id": env_id, "world": world_label(base), "r_reference": r_ref, "r_max": r_max, "rule": rule,
             "redeals": k if redealable else 0, "selection": selection, "rows": rows,
             "families": sorted(families(type(base))),
-            "failures": [r for r in rows if reaches(r["mean"], r_ref, r["tie_passes"])]}
+            "failures": [r for r in rows if reaches(r["mean"], r_ref, r["tie_passes"]) and not r["luck"]]}
 
 
 def format_table(report: dict) -> str:

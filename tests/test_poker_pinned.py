@@ -24,7 +24,7 @@ from clbench.envs.poker.opponents import make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision
 from clbench.envs.poker.table import HandTable
 
-ENV_ID = "clbench/Poker-v6"
+ENV_ID = "clbench/Poker-v7"
 
 
 class Prober:
@@ -85,10 +85,10 @@ def digest(agent_name: str, schedule: str, seed: int, world_seed: int | None = N
 
 
 CASES = {
-    ("reference", "default", 0, None): "1b6ae0cab436efa0",  # v6: the line and exploits refitted on the new train worlds
-    ("prober", "default", 1, None): "5f2af00cf1f6abb7",  # v4: seed 1 plays deal 1
-    ("prober", "drift_short", 2, 3): "719ebe0ed8c5559d",  # v6: world 3 drawn anew (names, kinds)
-    ("random", "short", 4, None): "06153ce3c7f2f8a4",  # v4: deal 4
+    ("reference", "default", 0, None): "f672beb747312d6f",  # v7: mixed tells, the likelihood-reading reference
+    ("prober", "default", 1, None): "1a04ce13d2040c61",  # v7: the opponents mix their moves; 40/20/10/40/10 hands
+    ("prober", "drift_short", 2, 3): "1dbf4320686d1640",  # v7: world 3 drawn anew (every kind met)
+    ("random", "short", 4, None): "0f177171b11f3012",  # v7: the opponents mix their moves
 }
 
 

@@ -19,10 +19,7 @@ from clbench.registry import clbench_env_ids, env_class
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
-OPEN_HOLES: dict[str, str] = {  # task -> issue text of a hole still open (strict xfail)
-    "poker": "issue 29, Poker-v6: hand_reader (reads the opponent's kind off the hand's own betting, then plays "
-             "that kind's exploit) reaches r_reference: each kind's tells are certain, so one hand shows the kind",
-}
+OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail)
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":

@@ -1,7 +1,9 @@
 """`clbench redteam --env ID [--world-seed N] [--full] [--redeals K]`: play the red team (clbench.redteam)
 and print each policy's mean next to r_reference and r_max; exit 1 when any reaches r_reference or
 the env declares no policy family. For a redealable env each family's point is chosen on K re-deals of
-the world (its selection mean) and only that point is played on the benchmark (its benchmark mean)."""
+the world (its selection mean) and only that point is played on the benchmark (its benchmark mean); one that
+reaches r_reference there fails unless it falls below the stateless reference on other re-deals (the
+benchmark's luck: `redteam.confirm`)."""
 from __future__ import annotations
 
 import json
@@ -34,7 +36,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("redteam", help="play non-learning adversaries (degenerate agents, the env's policy "
                                        "families, train-split answers, a feedback memorizer) against r_reference")
-    p.add_argument("--env", required=True, help="env id, e.g. clbench/Poker-v6")
+    p.add_argument("--env", required=True, help="env id, e.g. clbench/Poker-v7")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
     add_world_arguments(p, calibrate=False)
     p.add_argument("--full", action="store_true", help="the full search (as with CLBENCH_SLOW=1): every family's "

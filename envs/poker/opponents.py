@@ -1,18 +1,23 @@
-"""The rule-based opponents: deterministic, exploitable policies.
+"""The rule-based opponents: deterministic, exploitable policies whose kind shows only in the long run.
 
 Each is a pure function of its own cards (through `strength.Strength`), the board and the
-public betting, with the thresholds in tasks/poker/default.yaml:
+public betting, with the thresholds in tasks/poker/default.yaml. Besides what makes a kind
+exploitable, each mixes its visible moves by `Strength.code` (a fixed pseudo-random number of its
+cards and the board, unrelated to their strength): a drawn share of hands is played with another
+kind's move, so one hand's betting says little about the kind and many hands say it clearly.
 
-- `CallingStation`: checks when it can, calls every bet up to a bit more than the pot with any
-  two cards; bigger bets (overbets, shoves) it calls only with a good starting hand or a pair;
-  never bets or raises.
-- `FitOrFold`: raises a fixed share of its buttons and folds the rest; defends its big blind
-  only with strong hands; after the flop bets and continues only with top pair or better and
-  raises only two pair or better; folds middle pairs and draws to any bet.
-- `LooseAggressive`: opens most buttons, re-raises and defends wide, bets every flop and calls
-  flop bets with almost anything; on the turn and river it bets strong made hands, draws and a
-  fixed share of its weak hands, raises only strong ones, and calls bets by pot odds (any pair
-  against bets up to the pot, anything against small ones).
+- `CallingStation`: calls bets up to a bit more than the pot with any two cards; bigger bets
+  (overbets, shoves) it calls only with a good starting hand or a pair; never raises a bet.
+  It raises a share of its unopened hands preflop and bets a share of the streets checked to it,
+  whatever it holds.
+- `FitOrFold`: raises a share of its buttons, limps a share of the rest and folds the others;
+  defends its big blind only with strong hands; after the flop bets value and a share of the
+  other streets checked to it, continues against bets only with top pair or better and raises only
+  two pair or better; folds middle pairs and draws to any bet.
+- `LooseAggressive`: opens most buttons (limping a share of them), re-raises and defends wide, bets
+  most flops and calls flop bets with almost anything; on the turn and river it bets strong made
+  hands, draws and a share of its weak hands, raises only strong ones, and calls bets by pot odds
+  (any pair against bets up to the pot, anything against small ones).
 
 A spec may carry `name`: the name shown at the table when it differs from the spec's key
 (one player with two policies, before and after changing its play). Worlds other than the
@@ -32,8 +37,18 @@ class CallingStation(Policy):
     style = "calling_station"
     big_share: float = 1.2  # bets above this share of the pot it calls only with ...
     big_pct: float = 0.5  # ... this top share of its hands preflop, or a pair or better after the flop
+    raise_pct: float = 0.25  # preflop, unopened: share of its hands it raises (the rest it limps or checks)
+    stab_pct: float = 0.3  # after the flop, checked to: share of its hands it bets (the rest it checks)
+    open_size: float = 3.0  # its preflop raises, in big blinds / times the bet
+    bet_fraction: float = 0.5
 
     def decide(self, s: Spot) -> Decision:
+        if not s.raises:  # its random aggression: unrelated to its cards, so it tells nothing of them
+            if s.street == PRE:
+                if s.strength.code < 100 * self.raise_pct:
+                    return s.raise_times(self.open_size)
+            elif not s.to_call and s.strength.code < 100 * self.stab_pct:
+                return s.bet_pot(self.bet_fraction)
         before, floor = s.pot - s.to_call, 4 * s.big_blind  # the pot before the bet, at least 4 big blinds
         if s.to_call > self.big_share * (before if before > floor else floor):
             st = s.strength
@@ -55,13 +70,17 @@ class FitOrFold(Policy):
     value_tier: int = 4  # bet with this tier or better; needed to call overbets
     raise_tier: int = 5
     bet_fraction: float = 0.66
+    limp_pct: float = 0.2  # unopened button: share of the hands it does not raise that it limps
+    stab_pct: float = 0.25  # after the flop, checked to: share of its other hands it bets anyway
 
     def decide(self, s: Spot) -> Decision:
         st = s.strength
         if s.street == PRE:
             if not s.raises:
                 if s.to_call:  # unopened button
-                    return s.raise_times(self.open_size) if st.pct >= 1 - self.open_pct else s.check_or_fold()
+                    if st.pct >= 1 - self.open_pct:
+                        return s.raise_times(self.open_size)
+                    return s.check_or_call() if st.code < 100 * self.limp_pct else s.check_or_fold()
                 return s.raise_times(self.open_size) if st.pct >= 1 - self.iso_pct else s.check_or_call()
             if st.pct >= 1 - self.reraise_pct and s.raises < 3:
                 return s.raise_times(self.open_size)
@@ -69,7 +88,8 @@ class FitOrFold(Policy):
             keep = self.defend_pct if small else 2 * self.reraise_pct
             return s.check_or_call() if st.pct >= 1 - keep else s.check_or_fold()
         if not s.to_call:
-            return s.bet_pot(self.bet_fraction) if st.tier >= self.value_tier else s.check_or_call()
+            stab = st.code < 100 * self.stab_pct
+            return s.bet_pot(self.bet_fraction) if st.tier >= self.value_tier or stab else s.check_or_call()
         if st.tier >= self.raise_tier and s.raises < 3:
             return s.raise_times(3)
         overbet = s.to_call > s.pot - s.to_call
@@ -88,7 +108,9 @@ class LooseAggressive(Policy):
     continue_pct: float = 0.5  # share it continues with against two or more raises
     open_size: float = 3.0
     big_raise_bb: float = 8.0  # a single raise to more than this is met like a re-raise
-    flop_fraction: float = 0.66  # it bets every flop it can, this share of the pot
+    flop_fraction: float = 0.66  # flop bets, this share of the pot
+    flop_pct: float = 0.75  # flop, checked to: share of its hands it bets (and every strong hand or draw)
+    limp_pct: float = 0.2  # unopened button: share of the hands it would raise that it limps instead
     late_fraction: float = 0.75
     late_value_tier: int = 4  # turn/river: bet and call with this tier or better
     late_raise_tier: int = 5
@@ -101,7 +123,9 @@ class LooseAggressive(Policy):
         if s.street == PRE:
             if not s.raises:
                 if s.to_call:
-                    return s.raise_times(self.open_size) if st.pct >= 1 - self.open_pct else s.check_or_fold()
+                    if st.pct < 1 - self.open_pct:
+                        return s.check_or_fold()
+                    return s.check_or_call() if st.code < 100 * self.limp_pct else s.raise_times(self.open_size)
                 return s.raise_times(self.open_size + 1) if st.pct >= 1 - self.iso_pct else s.check_or_call()
             if s.raises == 1 and s.my_bet + s.to_call <= self.big_raise_bb * s.big_blind:
                 if st.pct >= 1 - self.threebet_pct:
@@ -112,7 +136,8 @@ class LooseAggressive(Policy):
             return s.check_or_call() if st.pct >= 1 - self.continue_pct else s.check_or_fold()
         if s.street == FLOP:
             if not s.to_call:
-                return s.bet_pot(self.flop_fraction)
+                bet = st.code < 100 * self.flop_pct or st.tier >= self.late_value_tier or st.draw
+                return s.bet_pot(self.flop_fraction) if bet else s.check_or_call()
             if st.tier >= self.late_value_tier and s.raises < 2:
                 return s.raise_times(3)
             loose = st.tier >= 1 or st.draw or st.overcards or s.to_call * 2 <= s.pot - s.to_call
@@ -135,15 +160,18 @@ STYLES = {cls.style: cls for cls in (CallingStation, FitOrFold, LooseAggressive)
 
 #: the range each exploitable parameter is drawn from in a non-canonical world (uniform; ints inclusive)
 RANGES: dict[str, dict[str, tuple]] = {
-    "calling_station": {"big_share": (1.0, 1.5), "big_pct": (0.4, 0.6)},
+    "calling_station": {"big_share": (1.0, 1.5), "big_pct": (0.4, 0.6), "raise_pct": (0.15, 0.35),
+                        "stab_pct": (0.2, 0.4), "open_size": (2.5, 3.5), "bet_fraction": (0.4, 0.75)},
     "fit_or_fold": {"open_pct": (0.35, 0.55), "iso_pct": (0.1, 0.2), "defend_pct": (0.17, 0.27),
                     "reraise_pct": (0.03, 0.07), "open_size": (2.5, 3.5), "big_raise_bb": (5.0, 7.0),
-                    "continue_tier": (3, 3), "value_tier": (4, 4), "raise_tier": (5, 5), "bet_fraction": (0.5, 0.8)},
+                    "continue_tier": (3, 3), "value_tier": (4, 4), "raise_tier": (5, 5), "bet_fraction": (0.5, 0.8),
+                    "limp_pct": (0.1, 0.3), "stab_pct": (0.15, 0.35)},
     "loose_aggressive": {"open_pct": (0.75, 0.9), "iso_pct": (0.5, 0.65), "threebet_pct": (0.25, 0.4),
                          "call_pct": (0.7, 0.85), "fourbet_pct": (0.05, 0.1), "continue_pct": (0.4, 0.55),
                          "open_size": (2.5, 3.5), "big_raise_bb": (7.0, 9.0), "flop_fraction": (0.55, 0.8),
                          "late_fraction": (0.6, 0.9), "late_value_tier": (4, 4), "late_raise_tier": (5, 5),
-                         "barrel_pct": (0.4, 0.6), "call_share": (0.8, 1.2), "float_share": (0.3, 0.5)},
+                         "barrel_pct": (0.4, 0.6), "call_share": (0.8, 1.2), "float_share": (0.3, 0.5),
+                         "flop_pct": (0.6, 0.85), "limp_pct": (0.1, 0.3)},
 }
 
 

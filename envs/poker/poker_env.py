@@ -1,4 +1,4 @@
-"""Poker-v6: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v7: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
 import itertools
@@ -44,7 +44,12 @@ FAMILIES: dict[str, tuple[str, dict[str, list], dict]] = {
                                                 "raised_checked": ["default", "fit_or_fold"],
                                                 "raised_bet": ["default", "loose_aggressive"]},
                     {"full_grid": {k: ["default", "calling_station", "fit_or_fold", "loose_aggressive"]
-                                   for k in ("raised", "raised_checked", "raised_bet", "called", "called_checked")}}),
+                                   for k in ("raised", "raised_checked", "raised_bet", "called", "called_checked")},
+                     # reading nothing, it plays the reference's line on every hand: the reference's own fallback
+                     "exclude": [dict.fromkeys(("raised", "raised_checked", "raised_bet", "called", "called_checked"),
+                                               "default")]}),
+    "likelihood_reader": (f"{_RT}:LikelihoodReaderAgent", {"confident": [0.5, 0.6, 0.8, 0.9]},
+                          {"full_grid": {"confident": [0.4, 0.5, 0.6, 0.65, 0.75, 0.8, 0.9, 0.95, 0.99]}}),
     "push_fold": (f"{_RT}:PushFoldAgent", {"push_pct": [0.1, 0.5]}, {"full_grid": {"push_pct": [0.05, 0.1, 0.2, 0.35,
                                                                                                0.5, 0.75, 1.0]}}),
 }
@@ -107,8 +112,11 @@ class PokerEnv(InstanceSequenceEnv):
     described: the latent structure to learn is each named opponent's policy, which recurs
     later in the schedule. The styles are of three kinds (envs/poker/opponents.py): one calls
     almost every bet, one plays few hands and folds without a fit, one plays most hands, bets and
-    bluffs a lot and defends by pot odds; what wins against one kind loses against another. Default schedule (120 hands, five variants): Mara (20 hands), Dex (30), Mara
-    again (10), Quinn (35), Dex again (25). Each variant deals from its own seed; rollouts
+    bluffs a lot and defends by pot odds; what wins against one kind loses against another. Every
+    kind mixes its visible moves (a drawn share of its hands is played with another kind's move, by
+    a fixed pseudo-random number of its cards), so one hand's betting hints at the kind and only a
+    run of hands shows it. Default schedule (120 hands, five variants): Mara (40 hands), Dex (20),
+    Mara again (10), Quinn (40), Dex again (10). Each variant deals from its own seed; rollouts
     permute the hands within a variant.
 
     Deals: rollout seed s plays deal s % 5 of the world's cards (the same opponents, seats and
@@ -122,7 +130,7 @@ class PokerEnv(InstanceSequenceEnv):
     chooses each family's point on re-deals of the world (`redeal=K`: five more deals) and plays
     it on the benchmark's five deals.
 
-    Concept drift (variant 3, hand 51): Mara returns playing a style of another kind, so the
+    Concept drift (variant 3, hand 61): Mara returns playing a style of another kind, so the
     exploit learned against her in variant 1 now loses chips. Nothing an agent is shown says
     so (`agent_card`); the task YAML declares the drift under `drifts` for `clbench drift-check`.
 
@@ -135,7 +143,7 @@ class PokerEnv(InstanceSequenceEnv):
     No answer carries between the splits, by name or by place in the schedule: a drawn world never
     uses a canonical name, a train world's players each play another kind than the canonical
     world's player in the same place, and a test world never has the canonical world's kinds in
-    their places or any a train world may have (`_draw_world`).
+    their places or any a train world may have (`_draw_world`). Every world meets all three kinds.
 
     ## Action Space
     `Text`: `FOLD`, `CHECK`, `CALL`, `RAISE <total>` (raise *to* that many chips this betting
@@ -184,6 +192,17 @@ class PokerEnv(InstanceSequenceEnv):
     Seeds: `reset(seed=s)` starts rollout s: deal s % 5, hands permuted within variants by s.
 
     ## Version History
+    * v7: the kinds' tells are no longer certain (issue 29: on v6 a station never raised and a
+      loose-aggressive player bet every flop, so a memoryless line that read the kind off one hand's
+      betting beat the learning reference): each kind plays a drawn share of its hands with another
+      kind's visible move. The reference reads kinds by likelihood (a belief per opponent, updated
+      by Bayes after every hand and within the hand), so its stateless pass is a reader too and the
+      learner must out-earn the best in-hand read. The default schedule gives the canonical world's
+      kinds 40 hands each (Mara 40, Dex 20, Mara again 10, Quinn 40, Dex again 10; every world plays
+      these counts), so no memoryless line tuned on it profits from one kind's share, and every drawn
+      world meets all three kinds. The red team confirms a point that reaches r_reference on the
+      benchmark on other re-deals (`clbench.redteam.confirm`). Line, exploits, tells and the
+      reading's thresholds refitted on the train worlds; r_max, r_reference recalibrated.
     * v6: worlds other than the canonical one draw the players' names, and the kinds in their
       places from assignments the other split never has (see Worlds; on v5 the train split and a
       quarter of fresh worlds had the canonical world's kinds, so a reference trained on the train
@@ -218,7 +237,7 @@ class PokerEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/Poker-v6"
+    env_id = "clbench/Poker-v7"
     #: modules a scripted agent may import (game mechanics, cards, hand strength and the opponent archetypes with their parameter ranges: what a poker player knows, no world's values; tests/test_reference_imports.py)
     public_modules = ("betting", "cards", "opponents", "policy", "strength", "table")
     reward_unit = "BB per hand"
@@ -275,19 +294,23 @@ class PokerEnv(InstanceSequenceEnv):
         """Rewrite the task spec as this world's (any world but the canonical one): every player gets a
         name from `opponents.NAMES` and a kind, the changing player one of the kinds `opponents.CHANGES`
         knows and afterwards the kind it changes to, every parameter from `opponents.RANGES`. The kinds,
-        one per player in the task YAML's order (the schedule's places) and never all alike, are an
-        assignment drawn from those no world of the other split has: a train world shares no player's kind
+        one per player in the task YAML's order (the schedule's places), with every kind met in
+        the world (before or after the change), are an assignment drawn from those no world of the
+        other split has: a train world shares no player's kind
         with the canonical world's player in the same place; a test world has neither the canonical
         assignment nor any a train world may have. So what a player's name or place told in one world never
-        answers another (tests/test_poker.py)."""
+        answers another (tests/test_poker.py). The schedule (hands per variant) is the canonical one in every
+        world: counts fitted to a world's kinds would tell which players share a kind."""
         spec = self.spec_data = dict(self.spec_data)  # load_task_spec's dict is shared by every env: replace, never edit
         written = spec["opponents"]
         players = [key for key, p in written.items() if "name" not in p]
         changing = {p["name"] for p in written.values() if "name" in p}
         canonical = tuple(written[key]["style"] for key in players)
-        # players of one kind alike need no telling apart: an opponent-blind line tuned on the world is its exploit
+        # every kind is met in every world, whatever the change: in a world without one, a memoryless line tuned on
+        # it reads a kind among fewer (and players all of one kind need no telling apart at all)
         every = [a for a in itertools.product(*(sorted(CHANGES) if key in changing else sorted(STYLES) for key in players))
-                 if len(set(a)) > 1]
+                 if all(set(a) | {after} == set(STYLES) for key, k in zip(players, a) if key in changing
+                        for after in CHANGES[k])]
         apart = [a for a in every if all(k != c for k, c in zip(a, canonical))]
         pool = apart if self.split == "train" else [a for a in every if a != canonical and a not in apart]
         rng = self.world_rng("opponents")

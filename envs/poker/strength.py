@@ -148,8 +148,11 @@ def _draws(hole, board) -> tuple[bool, bool]:
 
 
 def situation_code(hole, board) -> int:
-    """A fixed number 0..99 per (hole cards, board): deterministic 'mixing' for strategies."""
-    return zlib.crc32(bytes(_INDEX[c] for c in (*hole, *board))) % 100
+    """A fixed number 0..99 per (hole cards, board): deterministic 'mixing' for strategies. The hole cards
+    count as a set (either order gives the same number), so a model of a player that enumerates holdings in
+    its own order (the oracle's) reproduces the player's mixed moves."""
+    a, b = _INDEX[hole[0]], _INDEX[hole[1]]
+    return zlib.crc32(bytes((*sorted((a, b)), *(_INDEX[c] for c in board)))) % 100
 
 
 @lru_cache(maxsize=1 << 15)

@@ -1,7 +1,9 @@
 """Fit the stateless PokerReference's line (`DefaultPlay`'s parameters) on the TRAIN split's worlds.
 
     python tasks/poker/fit_reference.py             # prints REFERENCE_PARAMS for agents/poker.py
-    python tasks/poker/fit_reference.py --exploits  # prints EXPLOIT_PARAMS (one line per opponent kind)
+    python tasks/poker/fit_reference.py --exploits [KIND ...]  # prints EXPLOIT_PARAMS (one line per opponent kind)
+    python tasks/poker/fit_reference.py --tells     # prints TELLS: each kind's moves' shares by situation
+    python tasks/poker/fit_reference.py --reading   # prints HAZARD, CONFIDENT: how the stateful reference reads
 
 The stateless reference plays one opponent-blind line against every opponent. Its parameters are
 chosen by coordinate search (each parameter over its grid in turn, until a pass changes nothing) for the mean
@@ -16,8 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 import clbench  # noqa: F401  registers the envs
-from clbench.agents.poker import DefaultPlay
-from clbench.agents.poker_redteam import replay
+from clbench.agents.poker import BOARD_LEN, KINDS, PLAYBOOKS, Belief, DefaultPlay, ReadingPlay, opponent_moves
+from clbench.agents.poker_redteam import hands, replay
+from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.opponents import STYLES
 from clbench.envs.poker.poker_env import PokerEnv
 
@@ -27,6 +30,8 @@ DEALS = 3  # the train world's deals 0..DEALS-1 (poker_redteam.hands: the ones i
 #: the reference line a few tenths of a big blind per hand, so 3 deals fitted noise (the loose-aggressive
 #: exploit fitted on 3 deals earned +0.01 +- 0.12 bb/hand over the reference line on held-out test worlds)
 EXPLOIT_DEALS = 20
+READ_DEALS = 12  # deals per world for the reading's thresholds (a read changes a few hands in a hundred)
+TELL_DEALS = 10  # deals per world for the tells: some 30,000 hands, every situation's shares to a few hundredths
 ROUNDS = 4  # passes at most; the search stops at the first pass that changes nothing
 GRID: dict[str, list] = {
     "open_at": [0.0, 0.1, 0.2, 0.3, 0.45],
@@ -55,14 +60,21 @@ def worlds() -> list[PokerEnv]:
     return [PokerEnv(split="train", world_seed=w) for w in (None, *range(1, FIT_WORLDS + 1))]
 
 
+CONFIDENT_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+HAZARD_GRID = (0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3)
+
+
 def score(envs, params: dict, style: str | None = None) -> float:
     """The line's mean reward (big blinds per hand) over the hands of `envs` and their re-deals against
     opponents of kind `style` (`EXPLOIT_DEALS` deals); for `style=None` (`DEALS` deals), the mean of the
     kinds' means: each kind weighs alike, because the train split's worlds put the kinds in other places
     than the test split's (poker_env `_draw_world`), so the kinds' shares of the hands differ between the
     splits and an opponent-blind line should not lean on the train split's shares."""
-    policy = DefaultPlay(**params)
-    deals, kinds = (DEALS, sorted(STYLES)) if style is None else (EXPLOIT_DEALS, [style])
+    return kind_mean(envs, DefaultPlay(**params), style)
+
+
+def kind_mean(envs, policy, style: str | None = None, deals: int | None = None) -> float:
+    deals, kinds = (deals or DEALS, sorted(STYLES)) if style is None else (deals or EXPLOIT_DEALS, [style])
     means = [[r for env in envs for k in range(deals) for r in replay(env, policy, k, kind).values()] for kind in kinds]
     return float(np.mean([np.mean(m) for m in means if m]))
 
@@ -87,12 +99,88 @@ def fit(envs=None, rounds: int = ROUNDS, style: str | None = None) -> tuple[dict
     return params, best
 
 
+def play_hand(env, cards, button, hero, opponent) -> tuple[float, tuple]:
+    """One hand on the betting model: `hero`'s reward (big blinds) and the betting as the agent saw it."""
+    b = Betting(0 if button else 1, env.stack, env.small_blind, env.big_blind)
+    holes, board = (cards.agent, cards.opponent), tuple(cards.board)
+    players = (hero, opponent)
+    while not b.over:
+        spot = b.spot(holes[b.to_act], board[:BOARD_LEN[b.street]])
+        b.apply(spot.legalize(players[b.to_act].decide(spot)))
+    return b.payoff(0, holes, board) / env.big_blind, b.view(0)
+
+
+def stateful_mean(envs, hazard: float, confident: float, deals: int = DEALS) -> float:
+    """The stateful reference's mean reward over the schedules of `envs` (in schedule order, each dealt `deals`
+    times), its beliefs drifting by `hazard` and read into an exploit from `confident`: one belief per opponent
+    name, carried from hand to hand."""
+    rewards = []
+    for env in envs:
+        for k in range(deals):
+            beliefs: dict[str, Belief] = {}
+            for iid, cards, button, opponent in hands(env, k):
+                name = iid.split("-")[-2]  # "<variant no>-<name>-h<hand>": the name the table shows
+                belief = beliefs.setdefault(name, Belief(hazard=hazard))
+                hero = ReadingPlay(prior=tuple(belief.p), confident=confident)
+                reward, seen = play_hand(env, cards, button, hero, opponent)
+                belief.observe(seen)
+                rewards.append(reward)
+    return float(np.mean(rewards))
+
+
+def reading(envs=None) -> tuple[float, float]:
+    """The reference's reading: `CONFIDENT`, the grid value with the best kind-balanced mean (`kind_mean`) of
+    one hand's read from the uniform prior (the stateless reference), and then `HAZARD`, the grid value with
+    the best mean of the stateful reference (`stateful_mean`), each over `READ_DEALS` deals of the train worlds
+    (on 3 the confidence fitted noise: 0.8, then 0.7 on 12)."""
+    envs = envs or worlds()
+    confident = max((kind_mean(envs, ReadingPlay(confident=c), deals=READ_DEALS), c) for c in CONFIDENT_GRID)[1]
+    hazard = max((stateful_mean(envs, h, confident, READ_DEALS), h) for h in HAZARD_GRID)[1]
+    return confident, hazard
+
+
+def tells(envs=None, deals: int = TELL_DEALS) -> dict[str, tuple[float, ...]]:
+    """Each kind's moves' shares in each situation (`opponent_moves` keys), over the hands of `envs` dealt
+    `deals` times, played by the reference's line (the moves a kind shows depend on what it faces). A share
+    counts one pseudo-move per move the situation allows (add-one smoothing): no move of a kind is certain
+    never to come, so one surprising move lowers a read and never ends it."""
+    counts: dict[str, dict[str, int]] = {kind: {} for kind in KINDS}
+    line = PLAYBOOKS["default"]
+    for env in envs or worlds():
+        for k in range(deals):
+            for _, cards, button, opponent in hands(env, k):
+                mine = counts[opponent.style]
+                for key in opponent_moves(play_hand(env, cards, button, line, opponent)[1]):
+                    mine[key] = mine.get(key, 0) + 1
+    keys = sorted({key for c in counts.values() for key in c})
+    situations = {key[:2] for key in keys}
+    out = {}
+    for key in keys:
+        moves = [m for m in keys if m[:2] == key[:2]]
+        shares = []
+        for kind in KINDS:
+            seen = sum(counts[kind].get(m, 0) for m in moves)
+            shares.append(round((counts[kind].get(key, 0) + 1) / (seen + len(moves)), 4))
+        out[key] = tuple(shares)
+    assert situations == {key[:2] for key in out}
+    return out
+
+
 if __name__ == "__main__":
     import sys
 
     envs = worlds()
-    if "--exploits" in sys.argv:
-        for style in sorted(STYLES):
+    if "--tells" in sys.argv:
+        print("TELLS: dict[str, tuple[float, float, float]] = {")
+        for key, shares in tells(envs).items():
+            print(f"    {key!r}: {shares},")
+        print("}")
+    elif "--reading" in sys.argv:
+        confident, hazard = reading(envs)
+        print(f"CONFIDENT = {confident}\nHAZARD = {hazard}")
+    elif "--exploits" in sys.argv:
+        chosen = [s for s in sys.argv[1:] if s in STYLES]  # kinds to fit (default: all)
+        for style in chosen or sorted(STYLES):
             params, best = fit(envs, style=style)
             print(f"EXPLOIT_PARAMS[{style!r}] = {params}  # train mean {best:.3f} bb/hand")
     else:

@@ -14,7 +14,7 @@ import sys
 
 import clbench  # noqa: F401  registers the envs
 from clbench import redteam
-from clbench.agents.poker import PLAYBOOKS
+from clbench.agents.poker import STATELESS
 from clbench.agents.poker_redteam import benchmark_deals, choose, held_out_deals, mean_over
 from clbench.commands.drift_check import run_drift_check
 from clbench.envs.poker.poker_env import PokerEnv
@@ -25,7 +25,7 @@ ENV = PokerEnv.env_id
 def measure(world, full: bool = False) -> dict:
     base = PokerEnv(world_seed=world)
     rep = run_drift_check(ENV, {} if world is None else {"world_seed": world}, rollouts=base.deals)
-    reference, bench_deals, held = PLAYBOOKS["default"], benchmark_deals(base), held_out_deals(base, 2, 40)
+    reference, bench_deals, held = STATELESS, benchmark_deals(base), held_out_deals(base, 2, 40)
     chosen = choose(base, redteam.families(PokerEnv), full=full)
     bench = {name: mean_over(base, p, bench_deals) for name, (_, p) in chosen.items()}
     expected = {name: mean_over(base, p, held) for name, (_, p) in chosen.items()}
