@@ -38,8 +38,8 @@ from clbench.agent import Agent
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.cards import FULL_DECK, parse_cards
 from clbench.envs.poker.opponents import make_opponent
-from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Act, Decision, Memo, Policy, Spot, bet_share
-from clbench.envs.poker.strength import all_combos, strength
+from clbench.envs.poker.policy import CHECK, RAISE, Act, Decision, Memo, Policy, Spot, bet_share
+from clbench.envs.poker.strength import all_combos
 from clbench.envs.poker.table import STREETS
 
 BOARD_LEN = (0, 3, 4, 5)
@@ -226,7 +226,8 @@ TELLS: dict[str, tuple[float, float, float]] = {
     '3oCHECK': (0.7061, 0.4799, 0.351),
     '3oRAISE': (0.2939, 0.5201, 0.649),
 }
-_LOG_TELLS: dict[str, np.ndarray] = {}
+#: log TELLS, read at every decision
+_LOG_TELLS = {key: np.log(np.asarray(shares)) for key, shares in TELLS.items()}
 #: a player may change kind between two hands with this probability (the belief's drift: `Belief.observe`);
 #: fitted for the stateful reference on the train worlds (tasks/poker/fit_reference.py --reading)
 HAZARD = 0.15
@@ -235,16 +236,9 @@ HAZARD = 0.15
 CONFIDENT = 0.7
 
 
-def _log_tells() -> dict[str, np.ndarray]:
-    if len(_LOG_TELLS) != len(TELLS):
-        _LOG_TELLS.clear()
-        _LOG_TELLS.update({key: np.log(np.asarray(p, dtype=float)) for key, p in TELLS.items()})
-    return _LOG_TELLS
-
-
 def log_likelihood(acts) -> np.ndarray:
     """log P(the opponent's moves in `acts` | kind), for each kind of `KINDS` (moves taken as independent)."""
-    logs, total = _log_tells(), np.zeros(len(KINDS))
+    logs, total = _LOG_TELLS, np.zeros(len(KINDS))
     for key in opponent_moves(acts):
         row = logs.get(key)
         if row is not None:

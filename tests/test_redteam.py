@@ -141,6 +141,31 @@ def test_selection_deals_skip_the_deal_under_test():
     assert redteam.selection_deals({}, 3) == [1, 2, 3]
     assert redteam.selection_deals({"redeal": 2}, 3) == [1, 3, 4]
     assert redteam.redeals() >= 1 and redteam.redeals(full=True) > redteam.redeals()
+    assert redteam.confirm_deals({}, 2, 3) == [3, 4, 5]  # never one a point was chosen on
+    assert redteam.confirm_deals({"redeal": 4}, 2, 3) == [3, 5, 6]
+
+
+def test_a_point_that_reaches_the_reference_by_the_benchmarks_luck_is_confirmed_on_other_re_deals(tmp_path):
+    """Poker-v7's hand reader plays as the stateless reference but where one hand's betting reads otherwise (a
+    few hands in a hundred): chosen on re-deals 1-2, it reaches r_reference on the benchmark's cards, and falls
+    below the reference on 8 other re-deals, so the table names it the benchmark's luck and the env passes. The
+    reference's own play, planted as a family point, ties r_reference on the benchmark and on the other re-deals
+    alike: a tie is never luck, and fails."""
+    env_id = "clbench/Poker-v7"
+    lucky = Policy("hand_reader(raised_checked=fit_or_fold)", "hand_reader",
+                   "clbench.agents.poker_redteam:HandReaderAgent", {"raised_checked": "fit_or_fold"})
+    planted = Policy("planted-reference", "planted", "reference", {})
+    worse = Policy("hand_reader(raised=calling_station)", "hand_reader", "clbench.agents.poker_redteam:HandReaderAgent",
+                   {"raised": "calling_station"})
+    report = redteam.run(env_id, policies=[lucky, worse, planted], k=2, workers=2, out=str(tmp_path))
+    rows = {r["policy"]: r for r in report["rows"]}
+    assert rows[lucky.name]["chosen"] and rows[lucky.name]["mean"] >= report["r_reference"]
+    assert rows[lucky.name]["luck"] and rows[lucky.name]["held_out_lead"] < 0
+    assert "the benchmark's luck" in rows[lucky.name]["verdict"]
+    assert rows[planted.name]["held_out_lead"] == pytest.approx(0, abs=1e-9) and not rows[planted.name]["luck"]
+    assert [r["policy"] for r in report["failures"]] == [planted.name]
+    assert sorted(p.name for p in (tmp_path / "confirm").iterdir()) == sorted(
+        f"redeal-{d}" for d in redteam.confirm_deals({}, 2, redteam.confirm_count()))
 
 
 def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
