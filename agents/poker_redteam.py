@@ -268,18 +268,19 @@ def replay(env, policy: Policy, deal: int = 0, style: str | None = None) -> dict
     """`policy`'s reward (big blinds) on every hand of `env`'s schedule in deal `deal` (`hands`), played on
     the betting model against the env's opponents (`env` unwrapped); `style`: only the hands against
     opponents of that kind."""
-    rewards = {}
-    for iid, cards, button, opponent in hands(env, deal):
-        if style is not None and opponent.style != style:
-            continue
-        b = Betting(0 if button else 1, env.stack, env.small_blind, env.big_blind)
-        holes, board = (cards.agent, cards.opponent), tuple(cards.board)
-        players = (policy, opponent)
-        while not b.over:
-            spot = b.spot(holes[b.to_act], board[:BOARD_LEN[b.street]])
-            b.apply(spot.legalize(players[b.to_act].decide(spot)))
-        rewards[iid] = b.payoff(0, holes, board) / env.big_blind
-    return rewards
+    return {iid: play_hand(env, cards, button, policy, opponent)[0] for iid, cards, button, opponent in hands(env, deal)
+            if style is None or opponent.style == style}
+
+
+def play_hand(env, cards, button: bool, hero: Policy, opponent: Policy) -> tuple[float, tuple]:
+    """One hand on the betting model: `hero`'s reward (big blinds) and the hand's betting as the agent saw it."""
+    b = Betting(0 if button else 1, env.stack, env.small_blind, env.big_blind)
+    holes, board = (cards.agent, cards.opponent), tuple(cards.board)
+    players = (hero, opponent)
+    while not b.over:
+        spot = b.spot(holes[b.to_act], board[:BOARD_LEN[b.street]])
+        b.apply(spot.legalize(players[b.to_act].decide(spot)))
+    return b.payoff(0, holes, board) / env.big_blind, b.view(0)
 
 
 def mean_over(env, policy: Policy, deals) -> float:

@@ -18,9 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 import clbench  # noqa: F401  registers the envs
-from clbench.agents.poker import BOARD_LEN, KINDS, PLAYBOOKS, Belief, DefaultPlay, ReadingPlay, opponent_moves
-from clbench.agents.poker_redteam import hands, replay
-from clbench.envs.poker.betting import Betting
+from clbench.agents.poker import KINDS, PLAYBOOKS, Belief, DefaultPlay, ReadingPlay, opponent_moves
+from clbench.agents.poker_redteam import hands, play_hand, replay
 from clbench.envs.poker.opponents import STYLES
 from clbench.envs.poker.poker_env import PokerEnv
 
@@ -97,17 +96,6 @@ def fit(envs=None, rounds: int = ROUNDS, style: str | None = None) -> tuple[dict
         if params == start:  # a coordinate-wise optimum
             break
     return params, best
-
-
-def play_hand(env, cards, button, hero, opponent) -> tuple[float, tuple]:
-    """One hand on the betting model: `hero`'s reward (big blinds) and the betting as the agent saw it."""
-    b = Betting(0 if button else 1, env.stack, env.small_blind, env.big_blind)
-    holes, board = (cards.agent, cards.opponent), tuple(cards.board)
-    players = (hero, opponent)
-    while not b.over:
-        spot = b.spot(holes[b.to_act], board[:BOARD_LEN[b.street]])
-        b.apply(spot.legalize(players[b.to_act].decide(spot)))
-    return b.payoff(0, holes, board) / env.big_blind, b.view(0)
 
 
 def stateful_mean(envs, hazard: float, confident: float, deals: int = DEALS) -> float:
