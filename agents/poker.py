@@ -28,6 +28,7 @@ loose-aggressive player bet, and calling its barrels, pays only against it: a st
 """
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 from typing import Iterator
@@ -226,8 +227,8 @@ TELLS: dict[str, tuple[float, float, float]] = {
     '3oCHECK': (0.7061, 0.4799, 0.351),
     '3oRAISE': (0.2939, 0.5201, 0.649),
 }
-#: log TELLS, read at every decision
-_LOG_TELLS = {key: np.log(np.asarray(shares)) for key, shares in TELLS.items()}
+#: log TELLS, read at every decision (plain floats: numpy costs more than it saves on three numbers)
+_LOG_TELLS = {key: tuple(math.log(s) for s in shares) for key, shares in TELLS.items()}
 #: a player may change kind between two hands with this probability (the belief's drift: `Belief.observe`);
 #: fitted for the stateful reference on the train worlds (tasks/poker/fit_reference.py --reading)
 HAZARD = 0.15
@@ -236,30 +237,33 @@ HAZARD = 0.15
 CONFIDENT = 0.7
 
 
-def log_likelihood(acts) -> np.ndarray:
+def log_likelihood(acts) -> tuple[float, float, float]:
     """log P(the opponent's moves in `acts` | kind), for each kind of `KINDS` (moves taken as independent)."""
-    logs, total = _LOG_TELLS, np.zeros(len(KINDS))
+    a = b = c = 0.0
+    get = _LOG_TELLS.get
     for key in opponent_moves(acts):
-        row = logs.get(key)
+        row = get(key)
         if row is not None:
-            total += row
-    return total
+            a, b, c = a + row[0], b + row[1], c + row[2]
+    return a, b, c
 
 
-def posterior(prior: np.ndarray, acts) -> np.ndarray:
-    """P(kind | what was known before the hand, this hand's moves so far)."""
-    logp = np.log(prior) + log_likelihood(acts)
-    p = np.exp(logp - logp.max())
-    return p / p.sum()
+def posterior(prior, acts) -> tuple[float, float, float]:
+    """P(kind | what was known before the hand, this hand's moves so far), for each kind of `KINDS`."""
+    logp = [math.log(p) + ll for p, ll in zip(prior, log_likelihood(acts))]
+    top = max(logp)
+    p = [math.exp(x - top) for x in logp]
+    total = sum(p)
+    return p[0] / total, p[1] / total, p[2] / total
 
 
-UNIFORM = np.full(len(KINDS), 1 / len(KINDS))
+UNIFORM = (1 / 3, 1 / 3, 1 / 3)
 
 
-def book_for(belief: np.ndarray, confident: float = CONFIDENT) -> Policy:
+def book_for(belief, confident: float = CONFIDENT) -> Policy:
     """The playbook a belief points to: the exploit of a kind it holds at least `confident`, else the line."""
-    k = int(np.argmax(belief))
-    return PLAYBOOKS[KINDS[k]] if belief[k] >= confident else PLAYBOOKS["default"]
+    top = max(belief)
+    return PLAYBOOKS[KINDS[belief.index(top)]] if top >= confident else PLAYBOOKS["default"]
 
 
 @dataclass(frozen=True)
@@ -269,11 +273,11 @@ class ReadingPlay(Policy):
     `book_for` that belief. Stateless, from the uniform prior, it is the best one-hand read the reference's
     model makes, so a learner must out-earn what one hand's betting tells."""
 
-    prior: tuple = tuple(UNIFORM)
+    prior: tuple = UNIFORM
     confident: float = CONFIDENT
 
     def decide(self, s: Spot) -> Decision:
-        return book_for(posterior(np.asarray(self.prior), s.history), self.confident).decide(s)
+        return book_for(posterior(self.prior, s.history), self.confident).decide(s)
 
 
 #: the stateless reference's play (a fresh agent per hand, which has met no opponent): one hand's read
@@ -285,21 +289,21 @@ class Belief:
     let drift by `HAZARD` (a hidden Markov filter): a player who changes kind is re-read in a few hands."""
 
     def __init__(self, p=None, hazard: float | None = None):
-        self.p = UNIFORM.copy() if p is None else np.asarray(p, dtype=float)
+        self.p: tuple = UNIFORM if p is None else tuple(float(x) for x in p)
         self.hazard = HAZARD if hazard is None else hazard
 
     def observe(self, acts) -> None:
-        p = posterior(self.p, acts)
-        self.p = (1 - self.hazard) * p + self.hazard / len(KINDS)
+        keep, spread = 1 - self.hazard, self.hazard / len(KINDS)
+        self.p = tuple(keep * x + spread for x in posterior(self.p, acts))
 
     def likeliest(self) -> str:
         """The kind the belief holds most probable."""
-        return KINDS[int(np.argmax(self.p))]
+        return KINDS[self.p.index(max(self.p))]
 
     def style(self) -> str | None:
         """The kind the belief holds at least `CONFIDENT` (None: not clear yet)."""
-        k = int(np.argmax(self.p))
-        return KINDS[k] if self.p[k] >= CONFIDENT else None
+        top = max(self.p)
+        return KINDS[self.p.index(top)] if top >= CONFIDENT else None
 
 
 class PokerReference(Agent):
@@ -333,7 +337,7 @@ class PokerReference(Agent):
         belief.observe(table_spot(table).history)
 
     def state_dict(self) -> dict:
-        return {"beliefs": {name: [float(x) for x in b.p] for name, b in self.beliefs.items()}}
+        return {"beliefs": {name: list(b.p) for name, b in self.beliefs.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.beliefs = {name: Belief(p) for name, p in state["beliefs"].items()}

@@ -568,7 +568,7 @@ def test_reference_state_round_trip():
     clone.load_state_dict(json.loads(json.dumps(agent.state_dict())))
     assert {n: b.likeliest() for n, b in clone.beliefs.items()} == \
         {n: b.likeliest() for n, b in agent.beliefs.items()}
-    assert clone.beliefs["Mara"].p.tolist() == agent.beliefs["Mara"].p.tolist()
+    assert clone.beliefs["Mara"].p == agent.beliefs["Mara"].p
 
 
 def test_oracle_posterior_always_holds_the_true_cards():
