@@ -28,6 +28,10 @@ the benchmark's hands beside the stateless reference's, which none may reach (te
 - `LikelihoodReader` (reads the kind in the hand by likelihood): the stateful reference's own reading
   (`agents.poker.posterior`) from a uniform prior, on this hand's betting alone; the exploit of a kind
   read at least `confident`, else the line.
+- `SizeReader` (reads the kind by the opponent's bet sizes too): `LikelihoodReader` whose likelihood also
+  weighs each raise's size against the sizes tasks/poker/default.yaml (public text) gives each canonical kind
+  (`CANONICAL_SIZES`): the mixing hides which move a kind makes, never how much it bets (issue 29, red team
+  rt7: +0.39 +- 0.08 bb/hand over the stateless reference on 200 held-out canonical deals).
 
 `replay(env, policy)` plays a family point on the env's own schedule and opponents on the betting
 model (`betting.Betting`, which tests check agrees with the library move for move) without the
@@ -54,8 +58,8 @@ import gymnasium as gym
 import numpy as np
 
 from clbench.agent import Agent, make_agent
-from clbench.agents.poker import (BOARD_LEN, PLAYBOOKS, UNIFORM, action_text, bet_share, book_for, posterior,
-                                  table_spot)
+from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLAYBOOKS, UNIFORM, action_text, bet_share, book_for,
+                                  log_likelihood, posterior, table_spot)
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
 from clbench.runner import play_instance, stateless_agent_seed
@@ -215,6 +219,56 @@ class LikelihoodReader(Policy):
 
     def decide(self, s: Spot) -> Decision:
         return book_for(posterior(UNIFORM, s.history), self.confident).decide(s)
+
+
+#: the canonical opponents' raise sizes as tasks/poker/default.yaml states them (`open_size`, `bet_fraction`, ...),
+#: for the kinds in `KINDS` order: preflop in times the bet faced (at least the big blind), after the flop a bet
+#: into a checked street as a share of the pot
+CANONICAL_SIZES: dict[str, tuple[tuple[float, ...], ...]] = {
+    "pre": ((2.8,), (3.0,), (2.5, 3.0, 4.0)),
+    "flop": ((0.55,), (0.66,), (0.66, 0.75)),
+    "late": ((0.55,), (0.66,), (0.75,)),
+}
+SIZE_TOLERANCE = {"pre": 0.1, "flop": 0.02, "late": 0.02}  # chips are whole: 0.66 of a 20-chip pot bets 13
+
+
+def opponent_sizes(s: Spot) -> Iterator[tuple[str, float]]:
+    """("pre" | "flop" | "late", size) of each opponent raise in this hand's betting that `CANONICAL_SIZES` sizes
+    (raises of our bets after the flop are left out: every kind raises those three times)."""
+    b = Betting(0 if s.button else 1, 1 << 30, s.big_blind // 2, s.big_blind)
+    for a in s.history:
+        if not a.mine and a.kind == RAISE:
+            facing = b.bets[0]  # our bet on this street: what the opponent raised
+            if a.street == 0:
+                yield "pre", a.total / (facing if facing > s.big_blind else s.big_blind)
+            elif not facing:
+                yield ("flop" if a.street == 1 else "late"), a.total / (b.pot or 1)
+        b.apply(Decision(a.kind, a.total))
+
+
+def size_log_likelihood(s: Spot, miss: float = 1e-3) -> np.ndarray:
+    """log P(the opponent's raise sizes | kind): a size one kind's canonical sizes match and another's do not
+    is `miss` times as likely from the other; a size none matches says nothing."""
+    total = np.zeros(len(KINDS))
+    for situation, size in opponent_sizes(s):
+        tol = SIZE_TOLERANCE[situation]
+        match = np.array([any(abs(size - v) <= tol for v in sizes) for sizes in CANONICAL_SIZES[situation]])
+        if match.any():
+            total += np.where(match, 0.0, np.log(miss))
+    return total
+
+
+@dataclass(frozen=True)
+class SizeReader(Policy):
+    """`LikelihoodReader` that also reads the opponent's raise sizes (`size_log_likelihood`): memoryless and
+    opponent-blind, it knows of the world only what the public spec says its canonical kinds bet."""
+
+    confident: float = CONFIDENT
+
+    def decide(self, s: Spot) -> Decision:
+        logp = log_likelihood(s.history) + size_log_likelihood(s)
+        p = np.exp(logp - logp.max())
+        return book_for(p / p.sum(), self.confident).decide(s)
 
 
 @dataclass(frozen=True)
@@ -424,3 +478,7 @@ class HandReaderAgent(FamilyAgent):
 
 class LikelihoodReaderAgent(FamilyAgent):
     policy_class = LikelihoodReader
+
+
+class SizeReaderAgent(FamilyAgent):
+    policy_class = SizeReader

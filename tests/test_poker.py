@@ -919,9 +919,36 @@ def test_red_team_points_chosen_on_redeals_stay_below_the_reference_on_the_bench
     replays the runner's stateless reference."""
     r_ref, bench, r_exp, expected = red_team_verdict(None)
     assert r_ref == pytest.approx(SPEC["r_reference"])
-    reached = {name for name, mean in bench.items() if mean >= r_ref}
+    # the size reader reaches it and leads in expectation: an open hole (issue 29), tested apart below
+    reached = {name for name, mean in bench.items() if mean >= r_ref and name != "size_reader"}
     assert reached <= {"hand_reader", "likelihood_reader"}, (r_ref, bench)
     assert not any(beats_in_expectation(expected[name], r_exp) for name in reached), (r_exp, expected)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 29, Poker-v7: the opponents' raise sizes tell their kind in one hand: "
+                   "a memoryless size reader out-earns the stateless reference on the canonical world")
+def test_a_size_reader_does_not_out_earn_the_stateless_reference():
+    """A memoryless reader of the opponent's raise sizes (`SizeReader`: the sizes the public spec gives each
+    canonical kind, on top of the reference's own in-hand read) does not lead the stateless reference over 100
+    held-out canonical deals by two paired standard errors: neither its point chosen on held-out deals 5-9 nor
+    the one at the reference's own `CONFIDENT`. Red team rt7 measured leads of +0.28 +- 0.12 and +0.36 +- 0.11
+    bb/hand here (+0.24 +- 0.08 and +0.40 +- 0.08 over deals 10-209): each kind mixes which move it makes,
+    never how much it bets."""
+    from clbench import redteam
+    from clbench.agents.poker_redteam import SizeReader, choose, replay
+    from clbench.envs.poker.poker_env import PokerEnv
+
+    base = PokerEnv()
+    (_, chosen), = choose(base, {"size_reader": redteam.families(PokerEnv)["size_reader"]}).values()
+    deals = range(10, 110)
+
+    def per_deal(policy):
+        return np.array([np.mean(list(replay(base, policy, d).values())) for d in deals])
+
+    ref = per_deal(STATELESS)
+    leads = {p: per_deal(p) - ref for p in (chosen, SizeReader())}
+    assert not any(d.mean() > 2 * d.std(ddof=1) / np.sqrt(d.size) for d in leads.values()), \
+        {p: (d.mean(), d.std(ddof=1) / np.sqrt(d.size)) for p, d in leads.items()}
 
 
 #: fresh worlds where a full-grid point, chosen on re-deals of the world, out-earns the reference over 40 held-out

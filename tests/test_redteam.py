@@ -19,7 +19,10 @@ from clbench.registry import clbench_env_ids, env_class
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
-OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail)
+OPEN_HOLES: dict[str, str] = {  # task -> issue text of a hole still open (strict xfail)
+    "poker": "issue 29, Poker-v7: size_reader (the opponents' raise sizes read against the public spec's) reaches "
+             "r_reference on the benchmark and leads the stateless reference on other re-deals",
+}
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":

@@ -50,6 +50,9 @@ FAMILIES: dict[str, tuple[str, dict[str, list], dict]] = {
                                                "default")]}),
     "likelihood_reader": (f"{_RT}:LikelihoodReaderAgent", {"confident": [0.5, 0.6, 0.8, 0.9]},
                           {"full_grid": {"confident": [0.4, 0.5, 0.6, 0.65, 0.75, 0.8, 0.9, 0.95, 0.99]}}),
+    # the likelihood reader that also reads raise sizes against the public spec's canonical ones (issue 29)
+    "size_reader": (f"{_RT}:SizeReaderAgent", {"confident": [0.6, 0.7, 0.8, 0.9]},
+                    {"full_grid": {"confident": [0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 0.95]}}),
     "push_fold": (f"{_RT}:PushFoldAgent", {"push_pct": [0.1, 0.5]}, {"full_grid": {"push_pct": [0.05, 0.1, 0.2, 0.35,
                                                                                                0.5, 0.75, 1.0]}}),
 }
