@@ -161,22 +161,22 @@ REFERENCE_PARAMS: dict = {
     "open_at": 0.0, "iso_at": 0.5, "defend_at": 0.1, "defend_big_at": 0.7,
     "threebet_at": 0.7, "cbet": 75, "bluff": 30, "river_bluff": 0, "value_tier": 1, "river_tier": 1,
     "bet_small": 1.0, "bet_big": 1.0, "raise_tier": 3, "mid_share": 1.0, "top_share": 1.0, "draw_share": 0.4,
-    "weak_share": 0.55, "catch_tier": 1, "trap_tier": 9}
+    "weak_share": 0.3, "catch_tier": 1, "trap_tier": 9}
 
 #: each kind's exploit (`DefaultPlay`'s parameters), fitted by the same search on the train worlds' hands
 #: against opponents of that kind only, over more deals (tasks/poker/fit_reference.py --exploits)
 EXPLOIT_PARAMS: dict[str, dict] = {
-    STATION: {"open_at": 0.0, "iso_at": 0.5, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.8, "cbet": 100,
+    STATION: {"open_at": 0.0, "iso_at": 0.5, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.8, "cbet": 75,
               "bluff": 0, "river_bluff": 0, "value_tier": 1, "river_tier": 1, "bet_small": 1.0, "bet_big": 1.0,
-              "raise_tier": 3, "mid_share": 1.0, "top_share": 1.0, "draw_share": 0.3, "weak_share": 0.8,
-              "catch_tier": 9, "trap_tier": 9},
+              "raise_tier": 3, "mid_share": 1.0, "top_share": 1.0, "draw_share": 0.4, "weak_share": 0.8,
+              "catch_tier": 1, "trap_tier": 9},
     FIT_OR_FOLD: {"open_at": 0.0, "iso_at": 0.5, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.7,
                   "cbet": 100, "bluff": 45, "river_bluff": 30, "value_tier": 1, "river_tier": 4, "bet_small": 0.33,
                   "bet_big": 1.0, "raise_tier": 5, "mid_share": 0.0, "top_share": 0.5, "draw_share": 0.0,
                   "weak_share": 0.0, "catch_tier": 9, "trap_tier": 9},
-    LAG: {"open_at": 0.1, "iso_at": 0.85, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.92, "cbet": 100,
+    LAG: {"open_at": 0.2, "iso_at": 0.85, "defend_at": 0.1, "defend_big_at": 0.7, "threebet_at": 0.92, "cbet": 100,
           "bluff": 45, "river_bluff": 30, "value_tier": 1, "river_tier": 4, "bet_small": 1.5, "bet_big": 0.66,
-          "raise_tier": 4, "mid_share": 0.7, "top_share": 1.0, "draw_share": 0.4, "weak_share": 0.3, "catch_tier": 3,
+          "raise_tier": 3, "mid_share": 0.7, "top_share": 1.0, "draw_share": 0.4, "weak_share": 0.3, "catch_tier": 9,
           "trap_tier": 3},
 }
 
@@ -205,33 +205,33 @@ def opponent_moves(acts) -> Iterator[str]:
 #: (tasks/poker/fit_reference.py --tells). Each kind's parameters are drawn per world, so these are what a
 #: kind does on average, never one world's values; a key not here says nothing.
 TELLS: dict[str, tuple[float, float, float]] = {
-    '0fCALL': (0.9996, 0.1536, 0.4399),
-    '0fFOLD': (0.0002, 0.7935, 0.2526),
-    '0fRAISE': (0.0002, 0.0529, 0.3074),
-    '0oCALL': (0.7756, 0.1047, 0.1712),
-    '0oFOLD': (0.0003, 0.425, 0.1832),
-    '0oRAISE': (0.2241, 0.4703, 0.6456),
-    '1fCALL': (0.9995, 0.1315, 0.4367),
-    '1fFOLD': (0.0002, 0.8292, 0.4947),
-    '1fRAISE': (0.0002, 0.0392, 0.0686),
-    '1oCHECK': (0.7038, 0.6517, 0.2391),
-    '1oRAISE': (0.2962, 0.3483, 0.7609),
-    '2fCALL': (0.9995, 0.312, 0.4323),
-    '2fFOLD': (0.0003, 0.5799, 0.4852),
-    '2fRAISE': (0.0003, 0.1081, 0.0825),
-    '2oCHECK': (0.7128, 0.5612, 0.3713),
-    '2oRAISE': (0.2872, 0.4388, 0.6287),
-    '3fCALL': (0.9994, 0.5282, 0.7197),
-    '3fFOLD': (0.0003, 0.2887, 0.2152),
-    '3fRAISE': (0.0003, 0.1831, 0.065),
-    '3oCHECK': (0.7061, 0.4799, 0.351),
-    '3oRAISE': (0.2939, 0.5201, 0.649),
+    '0fCALL': (0.9996, 0.1578, 0.4399),
+    '0fFOLD': (0.0002, 0.789, 0.2494),
+    '0fRAISE': (0.0002, 0.0533, 0.3107),
+    '0oCALL': (0.7479, 0.1055, 0.1686),
+    '0oFOLD': (0.0003, 0.4439, 0.1767),
+    '0oRAISE': (0.2518, 0.4506, 0.6548),
+    '1fCALL': (0.9995, 0.1275, 0.4542),
+    '1fFOLD': (0.0002, 0.8333, 0.4778),
+    '1fRAISE': (0.0002, 0.0392, 0.068),
+    '1oCHECK': (0.6934, 0.6457, 0.2351),
+    '1oRAISE': (0.3066, 0.3543, 0.7649),
+    '2fCALL': (0.9995, 0.3175, 0.4364),
+    '2fFOLD': (0.0003, 0.5766, 0.4847),
+    '2fRAISE': (0.0003, 0.1058, 0.079),
+    '2oCHECK': (0.6957, 0.562, 0.386),
+    '2oRAISE': (0.3043, 0.438, 0.614),
+    '3fCALL': (0.9993, 0.5469, 0.7353),
+    '3fFOLD': (0.0003, 0.2812, 0.2027),
+    '3fRAISE': (0.0003, 0.1719, 0.062),
+    '3oCHECK': (0.6955, 0.5348, 0.3555),
+    '3oRAISE': (0.3045, 0.4652, 0.6445),
 }
 #: log TELLS, read at every decision (plain floats: numpy costs more than it saves on three numbers)
 _LOG_TELLS = {key: tuple(math.log(s) for s in shares) for key, shares in TELLS.items()}
 #: a player may change kind between two hands with this probability (the belief's drift: `Belief.observe`);
 #: fitted for the stateful reference on the train worlds (tasks/poker/fit_reference.py --reading)
-HAZARD = 0.15
+HAZARD = 0.1
 #: play a kind's exploit once the belief gives that kind at least this probability, else the line; fitted for
 #: the stateless reference (one hand's read) on the train worlds (tasks/poker/fit_reference.py --reading)
 CONFIDENT = 0.7

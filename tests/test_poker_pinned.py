@@ -85,10 +85,10 @@ def digest(agent_name: str, schedule: str, seed: int, world_seed: int | None = N
 
 
 CASES = {
-    ("reference", "default", 0, None): "f672beb747312d6f",  # v7: mixed tells, the likelihood-reading reference
-    ("prober", "default", 1, None): "1a04ce13d2040c61",  # v7: the opponents mix their moves; 40/20/10/40/10 hands
-    ("prober", "drift_short", 2, 3): "1dbf4320686d1640",  # v7: world 3 drawn anew (every kind met)
-    ("random", "short", 4, None): "0f177171b11f3012",  # v7: the opponents mix their moves
+    ("reference", "default", 0, None): "cac6f2ac7e4c377e",  # v7: mixed moves and sizes, the likelihood reader
+    ("prober", "default", 1, None): "c20699e62f69d2cb",  # v7: the opponents mix their moves; 40/20/10/40/10 hands
+    ("prober", "drift_short", 2, 3): "b739cd07e0e37a56",  # v7: world 3 drawn anew (every kind met)
+    ("random", "short", 4, None): "f53a0d5ae6704d78",  # v7: the opponents mix their moves and sizes
 }
 
 

@@ -19,10 +19,7 @@ from clbench.registry import clbench_env_ids, env_class
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
-OPEN_HOLES: dict[str, str] = {  # task -> issue text of a hole still open (strict xfail)
-    "poker": "issue 29, Poker-v7: size_reader (the opponents' raise sizes read against the public spec's) reaches "
-             "r_reference on the benchmark and leads the stateless reference on other re-deals",
-}
+OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail)
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":
@@ -149,18 +146,16 @@ def test_selection_deals_skip_the_deal_under_test():
 
 
 def test_a_point_that_reaches_the_reference_by_the_benchmarks_luck_is_confirmed_on_other_re_deals(tmp_path):
-    """Poker-v7's hand reader plays as the stateless reference but where one hand's betting reads otherwise (a
-    few hands in a hundred): chosen on re-deals 1-2, it reaches r_reference on the benchmark's cards, and falls
-    below the reference on 8 other re-deals, so the table names it the benchmark's luck and the env passes. The
-    reference's own play, planted as a family point, ties r_reference on the benchmark and on the other re-deals
-    alike: a tie is never luck, and fails."""
+    """Poker-v7's likelihood reader at another threshold than the reference's plays as the stateless reference but
+    where one hand's betting reads otherwise (a few hands in a hundred): it reaches r_reference on the benchmark's
+    cards (4.266 vs 4.232 bb/hand) and falls below the reference on the 8 other re-deals (-0.17), so the table
+    names it the benchmark's luck and the env passes. The reference's own play, planted as a family point, ties
+    r_reference on the benchmark and on the other re-deals alike: a tie is never luck, and fails."""
     env_id = "clbench/Poker-v7"
-    lucky = Policy("hand_reader(raised_checked=fit_or_fold)", "hand_reader",
-                   "clbench.agents.poker_redteam:HandReaderAgent", {"raised_checked": "fit_or_fold"})
+    lucky = Policy("likelihood_reader(confident=0.75)", "likelihood_reader",
+                   "clbench.agents.poker_redteam:LikelihoodReaderAgent", {"confident": 0.75})
     planted = Policy("planted-reference", "planted", "reference", {})
-    worse = Policy("hand_reader(raised=calling_station)", "hand_reader", "clbench.agents.poker_redteam:HandReaderAgent",
-                   {"raised": "calling_station"})
-    report = redteam.run(env_id, policies=[lucky, worse, planted], k=2, workers=2, out=str(tmp_path))
+    report = redteam.run(env_id, policies=[lucky, planted], k=2, workers=2, out=str(tmp_path))
     rows = {r["policy"]: r for r in report["rows"]}
     assert rows[lucky.name]["chosen"] and rows[lucky.name]["mean"] >= report["r_reference"]
     assert rows[lucky.name]["luck"] and rows[lucky.name]["held_out_lead"] < 0

@@ -4,7 +4,8 @@ Each is a pure function of its own cards (through `strength.Strength`), the boar
 public betting, with the thresholds in tasks/poker/default.yaml. Besides what makes a kind
 exploitable, each mixes its visible moves by `Strength.code` (a fixed pseudo-random number of its
 cards and the board, unrelated to their strength): a drawn share of hands is played with another
-kind's move, so one hand's betting says little about the kind and many hands say it clearly.
+kind's move, so one hand's betting says little about the kind and many hands say it clearly. How much
+a player bets or raises is drawn per hand the same way for every kind (`raise_mixed`, `bet_mixed`).
 
 - `CallingStation`: calls bets up to a bit more than the pot with any two cards; bigger bets
   (overbets, shoves) it calls only with a good starting hand or a pair; never raises a bet.
@@ -32,6 +33,17 @@ from clbench.envs.poker.policy import Decision, Policy, Spot, bet_share
 PRE, FLOP = 0, 1
 
 
+def raise_mixed(s: Spot) -> Decision:
+    """A preflop raise (open, isolation or re-raise) to 2.5 to 3.5 times the bet, by `Strength.size`: every
+    kind sizes alike, so how much a player raises never tells its kind."""
+    return s.raise_times(2.5 + s.strength.size / 100)
+
+
+def bet_mixed(s: Spot) -> Decision:
+    """A bet into a checked street of 0.4 to 0.85 of the pot, by `Strength.size`, alike for every kind."""
+    return s.bet_pot(0.4 + 0.45 * s.strength.size / 100)
+
+
 @dataclass(frozen=True)
 class CallingStation(Policy):
     style = "calling_station"
@@ -39,16 +51,14 @@ class CallingStation(Policy):
     big_pct: float = 0.5  # ... this top share of its hands preflop, or a pair or better after the flop
     raise_pct: float = 0.25  # preflop, unopened: share of its hands it raises (the rest it limps or checks)
     stab_pct: float = 0.3  # after the flop, checked to: share of its hands it bets (the rest it checks)
-    open_size: float = 3.0  # its preflop raises, in big blinds / times the bet
-    bet_fraction: float = 0.5
 
     def decide(self, s: Spot) -> Decision:
         if not s.raises:  # its random aggression: unrelated to its cards, so it tells nothing of them
             if s.street == PRE:
                 if s.strength.code < 100 * self.raise_pct:
-                    return s.raise_times(self.open_size)
+                    return raise_mixed(s)
             elif not s.to_call and s.strength.code < 100 * self.stab_pct:
-                return s.bet_pot(self.bet_fraction)
+                return bet_mixed(s)
         before, floor = s.pot - s.to_call, 4 * s.big_blind  # the pot before the bet, at least 4 big blinds
         if s.to_call > self.big_share * (before if before > floor else floor):
             st = s.strength
@@ -64,12 +74,10 @@ class FitOrFold(Policy):
     iso_pct: float = 0.15  # share it raises in the big blind after a limp
     defend_pct: float = 0.22  # share it calls a raise with
     reraise_pct: float = 0.05  # share it re-raises with
-    open_size: float = 3.0  # preflop raises, in big blinds / times the bet
     big_raise_bb: float = 6.0  # a raise to more than this is met like a re-raise
     continue_tier: int = 3  # after the flop: call bets with this tier or better
     value_tier: int = 4  # bet with this tier or better; needed to call overbets
     raise_tier: int = 5
-    bet_fraction: float = 0.66
     limp_pct: float = 0.2  # unopened button: share of the hands it does not raise that it limps
     stab_pct: float = 0.25  # after the flop, checked to: share of its other hands it bets anyway
 
@@ -79,17 +87,17 @@ class FitOrFold(Policy):
             if not s.raises:
                 if s.to_call:  # unopened button
                     if st.pct >= 1 - self.open_pct:
-                        return s.raise_times(self.open_size)
+                        return raise_mixed(s)
                     return s.check_or_call() if st.code < 100 * self.limp_pct else s.check_or_fold()
-                return s.raise_times(self.open_size) if st.pct >= 1 - self.iso_pct else s.check_or_call()
+                return raise_mixed(s) if st.pct >= 1 - self.iso_pct else s.check_or_call()
             if st.pct >= 1 - self.reraise_pct and s.raises < 3:
-                return s.raise_times(self.open_size)
+                return raise_mixed(s)
             small = s.raises == 1 and s.my_bet + s.to_call <= self.big_raise_bb * s.big_blind
             keep = self.defend_pct if small else 2 * self.reraise_pct
             return s.check_or_call() if st.pct >= 1 - keep else s.check_or_fold()
         if not s.to_call:
             stab = st.code < 100 * self.stab_pct
-            return s.bet_pot(self.bet_fraction) if st.tier >= self.value_tier or stab else s.check_or_call()
+            return bet_mixed(s) if st.tier >= self.value_tier or stab else s.check_or_call()
         if st.tier >= self.raise_tier and s.raises < 3:
             return s.raise_times(3)
         overbet = s.to_call > s.pot - s.to_call
@@ -106,12 +114,9 @@ class LooseAggressive(Policy):
     call_pct: float = 0.8  # share it continues with against one raise (incl. re-raises)
     fourbet_pct: float = 0.08
     continue_pct: float = 0.5  # share it continues with against two or more raises
-    open_size: float = 3.0
     big_raise_bb: float = 8.0  # a single raise to more than this is met like a re-raise
-    flop_fraction: float = 0.66  # flop bets, this share of the pot
     flop_pct: float = 0.75  # flop, checked to: share of its hands it bets (and every strong hand or draw)
     limp_pct: float = 0.2  # unopened button: share of the hands it would raise that it limps instead
-    late_fraction: float = 0.75
     late_value_tier: int = 4  # turn/river: bet and call with this tier or better
     late_raise_tier: int = 5
     barrel_pct: float = 0.5  # turn/river: share of its weak hands it bets anyway when checked to
@@ -125,26 +130,26 @@ class LooseAggressive(Policy):
                 if s.to_call:
                     if st.pct < 1 - self.open_pct:
                         return s.check_or_fold()
-                    return s.check_or_call() if st.code < 100 * self.limp_pct else s.raise_times(self.open_size)
-                return s.raise_times(self.open_size + 1) if st.pct >= 1 - self.iso_pct else s.check_or_call()
+                    return s.check_or_call() if st.code < 100 * self.limp_pct else raise_mixed(s)
+                return raise_mixed(s) if st.pct >= 1 - self.iso_pct else s.check_or_call()
             if s.raises == 1 and s.my_bet + s.to_call <= self.big_raise_bb * s.big_blind:
                 if st.pct >= 1 - self.threebet_pct:
-                    return s.raise_times(self.open_size)
+                    return raise_mixed(s)
                 return s.check_or_call() if st.pct >= 1 - self.call_pct else s.check_or_fold()
             if st.pct >= 1 - self.fourbet_pct and s.raises < 4:
-                return s.raise_times(2.5)
+                return raise_mixed(s)
             return s.check_or_call() if st.pct >= 1 - self.continue_pct else s.check_or_fold()
         if s.street == FLOP:
             if not s.to_call:
                 bet = st.code < 100 * self.flop_pct or st.tier >= self.late_value_tier or st.draw
-                return s.bet_pot(self.flop_fraction) if bet else s.check_or_call()
+                return bet_mixed(s) if bet else s.check_or_call()
             if st.tier >= self.late_value_tier and s.raises < 2:
                 return s.raise_times(3)
             loose = st.tier >= 1 or st.draw or st.overcards or s.to_call * 2 <= s.pot - s.to_call
             return s.check_or_call() if loose else s.check_or_fold()
         if not s.to_call:  # value, and a fixed share of the rest as bluffs (draws on the turn always)
             bluff = st.draw and s.street < 3 or st.code < 100 * self.barrel_pct
-            return s.bet_pot(self.late_fraction) if st.tier >= self.late_value_tier or bluff else s.check_or_call()
+            return bet_mixed(s) if st.tier >= self.late_value_tier or bluff else s.check_or_call()
         if st.tier >= self.late_raise_tier and s.raises < 2:
             return s.raise_times(3)
         # defends by pot odds: any pair (or a draw on the turn) calls bets up to `call_share` of the pot,
@@ -161,15 +166,13 @@ STYLES = {cls.style: cls for cls in (CallingStation, FitOrFold, LooseAggressive)
 #: the range each exploitable parameter is drawn from in a non-canonical world (uniform; ints inclusive)
 RANGES: dict[str, dict[str, tuple]] = {
     "calling_station": {"big_share": (1.0, 1.5), "big_pct": (0.4, 0.6), "raise_pct": (0.15, 0.35),
-                        "stab_pct": (0.2, 0.4), "open_size": (2.5, 3.5), "bet_fraction": (0.4, 0.75)},
+                        "stab_pct": (0.2, 0.4)},
     "fit_or_fold": {"open_pct": (0.35, 0.55), "iso_pct": (0.1, 0.2), "defend_pct": (0.17, 0.27),
-                    "reraise_pct": (0.03, 0.07), "open_size": (2.5, 3.5), "big_raise_bb": (5.0, 7.0),
-                    "continue_tier": (3, 3), "value_tier": (4, 4), "raise_tier": (5, 5), "bet_fraction": (0.5, 0.8),
-                    "limp_pct": (0.1, 0.3), "stab_pct": (0.15, 0.35)},
+                    "reraise_pct": (0.03, 0.07), "big_raise_bb": (5.0, 7.0),
+                    "continue_tier": (3, 3), "value_tier": (4, 4), "raise_tier": (5, 5), "limp_pct": (0.1, 0.3), "stab_pct": (0.15, 0.35)},
     "loose_aggressive": {"open_pct": (0.75, 0.9), "iso_pct": (0.5, 0.65), "threebet_pct": (0.25, 0.4),
                          "call_pct": (0.7, 0.85), "fourbet_pct": (0.05, 0.1), "continue_pct": (0.4, 0.55),
-                         "open_size": (2.5, 3.5), "big_raise_bb": (7.0, 9.0), "flop_fraction": (0.55, 0.8),
-                         "late_fraction": (0.6, 0.9), "late_value_tier": (4, 4), "late_raise_tier": (5, 5),
+                         "big_raise_bb": (7.0, 9.0), "late_value_tier": (4, 4), "late_raise_tier": (5, 5),
                          "barrel_pct": (0.4, 0.6), "call_share": (0.8, 1.2), "float_share": (0.3, 0.5),
                          "flop_pct": (0.6, 0.85), "limp_pct": (0.1, 0.3)},
 }

@@ -198,7 +198,8 @@ class PokerEnv(InstanceSequenceEnv):
     * v7: the kinds' tells are no longer certain (issue 29: on v6 a station never raised and a
       loose-aggressive player bet every flop, so a memoryless line that read the kind off one hand's
       betting beat the learning reference): each kind plays a drawn share of its hands with another
-      kind's visible move. The reference reads kinds by likelihood (a belief per opponent, updated
+      kind's visible move, and every kind draws its bet and raise sizes per hand from the same range
+      (each kind's own sizes told it in one raise: red team rt7). The reference reads kinds by likelihood (a belief per opponent, updated
       by Bayes after every hand and within the hand), so its stateless pass is a reader too and the
       learner must out-earn the best in-hand read. The default schedule gives the canonical world's
       kinds 40 hands each (Mara 40, Dex 20, Mara again 10, Quinn 40, Dex again 10; every world plays

@@ -79,6 +79,7 @@ class Strength:
     straight_draw: bool = False  # open-ended
     overcards: bool = False  # both hole cards above every board card
     code: int = 0  # 0..99, a fixed pseudo-random number of this exact situation (for mixing)
+    size: int = 0  # 0..99, another one, unrelated to `code` (for bet sizes)
 
     @property
     def draw(self) -> bool:
@@ -147,12 +148,14 @@ def _draws(hole, board) -> tuple[bool, bool]:
     return flush, straight
 
 
-def situation_code(hole, board) -> int:
-    """A fixed number 0..99 per (hole cards, board): deterministic 'mixing' for strategies. The hole cards
-    count as a set (either order gives the same number), so a model of a player that enumerates holdings in
-    its own order (the oracle's) reproduces the player's mixed moves."""
+def situation_codes(hole, board) -> tuple[int, int]:
+    """Two fixed numbers 0..99 per (hole cards, board), from separate digits of one hash: deterministic
+    'mixing' for strategies (which move, and how much). The hole cards count as a set (either order gives the
+    same numbers), so a model of a player that enumerates holdings in its own order (the oracle's) reproduces
+    the player's mixed moves."""
     a, b = _INDEX[hole[0]], _INDEX[hole[1]]
-    return zlib.crc32(bytes((*sorted((a, b)), *(_INDEX[c] for c in board)))) % 100
+    h = zlib.crc32(bytes((*sorted((a, b)), *(_INDEX[c] for c in board))))
+    return h % 100, h // 100 % 100
 
 
 @lru_cache(maxsize=1 << 15)
@@ -160,13 +163,13 @@ def strength(hole: tuple, board: tuple) -> Strength:
     """The features of `hole` (2 cards) on `board` (0, 3, 4 or 5 cards)."""
     street = {0: 0, 3: 1, 4: 2, 5: 3}[len(board)]
     pct = preflop_pct(hole)
-    code = situation_code(hole, board)
+    code, size = situation_codes(hole, board)
     if street == 0:
-        return Strength(0, pct, -1, code=code)
+        return Strength(0, pct, -1, code=code, size=size)
     flush, straight = _draws(hole, board) if street < 3 else (False, False)
     top = max(_RANK[c] for c in board)
     over = min(_RANK[h] for h in hole) > top
-    return Strength(street, pct, _tier(hole, board), flush, straight, over, code)
+    return Strength(street, pct, _tier(hole, board), flush, straight, over, code, size)
 
 
 def all_combos(excluded) -> list[tuple]:
