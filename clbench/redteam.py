@@ -67,28 +67,23 @@ def slow() -> bool:
 class PolicyFamily:
     """One family of `policy_families`: the agent class ("module:Class"), its parameter grid
     (the default search), an optional larger grid (`full_grid`, searched with CLBENCH_SLOW=1 or
-    --full), whether it keeps state across instances (then played as one stateful rollout) and the
-    points it leaves out (`exclude`: each a dict of parameter values; a point whose parameters all
-    match one is left out): the points that play the reference's own line, which no one needs to search for
-    and whose margin over the reference is the benchmark's luck where the two play differently."""
+    --full) and whether it keeps state across instances (then played as one stateful rollout)."""
 
     cls: str
     grid: dict = field(default_factory=dict)
     stateful: bool = False
     full_grid: dict | None = None
-    exclude: tuple = ()
 
     def points(self, full: bool = False) -> list[dict]:
-        """Every parameter combination of the grid (the full grid when asked and declared) but `exclude`."""
+        """Every parameter combination of the grid (the full grid when asked and declared)."""
         grid = self.full_grid if full and self.full_grid is not None else self.grid
         names = sorted(grid)
-        points = [dict(zip(names, values)) for values in itertools.product(*(list(grid[n]) for n in names))]
-        return [p for p in points if not any(all(x.get(k, v) == v for k, v in p.items()) for x in self.exclude)]
+        return [dict(zip(names, values)) for values in itertools.product(*(list(grid[n]) for n in names))]
 
 
 def as_family(entry) -> PolicyFamily:
     """A `policy_families` value as a PolicyFamily: ("module:Class", grid), ("module:Class", grid,
-    "stateful" | {"stateful": bool, "full_grid": {...}, "exclude": [{...}, ...]}) or a PolicyFamily itself."""
+    "stateful" | {"stateful": bool, "full_grid": {...}}) or a PolicyFamily itself."""
     if isinstance(entry, PolicyFamily):
         return entry
     if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3) or not isinstance(entry[0], str):
@@ -99,7 +94,6 @@ def as_family(entry) -> PolicyFamily:
         if options not in ("stateful", "stateless"):
             raise ValueError(f"a policy family's third element is 'stateful', 'stateless' or options, not {options!r}")
         options = {"stateful": options == "stateful"}
-    options = {**options, "exclude": tuple(options.get("exclude", ()))}
     return PolicyFamily(cls, dict(grid or {}), **options)
 
 

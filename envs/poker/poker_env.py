@@ -44,10 +44,7 @@ FAMILIES: dict[str, tuple[str, dict[str, list], dict]] = {
                                                 "raised_checked": ["default", "fit_or_fold"],
                                                 "raised_bet": ["default", "loose_aggressive"]},
                     {"full_grid": {k: ["default", "calling_station", "fit_or_fold", "loose_aggressive"]
-                                   for k in ("raised", "raised_checked", "raised_bet", "called", "called_checked")},
-                     # reading nothing, it plays the reference's line on every hand: the reference's own fallback
-                     "exclude": [dict.fromkeys(("raised", "raised_checked", "raised_bet", "called", "called_checked"),
-                                               "default")]}),
+                                   for k in ("raised", "raised_checked", "raised_bet", "called", "called_checked")}}),
     "likelihood_reader": (f"{_RT}:LikelihoodReaderAgent", {"confident": [0.5, 0.6, 0.8, 0.9]},
                           {"full_grid": {"confident": [0.4, 0.5, 0.6, 0.65, 0.75, 0.8, 0.9, 0.95, 0.99]}}),
     # the likelihood reader that also reads raise sizes against the public spec's canonical ones (issue 29)
