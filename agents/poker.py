@@ -248,9 +248,10 @@ def log_likelihood(acts) -> tuple[float, float, float]:
     return a, b, c
 
 
-def posterior(prior, acts) -> tuple[float, float, float]:
-    """P(kind | what was known before the hand, this hand's moves so far), for each kind of `KINDS`."""
-    logp = [math.log(p) + ll for p, ll in zip(prior, log_likelihood(acts))]
+def posterior(prior, acts, extra=(0.0, 0.0, 0.0)) -> tuple[float, float, float]:
+    """P(kind | what was known before the hand, this hand's moves so far), for each kind of `KINDS`; `extra`:
+    log-likelihoods of other evidence read in the same hand (the red team's size reader)."""
+    logp = [math.log(p) + ll + x for p, ll, x in zip(prior, log_likelihood(acts), extra)]
     top = max(logp)
     p = [math.exp(x - top) for x in logp]
     total = sum(p)

@@ -25,13 +25,12 @@ the benchmark's hands beside the stateless reference's, which none may reach (te
   certain, above the learning reference (issue 29). On v7 each kind mixes its visible moves and the
   stateless reference is itself a reader (`agents.poker.ReadingPlay`), so a read tuned on the world is
   what this family tests.
-- `LikelihoodReader` (reads the kind in the hand by likelihood): the stateful reference's own reading
-  (`agents.poker.posterior`) from a uniform prior, on this hand's betting alone; the exploit of a kind
-  read at least `confident`, else the line.
-- `SizeReader` (reads the kind by the opponent's bet sizes too): `LikelihoodReader` whose likelihood also
-  weighs each raise's size against the sizes tasks/poker/default.yaml (public text) gives each canonical kind
-  (`CANONICAL_SIZES`): the mixing hides which move a kind makes, never how much it bets (issue 29, red team
-  rt7: +0.39 +- 0.08 bb/hand over the stateless reference on 200 held-out canonical deals).
+- `likelihood_reader` (`ReadingPlay`, the reference's own in-hand read from the uniform prior): at other
+  thresholds (`confident`) than the stateless reference's.
+- `SizeReader` (reads the kind by the opponent's bet sizes too): the likelihood reader whose likelihood also
+  weighs each raise's size by how much each kind bets on the train split (`size_tells`). Red team rt7: on the
+  first v7 build each kind bet its own sizes and this read led the stateless reference by +0.24 +- 0.08
+  bb/hand over 200 held-out canonical deals; since then every kind draws its sizes alike.
 
 `replay(env, policy)` plays a family point on the env's own schedule and opponents on the betting
 model (`betting.Betting`, which tests check agrees with the library move for move) without the
@@ -58,8 +57,8 @@ import gymnasium as gym
 import numpy as np
 
 from clbench.agent import Agent, make_agent
-from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLAYBOOKS, UNIFORM, action_text, bet_share, book_for,
-                                  log_likelihood, posterior, table_spot)
+from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLAYBOOKS, UNIFORM, ReadingPlay, action_text, bet_share,
+                                  book_for, posterior, table_spot)
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
 from clbench.runner import play_instance, stateless_agent_seed
@@ -209,18 +208,6 @@ class HandReader(Policy):
         return PLAYBOOKS[book].decide(s)
 
 
-@dataclass(frozen=True)
-class LikelihoodReader(Policy):
-    """Reads the kind as the stateful reference does (`agents.poker.posterior`: each kind's moves' shares), but
-    from nothing but this hand's betting (a uniform prior), and plays the exploit of a kind the read gives at
-    least `confident`, else the line: the best in-hand read the reference's own model makes, memoryless."""
-
-    confident: float = 0.8
-
-    def decide(self, s: Spot) -> Decision:
-        return book_for(posterior(UNIFORM, s.history), self.confident).decide(s)
-
-
 #: size bins per situation of an opponent raise: preflop in times the bet faced (at least the big blind), after
 #: the flop a bet into a checked street as a share of the pot
 SIZE_BINS = {"pre": np.linspace(2.0, 4.5, 11), "flop": np.linspace(0.2, 1.2, 11), "late": np.linspace(0.2, 1.2, 11)}
@@ -269,7 +256,7 @@ def size_log_likelihood(s: Spot) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SizeReader(Policy):
-    """`LikelihoodReader` that also reads the opponent's raise sizes (`size_log_likelihood`): memoryless and
+    """The likelihood reader (`ReadingPlay` from the uniform prior) that also reads the opponent's raise sizes (`size_log_likelihood`): memoryless and
     opponent-blind, it knows how much each kind bets as the train split shows it (red team rt7: on Poker-v7.0
     each canonical kind raised by its own sizes, which tasks/poker/default.yaml published, and a size reader led
     the stateless reference by +0.24 +- 0.08 bb/hand; since then every kind draws its sizes alike)."""
@@ -277,9 +264,7 @@ class SizeReader(Policy):
     confident: float = CONFIDENT
 
     def decide(self, s: Spot) -> Decision:
-        logp = np.log(UNIFORM) + np.asarray(log_likelihood(s.history)) + size_log_likelihood(s)
-        p = np.exp(logp - logp.max())
-        return book_for(tuple(p / p.sum()), self.confident).decide(s)
+        return book_for(posterior(UNIFORM, s.history, size_log_likelihood(s)), self.confident).decide(s)
 
 
 @dataclass(frozen=True)
@@ -488,7 +473,7 @@ class HandReaderAgent(FamilyAgent):
 
 
 class LikelihoodReaderAgent(FamilyAgent):
-    policy_class = LikelihoodReader
+    policy_class = ReadingPlay  # the reference's own read from the uniform prior, at the grid's `confident`
 
 
 class SizeReaderAgent(FamilyAgent):

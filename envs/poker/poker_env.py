@@ -47,7 +47,7 @@ FAMILIES: dict[str, tuple[str, dict[str, list], dict]] = {
                                    for k in ("raised", "raised_checked", "raised_bet", "called", "called_checked")}}),
     "likelihood_reader": (f"{_RT}:LikelihoodReaderAgent", {"confident": [0.5, 0.6, 0.8, 0.9]},
                           {"full_grid": {"confident": [0.4, 0.5, 0.6, 0.65, 0.75, 0.8, 0.9, 0.95, 0.99]}}),
-    # the likelihood reader that also reads raise sizes against the public spec's canonical ones (issue 29)
+    # the likelihood reader that also reads raise sizes by what each kind bets on the train split (issue 29)
     "size_reader": (f"{_RT}:SizeReaderAgent", {"confident": [0.6, 0.7, 0.8, 0.9]},
                     {"full_grid": {"confident": [0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 0.95]}}),
     "push_fold": (f"{_RT}:PushFoldAgent", {"push_pct": [0.1, 0.5]}, {"full_grid": {"push_pct": [0.05, 0.1, 0.2, 0.35,
@@ -196,8 +196,8 @@ class PokerEnv(InstanceSequenceEnv):
       loose-aggressive player bet every flop, so a memoryless line that read the kind off one hand's
       betting beat the learning reference): each kind plays a drawn share of its hands with another
       kind's visible move, and every kind draws its bet and raise sizes per hand from the same range
-      (each kind's own sizes told it in one raise: red team rt7). The reference reads kinds by likelihood (a belief per opponent, updated
-      by Bayes after every hand and within the hand), so its stateless pass is a reader too and the
+      (each kind's own sizes told it in one raise: red team rt7). The reference reads kinds by
+      likelihood (a belief per opponent, updated by Bayes after every hand and within the hand), so its stateless pass is a reader too and the
       learner must out-earn the best in-hand read. The default schedule gives the canonical world's
       kinds 40 hands each (Mara 40, Dex 20, Mara again 10, Quinn 40, Dex again 10; every world plays
       these counts), so no memoryless line tuned on it profits from one kind's share, and every drawn
