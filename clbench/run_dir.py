@@ -31,7 +31,7 @@ from pathlib import Path
 
 from clbench.results import (RESULTS_FILE, AppendFiles, ResultsError, _json_default, _open_append, all_well_formed,
                              _write_locked, append_lines, encode_into, iter_jsonl, load_metadata, load_records,
-                             read_json, record_fields, record_key, reset_of, safe_name, split_instances,
+                             read_json, record_fields, reset_of, safe_name, split_instances,
                              write_json_atomic)
 
 #: written into a run directory by the driver's error policy: jobs stop before their next instance
@@ -383,24 +383,15 @@ class RunDirectory:
 
     # resume bookkeeping
     def done_keys(self, task: str, system: str) -> tuple[set[tuple], set[tuple]]:
-        """(mode, rollout, instance_id) recorded for task/system: (completed, errored); a later
-        record of a key replaces an earlier one."""
+        """(mode, rollout, instance_id) recorded for task/system: (completed, errored), by the records
+        `load_records` keeps (the newest of each key; a malformed one is dropped, as the metrics drop
+        it, so resume plays its instance again instead of leaving a hole)."""
         ok, bad = set(), set()
         if not self.results.exists():
             return ok, bad
-        for _, rec in iter_jsonl(self.results):
-            try:
-                t, s, mode, k, iid = record_key(rec)
-            except (KeyError, TypeError, ValueError):
-                continue
-            if t == task and s == system:
-                key = (mode, k, iid)
-                if rec.get("error"):
-                    bad.add(key)
-                    ok.discard(key)
-                else:
-                    ok.add(key)
-                    bad.discard(key)
+        for rec in load_records(self.root):
+            if rec["task"] == task and rec["system"] == system:
+                (bad if rec.get("error") else ok).add((rec["mode"], rec["rollout"], rec["instance_id"]))
         return ok, bad
 
     def checkpoint(self, task: str, system: str, rollout: int) -> dict | None:

@@ -50,10 +50,14 @@ def _rec(iid: str, pos: int, error=None, mode="stateful", rollout=0) -> dict:
 
 
 def test_done_keys_follow_the_newest_record_of_each_instance(tmp_path):
+    """Resume skips what the metrics will count: the newest well-formed record of each instance. A record
+    whose reward is corrupt is dropped by `load_records`, so its instance is played again, not left a hole."""
     rd = RunDirectory(tmp_path)
     append_lines(rd.results, [_rec("a", 0), _rec("b", 1, error="boom"), _rec("c", 2), _rec("c", 2, error="late"),
-                              _rec("b", 1), {"task": "t"}, _rec("x", 0, mode="stateless", rollout=2)])
-    ok, bad = rd.done_keys("t", "s")
+                              _rec("b", 1), {"task": "t"}, _rec("x", 0, mode="stateless", rollout=2),
+                              {**_rec("d", 3), "reward": "0.5"}])
+    with pytest.warns(UserWarning, match="reward '0.5' is not a finite number"):
+        ok, bad = rd.done_keys("t", "s")
     assert ok == {("stateful", 0, "a"), ("stateful", 0, "b"), ("stateless", 2, "x")}
     assert bad == {("stateful", 0, "c")}
     assert rd.done_keys("t", "other") == (set(), set())
