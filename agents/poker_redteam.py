@@ -227,22 +227,37 @@ def opponent_sizes(history, button: bool, big_blind: int) -> Iterator[tuple[str,
         b.apply(Decision(a.kind, a.total))
 
 
+#: the train split's worlds an attacker (and tasks/poker/fit_reference.py) studies: the canonical seed's and 24 more
+TRAIN_WORLDS = (None, *range(1, 25))
+
+
+def train_worlds() -> list:
+    """The registered Poker env's train split in each of `TRAIN_WORLDS`."""
+    from clbench.registry import env_class, env_id_for  # the env by its registered id: agents import no env module
+
+    cls = env_class(env_id_for("poker"))
+    return [cls(split="train", world_seed=w) for w in TRAIN_WORLDS]
+
+
+def line_hands(envs, deals: int) -> Iterator[tuple[str, tuple, bool, object]]:
+    """(the opponent's kind, the hand's betting, our button, env) of every hand of `envs` dealt `deals` times,
+    played by the reference's line: the one walk over the train split that what each kind shows is counted on
+    (its moves: fit_reference.tells; its sizes: `size_tells`)."""
+    for env in envs:
+        for k in range(deals):
+            for _, cards, button, opponent in hands(env, k):
+                yield opponent.style, play_hand(env, cards, button, PLAYBOOKS["default"], opponent)[1], button, env
+
+
 @lru_cache(maxsize=1)
 def size_tells(deals: int = 5) -> dict[str, np.ndarray]:
     """log P(size bin | kind) of the opponents' raises by situation (rows: `KINDS`), over the train split's
     worlds played by the reference's line: what each kind bets, as an attacker who studied the train split
     knows it (add-one smoothing: no size is impossible for a kind)."""
-    from clbench.registry import env_class, env_id_for  # the env by its registered id: agents import no env module
-
-    cls = env_class(env_id_for("poker"))
     counts = {sit: np.ones((len(KINDS), len(edges) + 1)) for sit, edges in SIZE_BINS.items()}
-    for world in (None, *range(1, 25)):
-        env = cls(split="train", world_seed=world)
-        for k in range(deals):
-            for _, cards, button, opponent in hands(env, k):
-                _, seen = play_hand(env, cards, button, PLAYBOOKS["default"], opponent)
-                for sit, size in opponent_sizes(seen, button, env.big_blind):
-                    counts[sit][KINDS.index(opponent.style), np.searchsorted(SIZE_BINS[sit], size)] += 1
+    for kind, seen, button, env in line_hands(train_worlds(), deals):
+        for sit, size in opponent_sizes(seen, button, env.big_blind):
+            counts[sit][KINDS.index(kind), np.searchsorted(SIZE_BINS[sit], size)] += 1
     return {sit: np.log(c / c.sum(axis=1, keepdims=True)) for sit, c in counts.items()}
 
 

@@ -841,7 +841,7 @@ def test_the_reference_reads_with_what_the_train_worlds_fit():
     from clbench.agents import poker
 
     fit = fit_module()
-    envs = fit.worlds()
+    envs = fit.train_worlds()
     assert fit.tells(envs) == poker.TELLS
     if os.environ.get("CLBENCH_SLOW") == "1":  # a minute: the readings of 25 worlds x 12 deals x 7 grid values
         assert fit.reading(envs) == (poker.CONFIDENT, poker.HAZARD)
@@ -858,7 +858,7 @@ def test_fitted_reference_is_a_coordinate_optimum_of_its_train_fit():
     from clbench.agents.poker import REFERENCE_PARAMS
 
     fit = fit_module()
-    envs = fit.worlds()
+    envs = fit.train_worlds()
     assert all(env.split == "train" for env in envs)
     if os.environ.get("CLBENCH_SLOW") == "1":
         assert fit.fit(envs)[0] == REFERENCE_PARAMS

@@ -8,7 +8,7 @@
 The stateless reference plays one opponent-blind line against every opponent. Its parameters are
 chosen by coordinate search (each parameter over its grid in turn, until a pass changes nothing) for the mean
 chip result, played on the betting model (`poker_redteam.replay`), over the default schedule of the
-train split's own world and train worlds 1..`FIT_WORLDS`, each dealt `DEALS` times (each kind's
+train split's own world and train worlds 1-24 (`poker_redteam.TRAIN_WORLDS`), each dealt `DEALS` times (each kind's
 exploit: the same search on the hands against opponents of that kind only, dealt `EXPLOIT_DEALS` times). No test-split
 world (canonical or fresh) is used: tests/test_poker.py checks that the constants reproduce from
 here and that the line stays above every red-team family on test worlds.
@@ -18,12 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 import clbench  # noqa: F401  registers the envs
-from clbench.agents.poker import KINDS, PLAYBOOKS, Belief, DefaultPlay, ReadingPlay, opponent_moves
-from clbench.agents.poker_redteam import hands, play_hand, replay
+from clbench.agents.poker import KINDS, Belief, DefaultPlay, ReadingPlay, opponent_moves
+from clbench.agents.poker_redteam import hands, line_hands, play_hand, replay, train_worlds
 from clbench.envs.poker.opponents import STYLES
-from clbench.envs.poker.poker_env import PokerEnv
 
-FIT_WORLDS = 24
 DEALS = 3  # the train world's deals 0..DEALS-1 (poker_redteam.hands: the ones its rollout seeds 0-2 play)
 #: deals per world for an exploit: one kind's hands are a third of the schedule and an exploit's edge over
 #: the reference line a few tenths of a big blind per hand, so 3 deals fitted noise (the loose-aggressive
@@ -55,10 +53,6 @@ GRID: dict[str, list] = {
 }
 
 
-def worlds() -> list[PokerEnv]:
-    return [PokerEnv(split="train", world_seed=w) for w in (None, *range(1, FIT_WORLDS + 1))]
-
-
 CONFIDENT_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 HAZARD_GRID = (0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3)
 
@@ -81,7 +75,7 @@ def kind_mean(envs, policy, style: str | None = None, deals: int | None = None) 
 def fit(envs=None, rounds: int = ROUNDS, style: str | None = None) -> tuple[dict, float]:
     """Coordinate search from `DefaultPlay`'s defaults: the stateless reference's line (`style=None`: every
     hand), or the exploit of one kind of opponent (only the hands against that kind)."""
-    envs = envs or worlds()
+    envs = envs or train_worlds()
     params = {name: getattr(DefaultPlay, name) for name in GRID}
     best = score(envs, params, style)
     for _ in range(rounds):
@@ -121,7 +115,7 @@ def reading(envs=None) -> tuple[float, float]:
     one hand's read from the uniform prior (the stateless reference), and then `HAZARD`, the grid value with
     the best mean of the stateful reference (`stateful_mean`), each over `READ_DEALS` deals of the train worlds
     (on 3 the confidence fitted noise: 0.8, then 0.7 on 12)."""
-    envs = envs or worlds()
+    envs = envs or train_worlds()
     confident = max((kind_mean(envs, ReadingPlay(confident=c), deals=READ_DEALS), c) for c in CONFIDENT_GRID)[1]
     hazard = max((stateful_mean(envs, h, confident, READ_DEALS), h) for h in HAZARD_GRID)[1]
     return confident, hazard
@@ -133,13 +127,10 @@ def tells(envs=None, deals: int = TELL_DEALS) -> dict[str, tuple[float, ...]]:
     counts one pseudo-move per move the situation allows (add-one smoothing): no move of a kind is certain
     never to come, so one surprising move lowers a read and never ends it."""
     counts: dict[str, dict[str, int]] = {kind: {} for kind in KINDS}
-    line = PLAYBOOKS["default"]
-    for env in envs or worlds():
-        for k in range(deals):
-            for _, cards, button, opponent in hands(env, k):
-                mine = counts[opponent.style]
-                for key in opponent_moves(play_hand(env, cards, button, line, opponent)[1]):
-                    mine[key] = mine.get(key, 0) + 1
+    for kind, seen, _, _ in line_hands(envs or train_worlds(), deals):
+        mine = counts[kind]
+        for key in opponent_moves(seen):
+            mine[key] = mine.get(key, 0) + 1
     keys = sorted({key for c in counts.values() for key in c})
     situations = {key[:2] for key in keys}
     out = {}
@@ -157,7 +148,7 @@ def tells(envs=None, deals: int = TELL_DEALS) -> dict[str, tuple[float, ...]]:
 if __name__ == "__main__":
     import sys
 
-    envs = worlds()
+    envs = train_worlds()
     if "--tells" in sys.argv:
         print("TELLS: dict[str, tuple[float, float, float]] = {")
         for key, shares in tells(envs).items():
