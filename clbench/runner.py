@@ -248,6 +248,7 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
     records, header = [], _header(job, env.unwrapped.task)  # the task once per job (a chain of wrappers to walk)
     played = saving = 0.0  # seconds playing and recording instances / checkpointing (CHECKPOINT_SHARE)
     saved = float("-inf")  # when the newest checkpoint was taken
+    errored = False  # an instance lost to an error: no later state is one to continue from (see plan_jobs)
     shocks, probe, clock = cfg.shocks, cfg.probe, time.perf_counter
     for pos in range(start, n):
         if files.stop_requested():
@@ -265,9 +266,10 @@ def _run_stateful(job: Job, env, files: JobFiles) -> list[dict]:
             rec["shocks"] = [e["event"] for e in events]
         files.instance(traj, rec, info, transcript)
         records.append(rec)
+        errored = errored or rec["error"] is not None
         now = clock()
         played += now - begun
-        if saving <= CHECKPOINT_SHARE * played and now - saved >= CHECKPOINT_SECONDS:
+        if not errored and saving <= CHECKPOINT_SHARE * played and now - saved >= CHECKPOINT_SECONDS:
             state = agent.state_dict()
             if state is not None:
                 files.checkpoint(pos, state)
@@ -320,7 +322,8 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
 
     With resume, completed instances are skipped; a stateful rollout continues from its newest
     agent checkpoint (instances finished after it are played and recorded again; later records
-    replace earlier ones), or restarts when there is none. What a restarted or continued rollout
+    replace earlier ones), or restarts when there is none. A rollout with an errored instance has
+    no checkpoint after it (`_run_stateful`), so it continues from before that instance. What a restarted or continued rollout
     keeps on disk is the run directory's (RunDirectory.restart_rollout / continue_rollout).
     """
     rd = RunDirectory(cfg.out)
@@ -335,11 +338,12 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
                 jobs.append(Job(cfg, "stateful", k, remaining=len(schedule)))
                 continue
             order = [s.instance_id for s in schedule.order(cfg.seed + k)]
-            errored = any(("stateful", k, iid) in bad for iid in order)
-            if all(("stateful", k, iid) in ok for iid in order) and not errored:
+            if all(("stateful", k, iid) in ok for iid in order):
                 continue
             resume_state = None
-            saved = rd.checkpoint(task, cfg.system, k) if resume and resumable and not errored else None
+            # an errored instance's rollout continues from before it: the runner takes no checkpoint after an
+            # instance errored, and one taken later by an older clbench fails the check below (a restart)
+            saved = rd.checkpoint(task, cfg.system, k) if resume and resumable else None
             if saved is not None:
                 p = int(saved["position"])
                 if all(("stateful", k, order[q]) in ok for q in range(p + 1)):

@@ -146,3 +146,32 @@ def test_flush_shock_on_memoryprobe_reference_dips_and_never_recovers(tmp_path):
     e = effects[0]
     assert e["reward_after"] < e["reward_before"] - 0.5
     assert e["recovery_instances"] is None
+
+
+def test_a_rollout_with_an_errored_instance_resumes_from_before_it(tmp_path):
+    """An instance lost to an infrastructure error is played again on --resume, and its stateful rollout
+    continues from the newest checkpoint taken before it (the runner takes none after an errored instance: the
+    agent never saw that instance's feedback), instead of replaying the whole rollout (red team s16, item 12).
+    The resumed run's records equal those of a run that never failed."""
+    from clbench.error_policy import ErrorPolicy
+    from clbench.results import iter_jsonl
+    from clbench.rollout import RunIncomplete, resume_run
+
+    at = 6
+    kw = dict(rollouts=1, mode="stateful", env_kwargs={"schedule": "short"},
+              agent_kwargs={"marker": str(tmp_path / "failed-once"), "at": at})
+    out = tmp_path / "run"
+    with pytest.raises(RunIncomplete):
+        run(RunConfig(ENV, "tests.slow_agents:LosesOneInstanceOnce", str(out), **kw), say=lambda m: None,
+            quiet=True, policy=ErrorPolicy(fail_on_error=100))
+    first = [rec for _, rec in iter_jsonl(out / "results.jsonl")]
+    assert [r["position"] for r in first if r["error"]] == [at] and len(first) > at + 1  # it played on
+    resume_run(out, say=lambda m: None, quiet=True)
+    lines = [rec for _, rec in iter_jsonl(out / "results.jsonl")]
+    again = sorted(r["position"] for r in lines[len(first):])
+    assert again[0] <= at and again[0] > 0, again  # from a checkpoint before the error, not from the start
+    assert again == list(range(again[0], len(first)))
+    (tmp_path / "failed-once").touch()
+    run(RunConfig(ENV, "tests.slow_agents:LosesOneInstanceOnce", str(tmp_path / "whole"), **kw), say=lambda m: None,
+        quiet=True)
+    assert canonical(out) == canonical(tmp_path / "whole")
