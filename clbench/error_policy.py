@@ -8,7 +8,8 @@ invalid until `--resume` plays it again. The policy stops the whole run early in
 producing more of them:
 
 * `--max-consecutive-errors K` (default 5): K errored instances in a row (in the order they
-  finish, over all jobs) stop the run;
+  finish, over all jobs) stop the run (with W workers, at most W - 1 more were in flight: a worker
+  waits for the driver's look at the records after each one, `JobFiles._await_policy`);
 * `--fail-on-error N|F` (default 0.1): more than N errored instances (N >= 1), or more than the
   fraction F (0 <= F < 1) of the planned instances, stop the run; 0 stops at the first.
 

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from clbench.results import RESULTS_FILE, _parse_whole
+from clbench.run_dir import POLICY_LOOK_SECONDS
 
 
 def plain_output() -> bool:
@@ -64,7 +65,7 @@ class RunProgress:
             self._progress.stop()
 
     def _follow(self):
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(POLICY_LOOK_SECONDS):
             self.poll()
 
     def poll(self):

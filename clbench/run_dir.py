@@ -39,6 +39,8 @@ STOP_FILE = "STOP"
 #: a job writes its finished instances, and looks for STOP, at least this often (JobFiles): a kill
 #: loses at most this much play, which --resume plays again
 FLUSH_SECONDS = 0.25
+#: the driver's error policy reads the records written since its last look this often (RunProgress)
+POLICY_LOOK_SECONDS = 0.5
 #: ... and once its buffers hold this many bytes of lines: a job's memory stays bounded (buffers of
 #: megabytes, freed at once and allocated again, made each new line several times dearer than encoding it)
 FLUSH_BYTES = 1 << 17
@@ -220,6 +222,17 @@ class JobFiles:
         self._stop_checked = now
         return stop_requested(self.out)
 
+    def _await_policy(self) -> None:
+        """After an instance lost to an infrastructure error, in a process whose driver reads the records on
+        its own (a pool or Ray worker): wait for the driver's next look (two POLICY_LOOK_SECONDS at most, less
+        once it stops the run) before the next instance, of this job or the next. Without it the workers of a
+        dead endpoint's run played on while the driver read: a run stopped at --max-consecutive-errors 3 had
+        recorded 6 errored instances, its whole schedule. An errored instance has spent its retries already:
+        the wait adds under a second to it."""
+        deadline = time.perf_counter() + 2 * POLICY_LOOK_SECONDS
+        while not stop_requested(self.out) and time.perf_counter() < deadline:
+            time.sleep(0.02)
+
     def instance(self, traj: list[dict], record: dict, info: dict, transcript: list[dict] | None) -> None:
         encode_into(self._traj, traj)
         if transcript:
@@ -232,6 +245,8 @@ class JobFiles:
         if record.get("error") or record.get("model_faults"):  # written at once: the error policy counts them
             self._alert = True
             self.flush()
+            if record.get("error_kind") == "infrastructure" and getattr(self.sink, "poll", None) is None:
+                self._await_policy()
         elif len(self._traj) + len(self._records) >= FLUSH_BYTES \
                 or time.perf_counter() - self._flushed >= FLUSH_SECONDS:
             self.flush()

@@ -448,6 +448,22 @@ def test_a_dead_endpoint_mid_run_stops_the_run_invalidates_nothing_silently_and_
     assert task["cumulative_gain"]["mean"] == pytest.approx(0.0)  # memory none: no gain, as the clean run
 
 
+def test_a_dead_endpoint_stops_a_two_worker_run_within_one_instance_of_its_threshold(tmp_path, capsys):
+    """Pool workers wait for the driver's look at the records after an instance lost to an infrastructure
+    error: the run stops with at most one errored instance per other worker beyond --max-consecutive-errors
+    (one was in flight). Before, the workers played on while the driver read, and the run recorded 6 errored
+    instances, the whole schedule."""
+    out = tmp_path / "run"
+    with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
+        server.faults.extend([Fault("none")] * 11 + [Fault("server_error")] * 400)
+        args = _cli(server, out, "--max-consecutive-errors", "3", "--fail-on-error", "100")
+        args[args.index("--workers") + 1] = "2"
+        assert cli_main(args) == 3
+    assert "STOPPING: 3 instances in a row failed" in capsys.readouterr().err
+    records = load_records(out)
+    assert 3 <= sum(bool(r.get("error")) for r in records) <= 3 + 1 and len(records) < 16, records
+
+
 def test_errored_instances_make_metrics_invalid_and_the_exit_code_incomplete(tmp_path, capsys):
     with ScriptedServer(ReferencePolicy(SPECTRUM, **SHORT)) as server:
         server.faults.extend([Fault("none")] * 12 + [Fault("server_error")] * 4)  # 2 stateless instances fail
