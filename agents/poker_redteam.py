@@ -43,9 +43,10 @@ from its luck on the benchmark's hands; `choose` picks each family's point on he
 team's choice, never on the scored hands); `selection` splits a grid's best benchmark mean into that
 play and the selection gain of picking the luckiest point on the hands it is scored on.
 
-`deal_env(k)` makes the registered env that plays deal k through the runner, and `stateful_hands` /
-`stateless_hands` play the reference there in the runner's two modes, one hand at a time: the measuring
-scripts of tasks/poker/ (board_luck.py, world_difficulty.py) read what they measure between hands.
+`deal_env(k)` makes the registered env that plays deal k through the runner (where `clbench.runner`'s
+`stateful_instances` / `stateless_instances` play the reference in the runner's two modes, one hand at a time:
+the measuring scripts of tasks/poker/, board_luck.py and world_difficulty.py, read what they measure between
+hands).
 """
 from __future__ import annotations
 
@@ -56,12 +57,11 @@ from typing import Iterator
 import gymnasium as gym
 import numpy as np
 
-from clbench.agent import Agent, make_agent
+from clbench.agent import Agent
 from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLAYBOOKS, UNIFORM, ReadingPlay, action_text, bet_share,
                                   book_for, posterior, table_spot)
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
-from clbench.runner import play_instance, stateless_agent_seed
 
 
 def _my_raises(s: Spot) -> int:
@@ -361,25 +361,6 @@ def deal_env(deal: int, **kwargs) -> tuple[gym.Env, int]:
     env_id = env_id_for("poker")
     deals = env_class(env_id).deals
     return gym.make(env_id, redeal=deal // deals, **kwargs), deal % deals
-
-
-def stateful_hands(env, seed: int, **agent_kwargs) -> Iterator[tuple[str, dict]]:
-    """The reference's stateful rollout `seed` on `env` as the runner plays it: (instance id, record) of each
-    hand as it ends, while the env still holds that hand's table."""
-    agent = make_agent("reference", env, seed=seed, **agent_kwargs)
-    for pos in range(len(env.unwrapped.schedule)):
-        obs, info = env.reset(seed=seed) if pos == 0 else env.reset()
-        yield info["instance_id"], play_instance(env, agent, obs, info, [])
-
-
-def stateless_hands(env, seed: int) -> Iterator[tuple[str, dict]]:
-    """The reference's stateless line on rollout `seed`'s hands as the runner plays it: each hand alone, in the
-    rollout's order, by a fresh agent seeded as the runner seeds it; yields as `stateful_hands`."""
-    for inst in env.unwrapped.schedule.order(seed):
-        iid = inst.instance_id
-        agent = make_agent("reference", env, seed=stateless_agent_seed(seed, iid))
-        obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
-        yield iid, play_instance(env, agent, obs, info, [])
 
 
 def _policies(families: dict, full: bool):

@@ -229,17 +229,13 @@ def train_states(env_id: str, env_kwargs: dict) -> dict[str, dict]:
     """The stateful reference's `state_dict()` at the end of each variant of one rollout (seed 0) on the
     train split, by variant name (a train variant and its test twin share the name)."""
     from clbench.agent import make_agent
-    from clbench.runner import make_env, play_instance
+    from clbench.runner import make_env, stateful_instances
 
     env = make_env(env_id, **{**env_kwargs, "split": "train"})
     try:
         agent = make_agent("reference", env, seed=0)
-        states: dict[str, dict] = {}
-        for pos in range(len(env.unwrapped.schedule)):
-            obs, info = env.reset(seed=0) if pos == 0 else env.reset()
-            play_instance(env, agent, obs, info, [])
-            states[info["variant"]] = agent.state_dict()  # the variant's last instance leaves its state
-        return states
+        # the variant's last instance leaves its state
+        return {info["variant"]: agent.state_dict() for info, _ in stateful_instances(env, agent, 0)}
     finally:
         env.close()
 

@@ -23,6 +23,7 @@ import time
 import traceback
 import zlib
 from dataclasses import asdict, dataclass, field
+from typing import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -374,6 +375,26 @@ def stateless_agent_seed(rollout_seed: int, instance_id: str) -> int:
     """The fresh agent of one stateless instance: seeded from the pass's seed and the instance, so
     instances of a pass do not replay one random stream (stateful rollout k's agent gets SEED+k)."""
     return int(np.random.SeedSequence([rollout_seed, zlib.crc32(instance_id.encode())]).generate_state(1)[0])
+
+
+def stateful_instances(env, agent, seed: int) -> Iterator[tuple[dict, dict]]:
+    """Stateful rollout `seed` of `agent` (made by the caller, who may read its state between instances)
+    on `env` as the runner plays it, writing nothing: (info, outcome) of each instance as it ends, while
+    the env still holds it. For scripts that measure between instances (tasks/poker/, clbench.redteam)."""
+    for pos in range(len(env.unwrapped.schedule)):
+        obs, info = env.reset(seed=seed) if pos == 0 else env.reset()
+        yield info, play_instance(env, agent, obs, info, [])
+
+
+def stateless_instances(env, agent: str, seed: int, **agent_kwargs) -> Iterator[tuple[dict, dict]]:
+    """Stateless pass `seed` of the agent named `agent` as the runner plays it (each instance alone, in the
+    rollout's order, by a fresh agent seeded as `_run_stateless` seeds it), writing nothing; yields as
+    `stateful_instances`."""
+    for inst in env.unwrapped.schedule.order(seed):
+        iid = inst.instance_id
+        fresh = make_agent(agent, env, seed=stateless_agent_seed(seed, iid), **agent_kwargs)
+        obs, info = env.reset(seed=seed, options={"instance": iid, "stateless": True})
+        yield info, play_instance(env, fresh, obs, info, [])
 
 
 def agent_class(env_id: str, name: str):

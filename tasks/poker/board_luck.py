@@ -15,7 +15,9 @@ import sys
 from multiprocessing import Pool
 
 import clbench  # noqa: F401  registers the envs
-from clbench.agents.poker_redteam import deal_env, stateful_hands, stateless_hands
+from clbench.agent import make_agent
+from clbench.agents.poker_redteam import deal_env
+from clbench.runner import stateful_instances, stateless_instances
 from clbench.envs.poker.luck import luck_adjusted
 
 
@@ -24,7 +26,8 @@ def play_deal(deal: int) -> dict[str, float]:
     env, seed = deal_env(deal)
     poker = env.unwrapped
     sums = dict.fromkeys(("stateful_chips", "stateful_adjusted", "stateless_chips", "stateless_adjusted"), 0.0)
-    for mode, hands in (("stateful", stateful_hands(env, seed)), ("stateless", stateless_hands(env, seed))):
+    for mode, hands in (("stateful", stateful_instances(env, make_agent("reference", env, seed=seed), seed)),
+                        ("stateless", stateless_instances(env, "reference", seed))):
         for _ in hands:  # each hand's table, read as it ends
             table = poker._table
             sums[f"{mode}_chips"] += table.profit() / poker.big_blind

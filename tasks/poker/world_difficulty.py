@@ -16,7 +16,9 @@ import sys
 from multiprocessing import Pool
 
 import clbench  # noqa: F401  registers the envs
-from clbench.agents.poker_redteam import deal_env, stateful_hands, stateless_hands
+from clbench.agent import make_agent
+from clbench.agents.poker_redteam import deal_env
+from clbench.runner import stateful_instances, stateless_instances
 from clbench.commands.drift_check import declared_drifts
 from clbench.commands.worlds import parse_seeds
 
@@ -30,9 +32,11 @@ def play_deal(job: tuple[int | None, int]) -> tuple[int | None, dict[str, float]
     after = names.index(drift) + 1
     end = starts[names[after]] if after < len(names) else len(schedule)
     order = [inst.instance_id for inst in schedule.order(seed)]
-    stateful = {iid: rec["reward"] for iid, rec in stateful_hands(env, seed)}
-    frozen = {iid: rec["reward"] for iid, rec in stateful_hands(env, seed, freeze_at=starts[drift])}
-    stateless = {iid: rec["reward"] for iid, rec in stateless_hands(env, seed)}
+    stateful = {info["instance_id"]: out["reward"]
+                for info, out in stateful_instances(env, make_agent("reference", env, seed=seed), seed)}
+    frozen = {info["instance_id"]: out["reward"] for info, out in
+              stateful_instances(env, make_agent("reference", env, seed=seed, freeze_at=starts[drift]), seed)}
+    stateless = {info["instance_id"]: out["reward"] for info, out in stateless_instances(env, "reference", seed)}
     env.close()
     post = order[starts[drift]:end]
     return world, {"gain": sum(stateful[i] - stateless[i] for i in order) / len(order),
