@@ -24,7 +24,8 @@ raises first), which also tells whether every observation is a str (then the bat
 the reward and end arrays are copies of arrays made when the same columns last came (one dict lookup
 for the three; NEXT_STEP's step of resets alone, no reward and no end, takes the zero arrays without a
 key), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks them
-in step()).
+in step()); a worker process pickles its infos apart from its columns, so the parent unpickles them
+only when the info is read.
 
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
 modes NEXT_STEP (default), SAME_STEP and DISABLED, infos stacked as `_add_info` stacks them, `reset(seed=,
