@@ -726,7 +726,7 @@ class BatchedVectorEnv(VectorEnv):
                 tuple(zip(infos, finals)), _SHARDS, all(text))
 
     def _column(self, parts: tuple, kind: int) -> tuple | None:
-        """A column of the shards' parts, None where every part is None (kind 0: zeros, 1: False, 2: None)."""
+        """A column of the shards' parts: a None part is that shard's zeros (kind 0) or False (1); None if all are."""
         nones = parts.count(None)
         if nones == len(parts):
             return None
