@@ -40,8 +40,8 @@ thousand instructions (~0.1 us); run once per vector step between sub-env steps 
 data, each costs 3-6x that (a fresh array ~0.3-0.7 us). Instruction counts are at parity (callgrind,
 2,048 instances after 400: one env 111.6k per instance, NEXT_STEP 109.0k), CPU time is not: SAME_STEP
 pays the step once per 8 DBExplore instances (0.979, 0.931-1.012), NEXT_STEP twice, its step of resets
-(8 resets of ~2.5 us) being a vector step of its own (0.909, 0.880-0.952, same run; 0.95-0.96 in
-quieter runs). That second step's fixed cost is NEXT_STEP's floor, ~0.94-0.96 of one env in CPU time.
+(8 resets of ~2.5 us) being a vector step of its own (0.909, 0.880-0.952, same run; 0.94-0.95 at load
+1.4-2.5). That second step's fixed cost is NEXT_STEP's floor, ~0.94-0.96 of one env in CPU time.
 Tried and not kept: arrays copied ahead or released in batches, np.zeros for the zero columns, a zip loop
 instead of the straight-line code, the step of resets' arrays and LazyInfo made before its resets while
 the step's code is hot (0.999 of the current step, paired), resets in reverse order (1.000), gc off
