@@ -45,8 +45,9 @@ pays the step once per 8 DBExplore instances (0.979, 0.931-1.012), NEXT_STEP twi
 Tried and not kept: arrays copied ahead or released in batches, np.zeros for the zero columns, a zip loop
 instead of the straight-line code, the step of resets' arrays and LazyInfo made before its resets while
 the step's code is hot (0.999 of the current step, paired), resets in reverse order (1.000), gc off
-(no change); the ending step's key lookup is worth at most ~0.01 (1.013 paired with none at all); recycling the arrays a caller dropped (+0.01 to +0.04) is not the fresh arrays SyncVectorEnv
-returns (a held array could not be resized, a changed one would come back changed). Prefetching
+(no change); the ending step's key lookup is worth at most ~0.01 (1.013 paired with none at all);
+recycling the arrays a caller dropped (+0.01 to +0.04) is not the fresh arrays SyncVectorEnv returns (a
+held array could not be resized, a changed one would come back changed). Prefetching
 NEXT_STEP's resets (done at the end of step t, in the parent or in a worker after it answered, so that
 step t+1 only hands them out) is not exact and not done: a clbench reset cannot be undone (it advances the
 rollout's position and enters the next instance, whose state a stateful env keeps), so a reset(seed=..,
