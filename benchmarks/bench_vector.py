@@ -59,8 +59,8 @@ message (~6 us CPU: pickling and the write that wakes the worker), the answer (~
 unpickling) and the join of the shards' columns (~3 us); a worker pickles its infos apart from its
 columns, so the parent unpickles them only when an info is read (parent CPU per step, old/new paired, 41-61
 repeats at load 3-9: DBExplore NEXT_STEP 57.6 -> 51.8 us, SpectrumMonitor NEXT_STEP 188 -> 178, SAME_STEP
-346 -> 326). CPU per vector step, parent alone vs parent + worker (NEXT_STEP, 21 x 500-2,000 steps, load
-3): DBExplore 41 vs 48 + 45 us, so a worker cannot win even on a free CPU (the parent is the default);
+346 -> 326; a caller reading every info pays as before, 0.99 paired). CPU per vector step, parent alone
+vs parent + worker (NEXT_STEP, 21 x 500-2,000 steps, load 3): DBExplore 41 vs 48 + 45 us, so a worker cannot win even on a free CPU (the parent is the default);
 SpectrumMonitor (64 us a step, 13 a reset, unwrapped) 293 vs 175 + 180 us (SAME_STEP 554 vs 327 + 320):
 on a free CPU up to 293/180 = 1.6x the parent alone, but when the two processes share one CPU their wall
 time is the sum (349 us a step at load 3: wall-time ratio 0.80, 0.77-0.86, with 2 processes against 0.96,
