@@ -56,17 +56,18 @@ its RNG advanced), and call/get_attr/render there would see the next instance wh
 the ended one; what the caller does next is not known when step t returns.
 A second process needs a free CPU and a dear step. With 2 processes the parent pays per vector step its
 message (~6 us CPU: pickling and the write that wakes the worker), the answer (~8 us: two reads and
-unpickling) and the join of the shards' columns (~3 us); a worker pickles its infos apart from its
-columns, so the parent unpickles them only when an info is read (parent CPU per step, old/new paired, 41-61
-repeats at load 3-9: DBExplore NEXT_STEP 57.6 -> 51.8 us, SpectrumMonitor NEXT_STEP 188 -> 178, SAME_STEP
-346 -> 326; a caller reading every info pays as before, 0.99 paired). CPU per vector step, parent alone
-vs parent + worker (NEXT_STEP, 21 x 500-2,000 steps, load 3): DBExplore 41 vs 48 + 45 us, so a worker cannot win even on a free CPU (the parent is the default);
-SpectrumMonitor (64 us a step, 13 a reset, unwrapped) 293 vs 175 + 180 us (SAME_STEP 554 vs 327 + 320):
-on a free CPU up to 293/180 = 1.6x the parent alone, but when the two processes share one CPU their wall
-time is the sum (349 us a step at load 3: wall-time ratio 0.80, 0.77-0.86, with 2 processes against 0.96,
-0.93-1.07, in the parent alone). The judged rows use the processes of a machine with its CPUs free, so on a loaded
-machine they measure the load. Spinning on the pipes instead of blocking gains nothing here (a blocking
-round trip is ~14 us) and under load takes the CPU the other process needs (p90 round trip 2.4 ms).
+unpickling) and the join of the shards' columns (~3 us); a worker pickles its infos apart from its columns,
+so the parent unpickles them only when an info is read (parent CPU per step, old/new paired, 41-61 repeats
+at load 3-9: DBExplore NEXT_STEP 57.6 -> 51.8 us, SpectrumMonitor NEXT_STEP 188 -> 178, SAME_STEP 346 ->
+326; a caller reading every info pays as before, 0.99 paired). CPU per vector step, parent alone vs parent +
+worker (NEXT_STEP, 21 x 500-2,000 steps, load 3): DBExplore 41 vs 48 + 45 us, so a worker cannot win even on
+a free CPU (the parent is the default); SpectrumMonitor (64 us a step, 13 a reset, unwrapped) 293 vs 175 +
+180 us (SAME_STEP 554 vs 327 + 320): on a free CPU up to 293/180 = 1.6x the parent alone, but when the two
+processes share one CPU their wall time is the sum (349 us a step at load 3: wall-time ratio 0.80,
+0.77-0.86, with 2 processes against 0.96, 0.93-1.07, in the parent alone). The judged rows use the processes
+of a machine with its CPUs free, so on a loaded machine they measure the load. Spinning on the pipes instead
+of blocking gains nothing here (a blocking round trip is ~14 us) and under load takes the CPU the other
+process needs (p90 round trip 2.4 ms).
 Eight envs' objects and results take more cache than one env's, so on a machine whose other processes
 share the caches the in-process CPU-time ratios drop as the load rises; `--instructions` counts the work
 itself, which no load changes: that is where the vector's bookkeeping shows.
