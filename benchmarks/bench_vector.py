@@ -28,69 +28,49 @@ single env, the two alternated repeat by repeat; a ratio's clock is CPU time of 
 every sub-env lives in it (immune to the other sessions on a shared machine), wall-clock time when
 worker processes step sub-envs (their CPU time is not the parent's), as each row says.
 
-In one process a vector can at best match one env plus what it saves: it does the same env work
-(plus a little cache traffic of eight envs' objects instead of one), skips gym.make's two forwarding
-wrappers around each sub-env after their one-time checks (~1.5-2 us per DBExplore instance), stacks
-infos only when read, steps the sub-envs in generated straight-line code (one statement per sub-env
-into local variables; SAME_STEP: all steps, then the resets of the ended ones; the check that every
-observation is a str on its locals) and makes three small numpy arrays per vector step (copies of
-arrays cached under one key: the rewards' bytes and the end flags). Instruction counts (callgrind
-over 1,024 DBExplore instances after 400 warm-up ones, PYTHONHASHSEED=0, counting only the timed
-run): one env takes 115.7k per instance, the vector 112.8k SAME_STEP (0.975) and 115.4k NEXT_STEP
-(0.997); with the earlier loop into column lists 114.2k and 116.2k. Eight unwrapped envs stepped
-bare (eight steps, then eight resets, nothing kept) take 109.4k, the shard's generated step alone
-110.5k (SAME_STEP) / 110.9k (NEXT_STEP): the rest, ~19k instructions per vector step, was then the
-vector's step around it (the three arrays ~9.5k with their two keys, the LazyInfo ~2.9k, the str
-check of the observations over the column ~3.1k). Since the str check runs on the generated code's
-locals, one dict lookup finds the three arrays and NEXT_STEP's step of resets skips `_restart`
-(callgrind of the main thread alone, the benchmark's own loop with its counting, 2,048 instances
-after 512): one env 115.1k, SAME_STEP 112.3k -> 111.2k, NEXT_STEP 115.1k -> 113.7k (0.976 -> 0.967
-and 1.000 -> 0.988 of one env; a run's main thread varies by ~0.4k an instance). The CPU-time ratio
-is below the instruction ratio because whatever runs once per vector step runs cold, between sub-env
-steps that evict its code and data: the vector's own instructions run about ten times slower than
-the envs' (the bare loop of eight envs is 1.08-1.15x one env in CPU time; the column loop's 11k
-instructions per vector step cost ~5% of DBExplore's CPU time), and NEXT_STEP pays its arrays, its
-bookkeeping and the caller's two count_nonzero twice per eight instances (a step of resets in
-between), SAME_STEP once. What is left per vector step is mostly what a step must return: three
-fresh arrays (~0.5 us warm; handing out arrays copied ahead in batches measured no faster, so the
-cost is their allocation, the caller's use and their release, not the copying) and the LazyInfo
-(~0.3 us warm). Measured on 2 shared CPUs (load 5-15, median and quartiles of alternated repeats,
-the earlier vector and this one alternated with one env in the same process): DBExplore SAME_STEP
-0.964 (0.926-1.013) -> 0.980 (0.938-1.029), NEXT_STEP 0.918 (0.873-0.960) -> 0.954 (0.909-0.994)
-(201 repeats of 400 instances; 101 of 2,000: 0.975 -> 0.986 and 0.910 -> 0.936); SpectrumMonitor (41
-repeats of 200) 0.889 -> 0.893 / 0.853 -> 0.867 and MemoryProbe (21 of 200) 0.829 -> 0.836 / 0.952
--> 0.960 in the parent alone. DBExplore NEXT_STEP stays short of 1.0 in CPU time (issue 31).
-Where NEXT_STEP's remaining gap is (issue 31; CPU time of one process, median of 201 alternated
-chunks of 50 pairs of vector steps, a pair being 8 DBExplore instances, ~95-105 us of env work): gym.make's
-two wrappers cost one env 10% (its unwrapped env runs 1.109x as many instances, quartiles 1.07-1.15),
-which is what a vector in one process can gain; eight unwrapped envs stepped bare do one unwrapped env's
-work (1.01x; 0.99x keeping their results); the shard's generated step costs 1.5% over a bare list
-comprehension on the same eight envs; the vector's step around it costs +10-11 us a pair, of which its
-three fresh arrays a step ~8 us (returning None instead: +1.5-2.4 us; the same cached arrays every step,
-not allowed: +4.4), the LazyInfo ~2.5-3 us and the key ~1.5-2 us; the benchmark's caller, counting two
-arrays a step, ~3.5% more. Each of these costs microseconds although it is a few thousand instructions
-(a copy and its release ~2k, a count_nonzero ~3.2k: warm, ~0.1 us each): it runs once per vector step,
-cold, where the wrappers' Python runs hot in the interpreter between the env's own calls. NEXT_STEP pays
-it twice per 8 instances (its step of resets is a vector step of its own), SAME_STEP once, so SAME_STEP is
-at ~0.98 and NEXT_STEP at ~0.93-0.95. That step of resets now skips the arrays' key (no reward, no end: the
-zero arrays' copies directly) and takes the shard's observation tuple as the batch: DBExplore NEXT_STEP
-0.935 (0.900-0.983) -> 0.943 (0.901-0.984), 301 alternated repeats of 400 instances, old and new step in
-the same process; SAME_STEP 0.983 -> 0.984; instructions (callgrind, 2,048 instances after 400, less a run
-of none) one env 111.6k, NEXT_STEP 109.7k -> 109.0k. Tried and not kept: arrays copied ahead in batches
-(no faster), released in batches (slower), np.zeros for the zero columns (within noise), a loop with
-zip instead of the straight-line code (slower), and recycling the arrays a caller has dropped (refcount
-check, contents rewritten through a kept memoryview; +0.01 to +0.04 of one env): a caller could then not
-resize a held array in place, and an array whose shape, dtype or flags a caller changed before dropping it
-would come back changed, so it is not the fresh array SyncVectorEnv returns. The floor is thus the fresh
-arrays, the LazyInfo and the caller's counts of a second vector step per 8 instances: ~0.94 of one env in
-CPU time on this machine, at instruction parity (0.98).
-Above that needs a free CPU for a second process: worth it when a step is expensive (MemoryProbe
-~0.35 ms), a loss when it is cheap (a warm DBExplore instance is ~30 us, less than a pipe round trip).
-Eight envs' objects and results take more cache than one env's, so on a machine whose other
-processes share the caches the in-process CPU-time ratios drop as the load rises (on 2 CPUs at load
-averages of 10-14 they measured 0.6-0.9 for envs whose instruction counts are at parity);
-`--instructions` counts the work itself, which no load changes: that is where the vector's
-bookkeeping shows.
+Where the time goes in one process (issue 31; DBExplore, CPU time, medians and quartiles of 201
+alternated chunks of 64 pairs of vector steps, each pair 8 instances; load 7-9 on 2 shared CPUs). The vector
+does one env's env work and skips gym.make's two forwarding wrappers around each sub-env after their
+one-time checks: one unwrapped env runs 1.09x one env's instances/s, eight stepped bare 1.06-1.09x (the
+cache traffic of eight envs' objects), the shard's generated step of them (`_stepper_source`) 1.045x.
+Its own cost is per vector step: three fresh reward/end arrays (copies of arrays cached under the
+columns' key; -0.042), the LazyInfo (-0.007), step()'s checks, key and return (~-0.03), then the
+caller's counts of two arrays (-0.02): 0.947 (0.904-0.983) NEXT_STEP. Warm, each of these is a few
+thousand instructions (~0.1 us); run once per vector step between sub-env steps that evict their code and
+data, each costs 3-6x that (a fresh array ~0.3-0.7 us). Instruction counts are at parity (callgrind,
+2,048 instances after 400: one env 111.6k per instance, NEXT_STEP 109.0k), CPU time is not: SAME_STEP
+pays the step once per 8 DBExplore instances (0.979, 0.931-1.012), NEXT_STEP twice, its step of resets
+(8 resets of ~2.5 us) being a vector step of its own (0.909, 0.880-0.952, same run; 0.94-0.95 at load
+1.4-2.5). That second step's fixed cost is NEXT_STEP's floor, ~0.94-0.96 of one env in CPU time.
+Tried and not kept: arrays copied ahead or released in batches, np.zeros for the zero columns, a zip loop
+instead of the straight-line code, the step of resets' arrays and LazyInfo made before its resets while
+the step's code is hot (0.999 of the current step, paired), resets in reverse order (1.000), gc off
+(no change); the ending step's key lookup is worth at most ~0.01 (1.013 paired with none at all);
+recycling the arrays a caller dropped (+0.01 to +0.04) is not the fresh arrays SyncVectorEnv returns (a
+held array could not be resized, a changed one would come back changed). Prefetching
+NEXT_STEP's resets (done at the end of step t, in the parent or in a worker after it answered, so that
+step t+1 only hands them out) is not exact and not done: a clbench reset cannot be undone (it advances the
+rollout's position and enters the next instance, whose state a stateful env keeps), so a reset(seed=..,
+options=..) or reset_mask between the two steps would meet an already-reset sub-env (an instance skipped,
+its RNG advanced), and call/get_attr/render there would see the next instance where SyncVectorEnv shows
+the ended one; what the caller does next is not known when step t returns.
+A second process needs a free CPU and a dear step. With 2 processes the parent pays per vector step its
+message (~6 us CPU: pickling and the write that wakes the worker), the answer (~8 us: two reads and
+unpickling) and the join of the shards' columns (~3 us); a worker pickles its infos apart from its columns,
+so the parent unpickles them only when an info is read (parent CPU per step, old/new paired, 41-61 repeats
+at load 3-9: DBExplore NEXT_STEP 57.6 -> 51.8 us, SpectrumMonitor NEXT_STEP 188 -> 178, SAME_STEP 346 ->
+326; a caller reading every info pays as before, 0.99 paired). CPU per vector step, parent alone vs parent +
+worker (NEXT_STEP, 21 x 500-2,000 steps, load 3): DBExplore 41 vs 48 + 45 us, so a worker cannot win even on
+a free CPU (the parent is the default); SpectrumMonitor (64 us a step, 13 a reset, unwrapped) 293 vs 175 +
+180 us (SAME_STEP 554 vs 327 + 320): on a free CPU up to 293/180 = 1.6x the parent alone, but when the two
+processes share one CPU their wall time is the sum (349 us a step at load 3: wall-time ratio 0.80,
+0.77-0.86, with 2 processes against 0.96, 0.93-1.07, in the parent alone). The judged rows use the processes
+of a machine with its CPUs free, so on a loaded machine they measure the load. Spinning on the pipes instead
+of blocking gains nothing here (a blocking round trip is ~14 us) and under load takes the CPU the other
+process needs (p90 round trip 2.4 ms).
+Eight envs' objects and results take more cache than one env's, so on a machine whose other processes
+share the caches the in-process CPU-time ratios drop as the load rises; `--instructions` counts the work
+itself, which no load changes: that is where the vector's bookkeeping shows.
 
 Why gymnasium's vectors stay below 1 (sync) and far below (async) on clbench envs: SyncVectorEnv
 does the same env work in one process plus, per sub-env per step, `_add_info` (a fresh array and

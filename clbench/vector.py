@@ -24,7 +24,8 @@ raises first), which also tells whether every observation is a str (then the bat
 the reward and end arrays are copies of arrays made when the same columns last came (one dict lookup
 for the three; NEXT_STEP's step of resets alone, no reward and no end, takes the zero arrays without a
 key), and the infos are stacked only when read (`LazyInfo`; `lazy_info=False` stacks them
-in step()).
+in step()); a worker process pickles its infos apart from its columns, so the parent unpickles them
+only when the info is read.
 
 The API is gymnasium's `VectorEnv` as `SyncVectorEnv` implements it: batched spaces, autoreset
 modes NEXT_STEP (default), SAME_STEP and DISABLED, infos stacked as `_add_info` stacks them, `reset(seed=,
@@ -44,12 +45,14 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import struct
 import threading
 import time
 import traceback
 from copy import deepcopy
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import gymnasium as gym
@@ -330,6 +333,9 @@ def _worker(env_id: str, env_kwargs: dict, first: int, count: int, mode: Autores
             if cmd == "close":
                 break
             answer = shard.handle(cmd, args)
+            if cmd == "step" and answer[0] == "ok":  # infos pickled apart: the parent unpickles them when read
+                obs, rewards, terms, truncs, infos, finals, text = answer[1]
+                answer = "ok", (obs, rewards, terms, truncs, bytes(ForkingPickler.dumps((infos, finals))), None, text)
             pipe.send(answer)
             if answer[0] == "error":
                 return
@@ -343,8 +349,6 @@ def _worker(env_id: str, env_kwargs: dict, first: int, count: int, mode: Autores
 
 def _portable(exc: BaseException) -> tuple[type, str, str]:
     """The exception's type (if it pickles), message and traceback text."""
-    import pickle
-
     kind = type(exc)
     try:
         pickle.loads(pickle.dumps(kind))
@@ -354,6 +358,8 @@ def _portable(exc: BaseException) -> tuple[type, str, str]:
 
 
 _STR = {str}
+#: `_join`'s finals: the infos are per-shard parts, joined when read (`_unshard`)
+_SHARDS = object()
 
 
 class _Pending:
@@ -568,6 +574,8 @@ class BatchedVectorEnv(VectorEnv):
         self._text_obs = concatenate.dispatch(type(obs_space)) is concatenate.dispatch(gym.spaces.Text)
         self._text_actions = type(self.action_space) is gym.spaces.Tuple and type(act_space) not in iterate.registry
         self._every = list(range(num_envs))  # the indices of a key every sub-env reported
+        # per kind (zeros, False, None), each shard's column of it: what `_join` puts for a shard's None
+        self._fills = [[(fill,) * (sl.stop - sl.start) for sl in self._slices] for fill in (0.0, False, None)]
         # DISABLED with worker processes: the sub-envs whose instance ended and were not reset, checked here
         # before any shard steps (a parent-only vector's shard checks its own: `_NotReset`)
         self._disabled, self._unreset = self.autoreset_mode is AutoresetMode.DISABLED, []
@@ -709,22 +717,38 @@ class BatchedVectorEnv(VectorEnv):
                 *(self._false if c is None else np.array(c, dtype=np.bool_).copy for c in (terms, truncs)))
 
     def _join(self, answers: list[tuple]) -> tuple:
-        """One step's columns from the shards' columns, in sub-env order (None: a column of zeros,
-        False or None, as `_Shard.step` gives it), and whether every observation is a str."""
-        obs = tuple(x for answer in answers for x in answer[0])
-        infos = [x for answer in answers for x in answer[4]]
-        columns = []
-        for k, fill in ((1, 0.0), (2, False), (3, False), (5, None)):
-            if all(answer[k] is None for answer in answers):
-                columns.append(None)
-            else:
-                columns.append(tuple(x for sl, answer in zip(self._slices, answers)
-                                     for x in (answer[k] if answer[k] is not None else (fill,) * (sl.stop - sl.start))))
-        rewards, terms, truncs, finals = columns
-        return obs, rewards, terms, truncs, infos, finals, all(answer[6] for answer in answers)
+        """One step's columns from the shards' answers, in sub-env order (None: a column of zeros or
+        False, as `_Shard.step` gives it), and whether every observation is a str. Infos and finals stay
+        per shard (a worker's as the bytes it pickled them to, `_worker`) until the info is read
+        (`_unshard`): a step whose info is not read never unpickles them."""
+        obs, rewards, terms, truncs, infos, finals, text = zip(*answers)
+        return (sum(obs, ()), self._column(rewards, 0), self._column(terms, 1), self._column(truncs, 1),
+                tuple(zip(infos, finals)), _SHARDS, all(text))
+
+    def _column(self, parts: tuple, kind: int) -> tuple | None:
+        """A column of the shards' parts: a None part is that shard's zeros (kind 0) or False (1); None if all are."""
+        nones = parts.count(None)
+        if nones == len(parts):
+            return None
+        if nones:
+            parts = [part if part is not None else fill for part, fill in zip(parts, self._fills[kind])]
+        return sum(parts, ())
+
+    def _unshard(self, parts: tuple) -> tuple[list, tuple | None]:
+        """The infos and finals columns of `_join`'s per-shard (infos, finals) parts."""
+        infos, finals, ended = [], [], False
+        for (part, final), fill in zip(parts, self._fills[2]):
+            if type(part) is bytes:
+                part, final = pickle.loads(part)
+            infos += part
+            finals += fill if final is None else final
+            ended = ended or final is not None
+        return infos, (tuple(finals) if ended else None)
 
     def _stack_step(self, columns) -> dict[str, Any]:
         infos, finals = columns
+        if finals is _SHARDS:
+            infos, finals = self._unshard(infos)
         if finals is None:
             return self._stack(list(enumerate(infos)))
         pairs = []  # SyncVectorEnv adds a sub-env's final_obs/final_info first, then its new info

@@ -293,10 +293,12 @@ def test_stacked_infos_equal_gymnasiums_add_info():
 
 # --- the step path's fast paths: infos stacked when read, sub-envs called inside forwarding wrappers
 
+@pytest.mark.parametrize("workers", [2, 1], ids=["2-processes", "parent-only"])
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
-def test_lazy_infos_equal_infos_stacked_in_step(mode):
-    """Step by step, the lazy info read late (after the next step) equals the one stacked in step()."""
-    kw = dict(cycle=True, workers=1, autoreset_mode=mode, schedule="short")
+def test_lazy_infos_equal_infos_stacked_in_step(mode, workers):
+    """Step by step, the lazy info read late (after the next step) equals the one stacked in step(),
+    also when a worker's infos (and SAME_STEP's finals) come pickled and are unpickled only when read."""
+    kw = dict(cycle=True, workers=workers, autoreset_mode=mode, schedule="short")
     lazy = BatchedVectorEnv("clbench/SpectrumMonitor-v5", 4, **kw)
     eager = BatchedVectorEnv("clbench/SpectrumMonitor-v5", 4, lazy_info=False, **kw)
     try:
