@@ -10,6 +10,12 @@ r_reference (the stateless `SalesForecastReference`).
 
 `Forecaster.predictions(observation, inbox)` is the whole policy (a pure function of what the agent
 saw), so measurements can score a grid from one read of each inbox.
+
+`StoreShrink` (red team rt8) is the stateless reference's own single-year forecast with the stores whose
+export is not visible scaled by `other`: the score is 1 - WAPE per year, so a year whose visible store
+sells most (the others little: a small denominator) weighs an over-forecast of the others more than a
+year whose visible store sells least weighs their under-forecast, and the best common factor for the
+unseen stores is below 1 (the reference takes 1, the median of their levels' spread around the visible one).
 """
 from __future__ import annotations
 
@@ -20,8 +26,10 @@ import re
 from statistics import mean
 
 from clbench.agent import Agent
+from clbench.agents.salesforecast import SalesForecastReference
 
 _FILE = re.compile(r"^  (inbox/\S+) - .* sales export for (\d{4})", re.MULTILINE)
+_STORE = re.compile(r"^  inbox/\S+ - .* \((\w+)\) sales export for \d{4}", re.MULTILINE)
 _REQUEST = re.compile(r"^Requested products: ([\w ]+); stores: ([\w ]+); years: (\d{4})-(\d{4})", re.MULTILINE)
 SEP = "=====CLBENCH-SEP====="
 
@@ -114,3 +122,25 @@ class Forecaster(Agent):
                 for s in stores:
                     out[(pid, s, y)] = max(0.0, u)
         return out
+
+
+class StoreShrink(SalesForecastReference):
+    """The stateless reference's forecast (its script on an empty workspace: the visible year alone), then every
+    cell of a store other than the visible one times `other`; keeps nothing across years."""
+
+    name = "store-shrink"
+
+    def __init__(self, card, seed: int = 0, latent=None, other: float = 0.8):
+        super().__init__(card, seed=seed)
+        self.other = float(other)
+
+    def begin_instance(self, observation: str, info: dict) -> None:
+        super().begin_instance(observation, info)
+        store = _STORE.search(observation).group(1)
+        scale = ("python3 -c \"import json; d = json.load(open('predictions.json')); "
+                 f"[c.update(units=round(c['units'] * {self.other!r}, 3)) for c in d['predictions'] "
+                 f"if c['store'] != '{store}']; json.dump(d, open('predictions.json', 'w'))\"")
+        self.plan.insert(len(self.plan) - 1, scale)  # before the submission
+
+    def end_instance(self, reward: float, info: dict, observation: str = "") -> None:
+        """Nothing carried over (the reference keeps the feedback's realised units)."""

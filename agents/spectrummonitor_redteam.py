@@ -15,6 +15,11 @@ r_reference (the stateless `SpectrumReference`, whose single-scan rule is the be
   dropped, optionally overlapping peaks resolved (the schedule's first weeks may lack a kind).
 - `PlanEcho`: `ScheduleEcho` plus the plan's geometry: narrow peaks kept only next to a wide one at a
   guard-gap distance, peaks that stick out of the band dropped.
+- `BandGrid` (red team rt8): the band's edges, stated in every scan, pin the plan: every world's `count`
+  wideband channels run from one edge to the other with a small margin at either end (the task YAML and
+  `draw_world`), so their centres lie near `count` evenly spaced slots between the edges (irregular gaps
+  move a slot by a few MHz) and the narrowband ones near the slots' midpoints. Non-spike peaks near a
+  slot of their kind are kept, with the reference's widths (`snapped`); false alarms fall anywhere.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import numpy as np
 
 from clbench.agent import Agent
 from clbench.agents.spectrummonitor import (NARROW, SPIKE_WIDTH, Peaks, drop_overlapping, parse_peaks, peak_features,
-                                            report, scan_header, transmitter, wide_scale)
+                                            report, scan_header, snapped, transmitter, wide_scale)
 
 
 class _Memoryless(Agent):
@@ -141,3 +146,40 @@ class PlanEcho(ScheduleEcho):
             out.append(p)
         return out
 
+
+
+class BandGrid(Agent):
+    """Non-spike peaks within `tol_wide` MHz (a wide peak) or `tol_narrow` MHz (a narrow one) of the plan's
+    slots that the band's edges give: `count` wideband centres evenly spaced from `margin` MHz plus half the
+    scan's width scale inside either edge, narrowband ones at the midpoints between them; `late` MHz more
+    in the last third of the scans (a re-plan moves channels off the slots). Widths as the reference's
+    (`snapped`)."""
+
+    deterministic = True
+
+    def __init__(self, card, seed: int = 0, latent=None, count: int = 7, margin: float = 4.5, tol_wide: float = 6.0,
+                 tol_narrow: float = 6.0, late: float = 4.0):
+        super().__init__(card, seed=seed)
+        self.count, self.margin, self.late = int(count), float(margin), float(late)
+        self.tol_wide, self.tol_narrow = float(tol_wide), float(tol_narrow)
+
+    def select(self, peaks: Peaks, observation: str) -> Peaks:
+        if not peaks:
+            return []
+        scan, total, low, high = scan_header(observation)
+        scale = wide_scale(peaks)
+        first, last = low + self.margin + scale / 2, high - self.margin - scale / 2
+        wide = first + np.arange(self.count) * (last - first) / (self.count - 1)
+        narrow = (wide[:-1] + wide[1:]) / 2
+        extra = self.late if scan > 2 * total // 3 else 0.0
+        kept = []
+        for c, p, w in peaks:
+            if w < SPIKE_WIDTH:
+                continue
+            slots, tol = (narrow, self.tol_narrow) if w < NARROW * scale else (wide, self.tol_wide)
+            if np.min(np.abs(slots - c)) <= tol + extra:
+                kept.append((c, p, w))
+        return snapped(kept, peaks)
+
+    def act(self, observation: str, info: dict) -> str:
+        return report([transmitter(c, w, p) for c, p, w in self.select(parse_peaks(observation), observation)])

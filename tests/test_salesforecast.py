@@ -313,20 +313,25 @@ def test_must_show_reference_rollout(tmp_path):
 
 
 def red_team_best(env) -> tuple[float, str]:
-    """The best memoryless family point, stateless: each policy is a pure function of the first observation
-    and one read of the inbox, so one read per instance scores the whole grid (as submitting would)."""
+    """The best memoryless family point, stateless: each Forecaster is a pure function of the first observation
+    and one read of the inbox, so one read per instance scores the whole grid (as submitting would); a point
+    built on the reference's script is played in process (reference_rewards)."""
     from clbench.agents.salesforecast_redteam import Forecaster, read_command
     from tests.test_spectrummonitor import family_points
 
     u = env.unwrapped
     points = list(family_points(u.env_id))
     scores = np.zeros((len(points), len(u.schedule)))
+    forecasters = [i for i, (_, path, _) in enumerate(points) if path.endswith(":Forecaster")]
+    for i, (_, path, kw) in enumerate(points):
+        if i not in forecasters:  # built on the reference's script (StoreShrink): played as reference_rewards plays it
+            scores[i] = reference_rewards(env, agent_name=path, **kw)
     for j, slot in enumerate(u.schedule.order(0)):
         obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
         out, *_ = env.step(read_command(obs))
         actual = {c: u.world.sales[c] for c in slot.instance.payload.cells}
-        for i, (_, _, kw) in enumerate(points):
-            scores[i, j] = skill(wape(Forecaster(u.agent_card, **kw).predictions(obs, out), actual))
+        for i in forecasters:
+            scores[i, j] = skill(wape(Forecaster(u.agent_card, **points[i][2]).predictions(obs, out), actual))
     i = int(np.argmax(scores.mean(axis=1)))
     return float(scores[i].mean()), f"{points[i][0]} {points[i][2]}"
 
@@ -453,11 +458,13 @@ def test_no_memoryless_forecaster_reaches_the_reference(env):
     assert best < env.unwrapped.r_reference, (policy, best)
 
 
-def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None) -> list[float]:
+def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None, agent_name: str = "reference",
+                      **kwargs) -> list[float]:
     """The reference's rewards in schedule order, its own script (FORECAST_SCRIPT, with the arguments the agent
     gives it) run in this process on each instance's inbox files, in a folder standing in for the workspace (one
     for the whole rollout when `stateful`, inbox/ replaced every year, the feedback passed to the agent; a new one
-    and a new agent per instance otherwise). The other commands of its plan (heredocs) run with bash. The
+    and a new agent per instance otherwise). The other commands of its plan (heredocs, and a red-team
+    `agent_name` built on the reference's plan with `kwargs`, StoreShrink's rescaling) run with bash. The
     sandboxed run gives the same forecasts (test_in_process_reference_is_the_sandboxed_one) at a fraction of the
     cost: no python3 start and import of pandas and scikit-learn per forecast."""
     import contextlib
@@ -474,7 +481,8 @@ def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None)
 
     u = env.unwrapped
     code = compile(FORECAST_SCRIPT.strip(), "forecast.py", "exec")
-    agent = make_agent("reference", env, seed=0, freeze_at=freeze_at)
+    kwargs = kwargs or {"freeze_at": freeze_at}
+    agent = make_agent(agent_name, env, seed=0, **kwargs)
     rewards = []
     with tempfile.TemporaryDirectory() as tmp:
         for pos, slot in enumerate(u.schedule.order(0)):
@@ -485,16 +493,21 @@ def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None)
                 (ws / rel).parent.mkdir(parents=True, exist_ok=True)
                 (ws / rel).write_text(text)
             if not stateful:  # a fresh agent per instance, as the runner's stateless pass plays it
-                agent = make_agent("reference", env, seed=0, freeze_at=freeze_at)
-            agent.begin_instance("", {"position": pos})
-            *files, run_it, submit = agent.plan
-            for command in files:  # heredocs writing books.csv and forecast.py: cheap, run by bash
-                subprocess.run(["bash", "-c", command], cwd=ws, check=True)
-            command = shlex.split(run_it)
+                agent = make_agent(agent_name, env, seed=0, **kwargs)
+            # the observation's line naming the visible export (StoreShrink reads its store)
+            agent.begin_instance(f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for "
+                                 f"{data.year - 1}", {"position": pos})
+            *commands, submit = agent.plan
+            at = next(i for i, c in enumerate(commands) if c.startswith("python3 forecast.py"))
+            command = shlex.split(commands[at])
             assert command[:2] == ["python3", "forecast.py"] and submit.startswith("SUBMIT"), command
+            for other in commands[:at]:  # heredocs writing books.csv and forecast.py: cheap, run by bash
+                subprocess.run(["bash", "-c", other], cwd=ws, check=True)
             with contextlib.chdir(ws), mock.patch.object(sys, "argv", command[1:]), \
                     contextlib.redirect_stdout(io.StringIO()):
                 exec(code, {"__name__": "__main__"})
+            for other in commands[at + 1:]:
+                subprocess.run(["bash", "-c", other], cwd=ws, check=True)
             preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
             actual = {c: u.world.sales[c] for c in data.cells}
             w = wape(preds, actual)

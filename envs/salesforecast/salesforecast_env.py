@@ -183,6 +183,8 @@ class SalesForecastEnv(InstanceSequenceEnv):
                          {"trend": [0.85], "elasticity": [1.3, 2.5], "scale": [0.9], "fill": ["all"]},
                          {"full_grid": {"trend": [0.8, 0.85, 0.9], "elasticity": [0.0, 1.3, 2.0, 2.5],
                                         "scale": [0.7, 0.8, 0.9, 1.0], "shrink": [0.0, 0.5], "fill": ["all"]}}),
+        # red team rt8: the reference's single-year forecast with the unseen stores scaled down
+        "store-shrink": ("clbench.agents.salesforecast_redteam:StoreShrink", {"other": [0.7, 0.8]}),
     }
     agents = {
         "reference": "clbench.agents.salesforecast:SalesForecastReference",
