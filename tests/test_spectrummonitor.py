@@ -3,6 +3,7 @@ answers away, the red team's memoryless families, fresh worlds, and the issues' 
 r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from clbench.registry import env_class
 from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
+from tests.test_redteam import OPEN_HOLES
 
 ENV = "clbench/SpectrumMonitor-v5"
 
@@ -303,6 +305,7 @@ def play_red_team(env) -> tuple[float, str]:
     return best["mean"], best["policy"]
 
 
+@pytest.mark.xfail(strict=True, reason=OPEN_HOLES["spectrummonitor"])
 def test_no_memoryless_family_reaches_the_reference():
     """issue 28: every point of every declared single-scan family, played stateless, stays below r_reference."""
     env = gym.make(ENV)
@@ -317,8 +320,8 @@ def test_no_memoryless_family_reaches_the_reference():
 
 #: every fresh world by default a few (CLBENCH_SLOW=1: 1-20). v4's red team tied the reference in worlds 3 and 12
 #: (its single-scan rule was no better than echoing every non-spike peak inside the band); v5's pools a scan's
-#: widths, which measured widths no longer give for free: every chosen point stays below (worlds 1-20: by
-#: 0.003-0.016)
+#: widths, which measured widths no longer give for free: every chosen point stayed below (worlds 1-20: by
+#: 0.003-0.016) until red team rt8's `band-grid` (OPEN_HOLES)
 WORLDS = range(1, 21) if os.environ.get("CLBENCH_SLOW") else (3, 12)
 
 
@@ -335,10 +338,23 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
     # another plan, not the canonical one moved: its own gaps (a centre may coincide by chance where the bands overlap)
     assert max(abs(a - b) for a, b in zip(np.diff(canon), np.diff(fresh))) > 1.0
     assert len({round(c) for c in canon} & {round(c) for c in fresh}) <= 2
-    n = world_numbers(ENV, world_seed, rollouts=1)
+    n = numbers(world_seed)
     assert n["r_max"] == 1.0 and 0.45 <= n["r_reference"] <= 0.7
     assert n["normalized_gain"] >= 0.15
     assert n["drift_cost"] >= 0.1 * (n["r_max"] - n["r_reference"])
+
+
+@functools.lru_cache(maxsize=None)
+def numbers(world_seed: int) -> dict:
+    return world_numbers(ENV, world_seed, rollouts=1)
+
+
+@pytest.mark.xfail(strict=True, reason=OPEN_HOLES["spectrummonitor"])
+@pytest.mark.parametrize("world_seed", WORLDS)
+def test_no_red_team_point_reaches_the_reference_in_fresh_worlds(world_seed):
+    """No red-team family's point chosen on re-deals of a fresh world reaches its stateless reference on the
+    benchmark's scans (v5, worlds 1-20: none did, by 0.003-0.016, until red team rt8's `band-grid`)."""
+    n = numbers(world_seed)
     assert n["red_team_best"] < n["r_reference"], n
 
 
