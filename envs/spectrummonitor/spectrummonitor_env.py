@@ -191,9 +191,10 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
                           {"before": [0, 20, 30, 45], "narrow": [0.45, 0.6], "slack": [-1.0, 0.0, 2.0]}),
         "plan-echo": ("clbench.agents.spectrummonitor_redteam:PlanEcho",
                       {"before": [0, 30], "support": [False, True], "inside": [False, True], "slack": [-1.0, 2.0]}),
-        # red team rt8: the band's edges pin the plan's slots (every world's plan runs edge to edge)
+        # red team rt8: the band's edges pin the plan's slots (every world's plan runs edge to edge); the wide
+        # points are what the family finds best when the margins or gaps are drawn wider (branch sm6)
         "band-grid": ("clbench.agents.spectrummonitor_redteam:BandGrid",
-                      {"margin": [4.5], "tol_wide": [5.0, 6.0], "tol_narrow": [4.0, 6.0], "late": [2.0, 4.0]}),
+                      {"margin": [4.5, 12.0], "tol_wide": [6.0, 12.0], "tol_narrow": [4.0, 9.0], "late": [2.0, 4.0]}),
     }
     agents = {
         "reference": "clbench.agents.spectrummonitor:SpectrumReference",
