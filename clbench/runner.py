@@ -324,11 +324,12 @@ def plan_jobs(cfg: RunConfig, task: str, schedule: Schedule, resumable: bool, re
     With resume, completed instances are skipped; a stateful rollout continues from its newest
     agent checkpoint (instances finished after it are played and recorded again; later records
     replace earlier ones), or restarts when there is none. A rollout with an errored instance has
-    no checkpoint after it (`_run_stateful`), so it continues from before that instance. What a restarted or continued rollout
-    keeps on disk is the run directory's (RunDirectory.restart_rollout / continue_rollout).
+    no checkpoint after it (`_run_stateful`), so it continues from before that instance. What a
+    restarted or continued rollout keeps on disk is the run directory's (RunDirectory.restart_rollout /
+    continue_rollout).
     """
     rd = RunDirectory(cfg.out)
-    ok, bad = rd.done_keys(task, cfg.system) if resume else (set(), set())
+    ok = rd.done_keys(task, cfg.system)[0] if resume else set()  # an errored instance is not ok: played again
     files = resume or rd.holds_files(task, cfg.system)  # False: nothing of this task/system to clear
     jobs = []
     if cfg.mode in ("both", "stateful"):
