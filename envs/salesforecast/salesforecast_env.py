@@ -1,4 +1,4 @@
-"""SalesForecast-v5: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
+"""SalesForecast-v6: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
 from __future__ import annotations
 
 import json
@@ -101,6 +101,11 @@ class SalesForecastEnv(InstanceSequenceEnv):
     world but the canonical one (the train split too) draws them.
 
     ## Version History
+    * v6 (the canonical world's dynamics and scoring unchanged; recalibrated): the stateless reference forecasts a
+      store with no data of its own at the visible store's level times a factor fitted on the train split
+      (tasks/salesforecast/fit_reference.py), not 1: per-year WAPE weighs over-forecasting the small stores of a year
+      whose visible store is the largest more than under-forecasting the large ones, and the red team's store-shrink
+      family (v5's forecast with those stores x0.7-0.8) beat v5's reference.
     * v5 (no change to the canonical world's dynamics or scoring, nor to r_max and r_reference; fresh
       worlds and the stateful reference changed, so fresh-world results differ from v4's): a drawn world's regime change cuts a store other than the largest,
       as the canonical one does (cutting the largest pulled it toward the others and erased the store
@@ -132,7 +137,7 @@ class SalesForecastEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SalesForecast-v5"
+    env_id = "clbench/SalesForecast-v6"
     reward_unit = "WAPE skill 0-1"
     brief = (
         "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
