@@ -190,6 +190,10 @@ class SalesForecastEnv(InstanceSequenceEnv):
                                         "scale": [0.7, 0.8, 0.9, 1.0], "shrink": [0.0, 0.5], "fill": ["all"]}}),
         # red team rt8: the reference's single-year forecast with the unseen stores scaled down
         "store-shrink": ("clbench.agents.salesforecast_redteam:StoreShrink", {"other": [0.7, 0.8]}),
+        # the same forecast at factor 1, the unseen stores scaled by a factor set by the visible store's volume:
+        # thresholds at the train split's quantiles 0.33/0.5/0.67 of its log level
+        "volume-shrink": ("clbench.agents.salesforecast_redteam:VolumeShrink",
+                          {"threshold": [3.94, 4.24, 4.54], "lo": [0.5, 0.6], "hi": [1.1]}),
     }
     agents = {
         "reference": "clbench.agents.salesforecast:SalesForecastReference",
