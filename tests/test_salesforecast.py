@@ -557,10 +557,11 @@ def _fit_module():
 
 
 def test_the_unseen_stores_factor_is_fitted_on_the_train_split():
-    """The stateless reference's factor on a store with no data of its own (`UNSEEN`) comes from
-    tasks/salesforecast/fit_reference.py on train-split worlds only (the whole fit, 41 worlds, with CLBENCH_SLOW=1):
-    on a few of them the fit's factor-1 forecasts, scaled by UNSEEN on the unseen stores, score what the reference
-    scores there, and shrinking the unseen stores beats v5's factor 1."""
+    """The stateless reference's factor on a store with no data of its own, clip(A + B * level, 0.3, 1.5) with
+    (A, B) = `UNSEEN`, comes from tasks/salesforecast/fit_reference.py on train-split worlds only (the whole fit, 41
+    worlds, with CLBENCH_SLOW=1: 0.5301 vs 0.4804 for the constant 0.7, 0.4532 for v5's 1): on a few of them the
+    fit's factor-1 forecasts, scaled by the rule on the unseen stores, score what the reference scores there, and
+    the rule beats the constant 0.7, which beats v5's factor 1."""
     from clbench.agents.salesforecast import UNSEEN, SalesForecastReference
 
     fit = _fit_module()
@@ -571,8 +572,8 @@ def test_the_unseen_stores_factor_is_fitted_on_the_train_split():
     insts = fit.instances(1)
     env = gym.make(ENV, split="train", world_seed=1)
     assert fit.scores(insts, (UNSEEN,))[0] == pytest.approx(np.mean(reference_rewards(env)), abs=1e-4)
-    means = fit.scores(insts + fit.instances(None), (UNSEEN, 1.0))
-    assert means[0] > means[1], means
+    means = fit.scores(insts + fit.instances(None), (UNSEEN, (0.7, 0.0), (1.0, 0.0)))
+    assert means[0] > means[1] > means[2], means
 
 SLOW = bool(os.environ.get("CLBENCH_SLOW"))
 #: worlds whose difficulty the default run checks (all 20 with CLBENCH_SLOW=1, every family's full grid): 4 and 18
@@ -580,8 +581,8 @@ SLOW = bool(os.environ.get("CLBENCH_SLOW"))
 FRESH_WORLDS = range(1, 21) if SLOW else (4, 16, 18)
 #: the canonical world's numbers (fast_world_numbers(None); checked under CLBENCH_SLOW=1), and the band around
 #: them that every fresh world's must stay in (issue 29)
-CANONICAL = {"r_max": 0.9097, "r_reference": 0.5258, "normalized_gain": 0.5686, "drift_cost": 0.1065,
-             "red_minus_reference": -0.0176}
+CANONICAL = {"r_max": 0.9097, "r_reference": 0.6001, "normalized_gain": 0.5060, "drift_cost": 0.1065,
+             "red_minus_reference": -0.0064}
 BAND = {"r_max": 0.05, "r_reference": 0.2, "normalized_gain": 0.2}  # |fresh - canonical| at most
 DRIFT_BAND = (1 / 3, 3)  # the drift cost within these multiples of the canonical one
 RED_BAND = (-0.2, 0.0)  # the best red-team point minus r_reference: below the reference, not absurdly far
@@ -596,8 +597,9 @@ def _world(world_seed) -> dict:
 def test_fresh_worlds_keep_the_difficulty(world_seed):
     """issue 28/29: headroom, learning and a costly drift in a fresh world, each within a band of the canonical
     world's (None: the canonical world's own numbers). Worlds 1-20 measured, mean [range] (canonical): r_max 0.917
-    [0.880, 0.944] (0.910), r_reference 0.476 [0.381, 0.551] (0.526; v5's 0.447 [0.330, 0.556] (0.508)), and at v5
-    normalized gain 0.67 [0.57, 0.76] (0.61; v6 0.57), drift cost 0.13 [0.05, 0.24] (0.11). v4's draw could cut the largest store, which erased the store differences: world
+    [0.880, 0.944] (0.910), r_reference 0.531 [0.479, 0.599] (0.600; v6's constant factor 0.476 [0.381, 0.551]
+    (0.526), v5's 0.447 [0.330, 0.556] (0.508)), normalized gain 0.63 [0.54, 0.72] (0.51; v5 0.67 (0.61)), drift
+    cost 0.13 [0.05, 0.23] (0.11). v4's draw could cut the largest store, which erased the store differences: world
     16's gain was 0.016 (its stateless reference 0.705, the stateful one losing the three years after the cut, a
     strict xfail here); now 0.66. The reference runs in-process (reference_rewards); the sandboxed rollouts are
     test_must_show_reference_rollout and the contract test's calibration check."""
@@ -616,10 +618,13 @@ def test_no_memoryless_forecaster_reaches_the_reference_in_fresh_worlds(world_se
     """issue 28/29: no family point, stateless, reaches the stateless reference (worlds 1-20, every family's full
     grid: best point minus r_reference -0.119 to -0.014, mean -0.041, canonical -0.018; v3's reference, whose price
     term extrapolated a type missing from the export across types, was reached in worlds 3, 4 and 18 once base
-    volumes were drawn fresh). v6: the store-shrink family (the reference's forecast, unseen stores x0.7 or x0.8 on
-    top of its train-fitted UNSEEN 0.7) leads by +0.010..+0.024 in worlds 3, 4, 7, 9, 11, 15, 17 and 20, whose own best
-    factor lies below the train split's (world 4: 0.55), and trails by 0.004 on average over worlds 1-20 (v5: led by
-    +0.024..+0.029 in 17-18 of 20): world 4 fails here."""
+    volumes were drawn fresh). v6 (the unseen stores' factor clip(4.1 - 0.75 * level, 0.3, 1.5), fitted on the train
+    split): the best point (volume-shrink, 10 worlds; store-shrink on top of the rule x0.8, world 2) leads by
+    +0.001..+0.059 in worlds 1, 2, 5, 8, 9, 10, 11, 13, 14, 18 and 19, mean over 1-20 +0.007 +- 0.005 (se), range
+    -0.031..+0.059; canonical -0.006; each volume-shrink point alone trails by 0.010-0.024 on average. With v6's first,
+    constant factor 0.7 volume-shrink led by +0.059 +- 0.007 in 20 of 20 worlds (canonical +0.068) and store-shrink
+    by up to +0.024 in 8 (v5: +0.024..+0.029 in 17-18 of 20). Of the default worlds 18 fails here (+0.009), and 4
+    passes by 0.0002."""
     n = _world(world_seed)
     assert RED_BAND[0] <= n["red_team_best"] - n["r_reference"] < RED_BAND[1], n
 

@@ -105,7 +105,9 @@ class SalesForecastEnv(InstanceSequenceEnv):
       store with no data of its own at the visible store's level times a factor fitted on the train split
       (tasks/salesforecast/fit_reference.py), not 1: per-year WAPE weighs over-forecasting the small stores of a year
       whose visible store is the largest more than under-forecasting the large ones, and the red team's store-shrink
-      family (v5's forecast with those stores x0.7-0.8) beat v5's reference.
+      family (v5's forecast with those stores x0.7-0.8) beat v5's reference. The factor falls with the visible
+      store's volume, clip(A + B * log level, 0.3, 1.5) (a small visible store makes larger unseen ones likely): a
+      constant one (0.7) was beaten by the red team's volume-shrink family (two factors split at a volume threshold).
     * v5 (no change to the canonical world's dynamics or scoring, nor to r_max and r_reference; fresh
       worlds and the stateful reference changed, so fresh-world results differ from v4's): a drawn world's regime change cuts a store other than the largest,
       as the canonical one does (cutting the largest pulled it toward the others and erased the store
