@@ -15,7 +15,15 @@ saw), so measurements can score a grid from one read of each inbox.
 export is not visible scaled by `other`: the score is 1 - WAPE per year, so a year whose visible store
 sells most (the others little: a small denominator) weighs an over-forecast of the others more than a
 year whose visible store sells least weighs their under-forecast, and the best common factor for the
-unseen stores is below 1 (the reference takes 1, the median of their levels' spread around the visible one).
+unseen stores is below 1. v5's reference took 1 and this family beat it; v6's takes the metric-optimal factor of the
+train split (`SalesForecastReference.unseen`), and the family scales its forecast further.
+
+`VolumeShrink` (v6's next hole) starts from the same single-year forecast at factor 1 (it does not use the
+reference's `unseen`) and scales the unseen stores by a factor that depends on the visible store's volume: `hi` when
+the log mean forecast of the visible store's first requested year is below `threshold`, `lo` otherwise. A small
+visible store makes larger unseen ones likely, a large one smaller ones; the thresholds are the train split's
+quantiles of that log level (0.33, 0.5, 0.67: 3.94, 4.24, 4.54), which an attacker computes from the train split.
+It beat the reference's constant factor 0.7; the reference now scales by a smooth function of the same level.
 """
 from __future__ import annotations
 
@@ -130,17 +138,40 @@ class StoreShrink(SalesForecastReference):
 
     name = "store-shrink"
 
-    def __init__(self, card, seed: int = 0, latent=None, other: float = 0.8):
-        super().__init__(card, seed=seed)
+    def __init__(self, card, seed: int = 0, latent=None, other: float = 0.8, unseen: tuple | None = None):
+        super().__init__(card, seed=seed, unseen=unseen)
         self.other = float(other)
+
+    def factor(self) -> str:
+        """A Python expression for the unseen stores' factor (`level`: the visible store's log mean forecast of the
+        first requested year)."""
+        return repr(self.other)
 
     def begin_instance(self, observation: str, info: dict) -> None:
         super().begin_instance(observation, info)
         store = _STORE.search(observation).group(1)
-        scale = ("python3 -c \"import json; d = json.load(open('predictions.json')); "
-                 f"[c.update(units=round(c['units'] * {self.other!r}, 3)) for c in d['predictions'] "
+        scale = ("python3 -c \"import json, math; d = json.load(open('predictions.json')); p = d['predictions']; "
+                 "y0 = min(c['year'] for c in p); "
+                 f"v = [c['units'] for c in p if c['store'] == '{store}' and c['year'] == y0]; "
+                 "level = math.log(max(sum(v) / len(v), 1e-9)); "
+                 f"f = {self.factor()}; "
+                 "[c.update(units=round(c['units'] * f, 3)) for c in p "
                  f"if c['store'] != '{store}']; json.dump(d, open('predictions.json', 'w'))\"")
         self.plan.insert(len(self.plan) - 1, scale)  # before the submission
 
     def end_instance(self, reward: float, info: dict, observation: str = "") -> None:
         """Nothing carried over (the reference keeps the feedback's realised units)."""
+
+
+class VolumeShrink(StoreShrink):
+    """The stateless reference's forecast at factor 1 on the unseen stores (whatever the reference's `unseen`), then
+    those stores' cells times `hi` if the visible store's log level is below `threshold`, else times `lo`."""
+
+    name = "volume-shrink"
+
+    def __init__(self, card, seed: int = 0, latent=None, threshold: float = 4.24, lo: float = 0.5, hi: float = 1.1):
+        super().__init__(card, seed=seed, unseen=(1.0, 0.0))
+        self.threshold, self.lo, self.hi = float(threshold), float(lo), float(hi)
+
+    def factor(self) -> str:
+        return f"({self.hi!r} if level < {self.threshold!r} else {self.lo!r})"

@@ -1,4 +1,4 @@
-"""SalesForecast-v5 speed: world generation, workspace start, sandboxed command steps, a reference year.
+"""SalesForecast-v6 speed: world generation, workspace start, sandboxed command steps, a reference year.
 
     python benchmarks/bench_salesforecast.py [--quick]
 
@@ -16,7 +16,7 @@ import time
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _ratio import run_script  # noqa: E402
 
-ENV = "clbench/SalesForecast-v5"
+ENV = "clbench/SalesForecast-v6"
 
 
 def _row(what: str, times: list[float], target: float) -> str:

@@ -211,7 +211,7 @@ def test_salesforecast_freeze_at_leaves_the_panel_as_it_was():
         choose_backend("auto", host_python_runtime())
     except SandboxUnavailable as exc:
         pytest.skip(f"no sandbox backend: {exc}")
-    env = gym.make("clbench/SalesForecast-v5", schedule="short")
+    env = gym.make("clbench/SalesForecast-v6", schedule="short")
     try:
         play_states(env, make_agent("reference", env, freeze_at=1), 3)
         env.reset()

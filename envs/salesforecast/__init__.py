@@ -1,5 +1,5 @@
 """Demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
 
 REGISTRATIONS = [
-    {"id": "clbench/SalesForecast-v5", "entry_point": "clbench.envs.salesforecast.salesforecast_env:SalesForecastEnv"},
+    {"id": "clbench/SalesForecast-v6", "entry_point": "clbench.envs.salesforecast.salesforecast_env:SalesForecastEnv"},
 ]

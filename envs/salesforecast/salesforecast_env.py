@@ -1,4 +1,4 @@
-"""SalesForecast-v5: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
+"""SalesForecast-v6: demand forecasting for a furniture retailer in a persistent sandboxed workspace."""
 from __future__ import annotations
 
 import json
@@ -101,6 +101,13 @@ class SalesForecastEnv(InstanceSequenceEnv):
     world but the canonical one (the train split too) draws them.
 
     ## Version History
+    * v6 (the canonical world's dynamics and scoring unchanged; recalibrated): the stateless reference forecasts a
+      store with no data of its own at the visible store's level times a factor fitted on the train split
+      (tasks/salesforecast/fit_reference.py), not 1: per-year WAPE weighs over-forecasting the small stores of a year
+      whose visible store is the largest more than under-forecasting the large ones, and the red team's store-shrink
+      family (v5's forecast with those stores x0.7-0.8) beat v5's reference. The factor falls with the visible
+      store's volume, clip(A + B * log level, 0.3, 1.5) (a small visible store makes larger unseen ones likely): a
+      constant one (0.7) was beaten by the red team's volume-shrink family (two factors split at a volume threshold).
     * v5 (no change to the canonical world's dynamics or scoring, nor to r_max and r_reference; fresh
       worlds and the stateful reference changed, so fresh-world results differ from v4's): a drawn world's regime change cuts a store other than the largest,
       as the canonical one does (cutting the largest pulled it toward the others and erased the store
@@ -132,7 +139,7 @@ class SalesForecastEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SalesForecast-v5"
+    env_id = "clbench/SalesForecast-v6"
     reward_unit = "WAPE skill 0-1"
     brief = (
         "You are the demand analyst of a furniture retailer with stores in San Francisco (SF), New York (NY) and "
@@ -185,6 +192,10 @@ class SalesForecastEnv(InstanceSequenceEnv):
                                         "scale": [0.7, 0.8, 0.9, 1.0], "shrink": [0.0, 0.5], "fill": ["all"]}}),
         # red team rt8: the reference's single-year forecast with the unseen stores scaled down
         "store-shrink": ("clbench.agents.salesforecast_redteam:StoreShrink", {"other": [0.7, 0.8]}),
+        # the same forecast at factor 1, the unseen stores scaled by a factor set by the visible store's volume:
+        # thresholds at the train split's quantiles 0.33/0.5/0.67 of its log level
+        "volume-shrink": ("clbench.agents.salesforecast_redteam:VolumeShrink",
+                          {"threshold": [3.94, 4.24, 4.54], "lo": [0.5, 0.6], "hi": [1.1]}),
     }
     agents = {
         "reference": "clbench.agents.salesforecast:SalesForecastReference",
