@@ -26,6 +26,7 @@ from clbench.envs.poker.opponents import CHANGES, make_opponent
 from clbench.envs.poker.policy import CALL, CHECK, FOLD, RAISE, Decision
 from clbench.envs.poker.strength import preflop_pct, strength
 from clbench.envs.poker.table import HandTable
+from tests.fit_scripts import fit_script
 
 ENV_ID = "clbench/Poker-v7"
 SPEC = load_task_spec("poker")
@@ -823,14 +824,7 @@ def test_selection_gain_separates_the_luckiest_point_from_the_best_play():
 
 
 def fit_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "tasks/poker/fit_reference.py"
-    spec = importlib.util.spec_from_file_location("poker_fit_reference", path)
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
-    return fit
+    return fit_script("poker")
 
 
 def test_the_reference_reads_with_what_the_train_worlds_fit():

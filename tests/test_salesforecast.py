@@ -26,6 +26,7 @@ from clbench.rollout import run
 from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
 from clbench.sandbox import SandboxUnavailable, choose_backend
+from tests.fit_scripts import fit_script
 
 ENV = "clbench/SalesForecast-v6"
 
@@ -546,14 +547,7 @@ def test_in_process_reference_is_the_sandboxed_one(env):
 
 
 def _fit_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "tasks" / "salesforecast" / "fit_reference.py"
-    spec = importlib.util.spec_from_file_location("salesforecast_fit_reference", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return fit_script("salesforecast")
 
 
 def test_the_unseen_stores_factor_is_fitted_on_the_train_split():

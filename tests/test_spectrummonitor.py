@@ -20,6 +20,7 @@ from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
 from tests.test_redteam import OPEN_HOLES
+from tests.fit_scripts import fit_script
 
 ENV = "clbench/SpectrumMonitor-v5"
 
@@ -436,14 +437,7 @@ def test_false_alarms_per_real_peak_do_not_tell_week_1_from_week_2():
 
 
 def _fit_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "tasks" / "spectrummonitor" / "fit_reference.py"
-    spec = importlib.util.spec_from_file_location("fit_reference", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return fit_script("spectrummonitor")
 
 
 def test_the_reference_model_reads_only_the_scan_and_is_fitted_on_train_worlds(monkeypatch):
