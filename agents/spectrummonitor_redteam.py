@@ -19,9 +19,18 @@ r_reference (the stateless `SpectrumReference`, whose single-scan rule is the be
   wideband channels run from one edge to the other with a small margin at either end (the task YAML and
   `draw_world`), so their centres lie near `count` evenly spaced slots between the edges (irregular gaps
   move a slot by a few MHz) and the narrowband ones near the slots' midpoints. Non-spike peaks near a
-  slot of their kind are kept, with the reference's widths (`snapped`); false alarms fall anywhere.
+  slot of their kind are kept, with the reference's widths (`snapped`); false alarms fell anywhere (v5; v6
+  places them like channels, and the family trails the reference).
+- `LearnedFilter` (v6): a gradient-boosted classifier fitted on the train split's worlds on the reference's
+  features plus where each peak lies (its place in the band, its distance to band-grid's slots) and its width,
+  power and scan number: whatever single-scan signal holds from world to world, position included, it can learn.
 """
 from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -183,3 +192,92 @@ class BandGrid(Agent):
 
     def act(self, observation: str, info: dict) -> str:
         return report([transmitter(c, w, p) for c, p, w in self.select(parse_peaks(observation), observation)])
+
+
+#: the train split's worlds `LearnedFilter` learns from (the canonical world's train split and drawn train worlds)
+LEARN_WORLDS = (None, *range(1, 31))
+
+
+def _position(peaks: Peaks, observation: str) -> np.ndarray:
+    """Where each peak lies and how it compares with its scan: its place in the band (0-1), its distances to the
+    wide and narrow slots the band's edges would pin (`BandGrid` at margin 4.5, in width scales), its width
+    against the scan's width scale, its power below the scan's strongest, the scan's place in the sequence."""
+    scan, total, low, high = scan_header(observation)
+    scale = wide_scale(peaks)
+    first, last = low + 4.5 + scale / 2, high - 4.5 - scale / 2
+    wide = first + np.arange(7) * (last - first) / 6
+    narrow = (wide[:-1] + wide[1:]) / 2
+    top = max((p for _, p, _ in peaks), default=0.0)
+    return np.array([[(c - low) / (high - low), np.min(np.abs(wide - c)) / scale, np.min(np.abs(narrow - c)) / scale,
+                      w / scale, p - top, scan / total] for c, p, w in peaks]).reshape(len(peaks), 6)
+
+
+def _rows(peaks: Peaks, observation: str) -> np.ndarray:
+    base = np.array(peak_features(peaks, *scan_header(observation))).reshape(len(peaks), -1)
+    return np.hstack([base, _position(peaks, observation)])
+
+
+@functools.lru_cache(maxsize=1)
+def learned_model():
+    """A gradient-boosted classifier of "this peak lies on a channel transmitting in its scan", fitted on every
+    peak of the train split's `LEARN_WORLDS` (labels from the train split's latent: train answers are the
+    adversary's to use), on the reference's features plus `_position`. Fitting takes ~15 s, so the fitted
+    model is kept in clbench's cache, named by the code and spec the train worlds come from and the fit."""
+    import pickle
+
+    import gymnasium as gym
+    import sklearn
+
+    from clbench.calibration import cache_root, world_fingerprint
+
+    env = gym.make("clbench/SpectrumMonitor-v6", split="train").unwrapped
+    key = hashlib.sha256(f"{world_fingerprint(env)} {LEARN_WORLDS} {sklearn.__version__}".encode()
+                         + Path(__file__).read_bytes()).hexdigest()[:16]
+    path = cache_root().parent / "redteam" / f"spectrummonitor-learned-filter-{key}.pkl"
+    if path.exists():
+        return pickle.loads(path.read_bytes())
+    model = _fit_learned_model()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(pickle.dumps(model))
+    os.replace(tmp, path)  # whole or absent, whichever of two workers writes last
+    return model
+
+
+def _fit_learned_model():
+    import gymnasium as gym
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    xs, ys = [], []
+    for w in LEARN_WORLDS:
+        env = gym.make("clbench/SpectrumMonitor-v6", split="train", world_seed=w).unwrapped
+        active = env.latent()["active"]
+        for slot in env.schedule.order(0):
+            obs, _ = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+            peaks = parse_peaks(obs)
+            if not peaks:
+                continue
+            truth = [(a["center"], a["width"]) for a in active[slot.instance_id]]
+            xs.append(_rows(peaks, obs))
+            # on a channel: centre within 2.2 MHz (about three centre-noise SDs) and a like width
+            ys += [any(abs(c - tc) <= 2.2 and 0.55 <= w / tw <= 1.8 for tc, tw in truth) for c, _, w in peaks]
+    return HistGradientBoostingClassifier(max_iter=150, learning_rate=0.05, min_samples_leaf=100, early_stopping=False,
+                                          random_state=0).fit(np.vstack(xs), np.array(ys))
+
+
+class LearnedFilter(Agent):
+    """The peaks `learned_model` gives at least `threshold`, with the reference's widths (`snapped`): a single-scan
+    learner fitted on the train split that may read where a peak lies in the band. If position (from the band's
+    edges or otherwise) told anything about a peak that holds from world to world, it would learn it."""
+
+    deterministic = True
+
+    def __init__(self, card, seed: int = 0, latent=None, threshold: float = 0.5):
+        super().__init__(card, seed=seed)
+        self.threshold = float(threshold)
+
+    def act(self, observation: str, info: dict) -> str:
+        peaks = parse_peaks(observation)
+        keep = learned_model().predict_proba(_rows(peaks, observation))[:, 1] >= self.threshold if peaks else []
+        kept = snapped([p for p, k in zip(peaks, keep) if k], peaks)
+        return report([transmitter(c, w, p) for c, p, w in kept])

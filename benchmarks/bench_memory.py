@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV_ID, ENV_KWARGS = "clbench/SpectrumMonitor-v5", {"schedule": "short"}
+ENV_ID, ENV_KWARGS = "clbench/SpectrumMonitor-v6", {"schedule": "short"}
 WINDOW = 20  # instances per measurement window
 GROWTH_TARGET, SDK_TARGET = 1.25, 1.5
 SERVER = (

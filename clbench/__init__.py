@@ -1,7 +1,7 @@
 """clbench: Gymnasium-style stateful environments for measuring whether agents learn.
 
     import gymnasium as gym, clbench
-    env = gym.make("clbench/SpectrumMonitor-v5")
+    env = gym.make("clbench/SpectrumMonitor-v6")
 
 `import clbench` registers every env (Gymnasium 1.x has no plugin entry points);
 `gym.make("clbench:clbench/DBExplore-v3")` and `gym.register_envs(clbench)` work too.

@@ -1,6 +1,6 @@
 """A vector env that steps several sub-envs per process, in the parent or in worker processes.
 
-    gym.make_vec("clbench/SpectrumMonitor-v5", 8, vectorization_mode="vector_entry_point", cycle=True)
+    gym.make_vec("clbench/SpectrumMonitor-v6", 8, vectorization_mode="vector_entry_point", cycle=True)
 
 Why: a clbench step is cheap text work (well under a millisecond for most envs; a warm DBExplore
 instance ~30 us), so gymnasium's AsyncVectorEnv, with one process and one pipe round trip per

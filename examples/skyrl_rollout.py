@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--base-url", required=True, help="an OpenAI-compatible endpoint, e.g. vLLM's")
     ap.add_argument("--model", required=True)
     ap.add_argument("--api-key", default="EMPTY")
-    ap.add_argument("--env", default="clbench/SpectrumMonitor-v5")
+    ap.add_argument("--env", default="clbench/SpectrumMonitor-v6")
     ap.add_argument("--split", default="train", choices=["train", "test"])
     ap.add_argument("--schedule", default="default")
     ap.add_argument("--unit", default="instance", choices=["instance", "schedule"])

@@ -7,7 +7,7 @@ instances come from other seeds and never appear in the benchmark.
 
     python examples/verifiers_rollout.py --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B \
         --env clbench/Poker-v7 --instances 0 1 2 3
-    python examples/verifiers_rollout.py ... --env clbench/SpectrumMonitor-v5 --schedule short --unit schedule
+    python examples/verifiers_rollout.py ... --env clbench/SpectrumMonitor-v6 --schedule short --unit schedule
 
 For RL training, point prime-rl (or any verifiers trainer) at the same env:
 `clbench.adapters.verifiers_env.load_environment(env_id, split="train", ...)`.
@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--base-url", required=True, help="an OpenAI-compatible endpoint, e.g. vLLM's")
     ap.add_argument("--model", required=True)
     ap.add_argument("--api-key-var", default="OPENAI_API_KEY", help="environment variable holding the key")
-    ap.add_argument("--env", default="clbench/SpectrumMonitor-v5")
+    ap.add_argument("--env", default="clbench/SpectrumMonitor-v6")
     ap.add_argument("--split", default="train", choices=["train", "test"])
     ap.add_argument("--schedule", default="default")
     ap.add_argument("--unit", default="instance", choices=["instance", "schedule"])

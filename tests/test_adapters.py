@@ -24,7 +24,7 @@ from clbench.runner import make_env, play_instance
 from tests.openai_server import ScriptedServer
 
 #: two tasks x two instances (positions in rollout 0's order of the train split)
-CASES = {"clbench/SpectrumMonitor-v5": [0, 5], "clbench/Poker-v7": [2, 4]}
+CASES = {"clbench/SpectrumMonitor-v6": [0, 5], "clbench/Poker-v7": [2, 4]}
 SPLIT = "train"
 MODEL = "scripted"
 
@@ -52,7 +52,7 @@ def runner_results() -> dict[str, dict]:
 
 
 #: a whole stateful schedule as one rollout: SpectrumMonitor's 8-scan "short" schedule
-STATEFUL = ("clbench/SpectrumMonitor-v5", "short")
+STATEFUL = ("clbench/SpectrumMonitor-v6", "short")
 
 
 @pytest.fixture(scope="module")
@@ -331,7 +331,7 @@ def test_skyrl_dataset_rows_written_to_parquet(need_skyrl, tmp_path):
 
     register()
     assert "clbench" in skyrl_gym.registry
-    rows = dataset_rows("clbench/SpectrumMonitor-v5", schedule="short")
+    rows = dataset_rows("clbench/SpectrumMonitor-v6", schedule="short")
     back = pd.read_parquet(write_parquet(rows, str(tmp_path / "train.parquet")))
     assert len(back) == len(rows) == 8 and list(back["instance_id"]) == [r["instance_id"] for r in rows]
     assert set(back["env_class"]) == {"clbench"} and back["prompt"][0][0]["role"] == "system"

@@ -525,7 +525,7 @@ def test_an_instance_id_names_the_same_problem_in_every_rollout_and_the_stateles
 
 
 def test_the_fingerprint_removes_the_position_only():
-    env = gym.make("clbench/SpectrumMonitor-v5")
+    env = gym.make("clbench/SpectrumMonitor-v6")
     env.reset(seed=0)
     a, ia = env.reset(options={"instance": "scan-001"})
     b, ib = env.reset(options={"instance": "scan-002"})

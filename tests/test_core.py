@@ -76,7 +76,7 @@ def test_every_task_goes_by_one_name():
     from clbench.registry import env_class
 
     ids = clbench.clbench_env_ids()
-    assert "clbench/SpectrumMonitor-v5" in ids
+    assert "clbench/SpectrumMonitor-v6" in ids
     for env_id in ids:
         name, version = env_id.split("/", 1)[1].rsplit("-v", 1)
         cls = env_class(env_id)
@@ -88,7 +88,7 @@ def test_every_task_goes_by_one_name():
 
 
 def test_step_before_reset_and_after_end_are_clear_errors():
-    env = gym.make("clbench/SpectrumMonitor-v5").unwrapped
+    env = gym.make("clbench/SpectrumMonitor-v6").unwrapped
     with pytest.raises(gym.error.ResetNeeded):
         env.step("{}")
     env.reset(seed=0)
@@ -102,7 +102,7 @@ def test_step_before_reset_and_after_end_are_clear_errors():
 
 
 def test_garbage_and_non_ascii_actions_never_raise():
-    env = gym.make("clbench/SpectrumMonitor-v5")
+    env = gym.make("clbench/SpectrumMonitor-v6")
     env.reset(seed=0)
     obs, *_ = env.step("\u00e9\u4e2d\u6587 {\"tool\": 5}")
     assert "Invalid action" in obs and env.observation_space.contains(obs)
@@ -120,7 +120,7 @@ def test_text_space_contains_as_gym_text_does():
 
 
 def test_unknown_agent_lists_available():
-    env = gym.make("clbench/SpectrumMonitor-v5")
+    env = gym.make("clbench/SpectrumMonitor-v6")
     with pytest.raises(ValueError, match="available: .*oracle.*random.*reference"):
         make_agent("nobody", env)
 
@@ -143,9 +143,9 @@ def test_torn_and_corrupt_lines_are_dropped_with_warnings(tmp_path):
 def test_cli_list_rollout_report(tmp_path, capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "clbench/SpectrumMonitor-v5" in out and "reference" in out
+    assert "clbench/SpectrumMonitor-v6" in out and "reference" in out
     run_dir = tmp_path / "r"
-    assert main(["rollout", "--env", "clbench/SpectrumMonitor-v5", "--agent", "reference", "--rollouts", "2",
+    assert main(["rollout", "--env", "clbench/SpectrumMonitor-v6", "--agent", "reference", "--rollouts", "2",
                  "--workers", "1", "--env-arg", "schedule=short", "--out", str(run_dir)]) == 0
     table = capsys.readouterr().out
     assert "normalized gain" in table and "| spectrummonitor | reference | IoU | 2 |" in table
@@ -160,7 +160,7 @@ def test_agent_errors_score_zero_and_the_run_goes_on(tmp_path):
     from clbench.rollout import run
     from clbench.runner import RunConfig
 
-    run(RunConfig("clbench/SpectrumMonitor-v5", "tests.crashing_agent:CrashOnThird", str(tmp_path), rollouts=1,
+    run(RunConfig("clbench/SpectrumMonitor-v6", "tests.crashing_agent:CrashOnThird", str(tmp_path), rollouts=1,
                   mode="stateful", env_kwargs={"schedule": "short"}), say=lambda m: None)
     recs = sorted(load_records(tmp_path), key=lambda r: r["position"])
     assert len(recs) == 8

@@ -127,7 +127,7 @@ class _Recorder(Agent):
 def test_end_instance_gets_the_terminal_observation():
     """The runner hands the terminal observation to agents that take it; two-argument agents
     (e.g. the scripted references) keep working."""
-    env = gym.make("clbench/SpectrumMonitor-v5", schedule="short")
+    env = gym.make("clbench/SpectrumMonitor-v6", schedule="short")
     card = env.unwrapped.spec_card
     rec = _Recorder(card, make_agent("reference", env))
     (done,) = play(env, rec, 1)
@@ -147,7 +147,7 @@ def test_end_instance_gets_the_terminal_observation():
 def test_every_memory_keeps_the_feedback(memory):
     """What a memory carries or learns from (its history, or the material of its update call)
     holds the finished instance's feedback, not only the numeric reward."""
-    env_id = "clbench/SpectrumMonitor-v5"
+    env_id = "clbench/SpectrumMonitor-v6"
     env = gym.make(env_id, schedule="short")
     args = {"truncation": {"window_tokens": 2000}, "sliding-summary": {"window_tokens": 700}}.get(memory, {})
     with ScriptedServer(ReferencePolicy(env_id, schedule="short")) as server:

@@ -20,7 +20,7 @@ def test_import_and_contract_tests_inside_the_checkout_after_pip_install(tmp_pat
     (wheel,) = (tmp_path / "dist").glob("clbench-*.whl")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
     code = ("import clbench, clbench.envs, clbench.agents, gymnasium as gym; "
-            "print(clbench.__file__); print(gym.make('clbench/SpectrumMonitor-v5').unwrapped.env_id)")
+            "print(clbench.__file__); print(gym.make('clbench/SpectrumMonitor-v6').unwrapped.env_id)")
     out = subprocess.run([str(py), "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].startswith(str(REPO))  # the checkout's copy, as a contributor runs it

@@ -3,7 +3,7 @@
 The server (tests/openai_server.py) plays each env's scripted reference agent from the prompt
 alone, so what a memory carries into the prompt decides how it plays: with no memory it plays
 like the stateless reference, with full in-context memory like the stateful one. Every memory
-system completes a stateful and a stateless rollout on SpectrumMonitor-v5 ("short" schedule)
+system completes a stateful and a stateless rollout on SpectrumMonitor-v6 ("short" schedule)
 and DBExplore-v3 (small scale; two systems here, all of them in the slow test) through the
 runner, with token counts and cost (a test price for the scripted model) in the run card.
 Faults injected through the same server (429, 500, a hang, malformed tool-call JSON, an empty
@@ -26,7 +26,7 @@ from clbench.rollout import RunIncomplete, run
 from clbench.runner import RunConfig
 from tests.openai_server import Fault, ReferencePolicy, ScriptedServer
 
-SPECTRUM, DBEXPLORE = "clbench/SpectrumMonitor-v5", "clbench/DBExplore-v3"
+SPECTRUM, DBEXPLORE = "clbench/SpectrumMonitor-v6", "clbench/DBExplore-v3"
 SHORT = {"schedule": "short"}
 PRICE = {"input": 2.0, "cached_input": 0.5, "output": 8.0}
 # small windows so that the bounded harnesses drop or fold within the 8 short scans
@@ -140,7 +140,7 @@ def test_memory_reaches_later_prompts_only_when_stateful(runs, memory):
 def test_icl_replays_the_stateful_reference_and_none_does_not(runs, reference):
     assert rewards(runs["icl"]["records"], "stateful") == rewards(reference, "stateful")
     assert rewards(runs["none"]["records"], "stateful") == rewards(reference, "stateless")
-    # the two replays are told apart: on SpectrumMonitor-v5's 8-scan `short` schedule the stateful
+    # the two replays are told apart: on SpectrumMonitor-v6's 8-scan `short` schedule the stateful
     # reference's memory pays (v4's did not: -0.31 in sum over the scans)
     assert sum(rewards(reference, "stateful").values()) > sum(rewards(reference, "stateless").values())
 
@@ -348,7 +348,7 @@ def test_cli_rollout_and_agents_listing(tmp_path, prices, capsys):
     assert cli_main(["agents"]) == 0
     listing = capsys.readouterr().out
     assert all(f"| {name} |" in listing for name in MEMORY_SYSTEMS)
-    assert "| clbench/SpectrumMonitor-v5 | oracle, reference |" in listing
+    assert "| clbench/SpectrumMonitor-v6 | oracle, reference |" in listing
 
 
 def test_bad_options_fail_clearly():

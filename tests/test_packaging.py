@@ -43,7 +43,7 @@ def test_wheel_layout_and_fresh_venv_install(tmp_path):
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
     code = ("import clbench, gymnasium as gym, pathlib; "
             "assert 'site-packages' in clbench.__file__ and 'venv' in clbench.__file__, clbench.__file__; "
-            "env = gym.make('clbench/SpectrumMonitor-v5'); print(env.unwrapped.r_max)")
+            "env = gym.make('clbench/SpectrumMonitor-v6'); print(env.unwrapped.r_max)")
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1.0"

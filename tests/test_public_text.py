@@ -154,7 +154,7 @@ def test_agents_are_shown_the_agent_card_only():
     from clbench.agent import AgentCard, make_agent
     from clbench.env import SpecCard
 
-    env = gym.make("clbench/SpectrumMonitor-v5")
+    env = gym.make("clbench/SpectrumMonitor-v6")
     try:
         reference, oracle = make_agent("reference", env), make_agent("oracle", env)
         assert isinstance(reference.card, AgentCard) and dict(reference.card) == env.unwrapped.agent_card

@@ -19,13 +19,7 @@ from clbench.registry import clbench_env_ids, env_class
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
-OPEN_HOLES: dict[str, str] = {  # task -> issue text of a hole still open (strict xfail)
-    "spectrummonitor": "issue 29, red team rt8 (open): every world's plan runs from one band edge to the other "
-                       "at near-even gaps, so a scan's stated edges pin the channels' slots; `band-grid` keeps the "
-                       "non-spike peaks near them and beats the stateless reference (canonical +0.031 +- 0.002 IoU "
-                       "over 21 re-deals, worlds 1-20 +0.037 +- 0.003). The fix is the world's: positions the edges "
-                       "do not give",
-}
+OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail); none today
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":
@@ -91,7 +85,7 @@ def test_family_entries_take_every_form():
 
 def test_the_check_fails_when_a_policy_reaches_r_reference():
     # the oracle played as if it were a memoryless family: it reaches r_reference, and is reported
-    env_id = "clbench/SpectrumMonitor-v5"
+    env_id = "clbench/SpectrumMonitor-v6"
     report = redteam.run(env_id, policies=[Policy("planted-oracle", "planted", "oracle", {}),
                                            Policy("empty", "degenerate", "empty", {})])
     assert [r["policy"] for r in report["failures"]] == ["planted-oracle"]
@@ -103,7 +97,7 @@ def test_the_check_fails_when_a_policy_reaches_r_reference():
 def test_a_redealable_env_chooses_each_familys_point_on_re_deals_never_on_the_benchmark(tmp_path):
     """Selection data come from re-deals 1..K only; each family's chosen point is its best mean over them
     (whatever it scores on the benchmark), and only chosen points are played on the benchmark."""
-    env_id = "clbench/SpectrumMonitor-v5"
+    env_id = "clbench/SpectrumMonitor-v6"
     assert env_class(env_id).redealable
     fam = "echo"
     points = [Policy(f"{fam}(min_width={w})", fam, "clbench.agents.spectrummonitor_redteam:EchoThreshold",
@@ -173,7 +167,7 @@ def test_a_point_that_reaches_the_reference_by_the_benchmarks_luck_is_confirmed_
 
 
 def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
-    env_id = "clbench/SpectrumMonitor-v5"
+    env_id = "clbench/SpectrumMonitor-v6"
     actions = redteam.train_actions(env_id, {}, 1, tmp_path)
     from clbench.runner import cached_env
 
@@ -187,7 +181,7 @@ def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):
 def test_feedback_memorizer_replays_the_best_sequence_of_the_variant():
     from clbench.agent import AgentCard
 
-    card = AgentCard(env_id="clbench/SpectrumMonitor-v5", tools=[])
+    card = AgentCard(env_id="clbench/SpectrumMonitor-v6", tools=[])
     m = FeedbackMemorizer(card)
     n = len(m.candidates)
     assert n >= 2  # the env's fixed answers

@@ -26,7 +26,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def spectrum_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "spectrummonitor"
-    assert main(["rollout", "--env", "clbench/SpectrumMonitor-v5", "--agent", "reference", "--rollouts", "3",
+    assert main(["rollout", "--env", "clbench/SpectrumMonitor-v6", "--agent", "reference", "--rollouts", "3",
                  "--out", str(out), "--quiet"]) == 0
     return out
 
@@ -241,7 +241,7 @@ def _markdown_tables(text: str) -> list[tuple]:
 def test_html_and_markdown_reports_show_the_same_tables(kind, tmp_path, capsys):
     if kind == "shocks":
         run = tmp_path / "run"
-        assert main(["rollout", "--env", "clbench/SpectrumMonitor-v5", "--agent", "reference", "--rollouts", "2",
+        assert main(["rollout", "--env", "clbench/SpectrumMonitor-v6", "--agent", "reference", "--rollouts", "2",
                      "--shock", "flush@10", "--out", str(run), "--quiet"]) == 0
         args = []
     else:

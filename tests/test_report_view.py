@@ -264,7 +264,7 @@ def llm_run(tmp_path_factory):
     from tests.openai_server import Fault, ReferencePolicy, ScriptedServer
 
     out = tmp_path_factory.mktemp("explorer") / "run"
-    spectrum = "clbench/SpectrumMonitor-v5"
+    spectrum = "clbench/SpectrumMonitor-v6"
     with ScriptedServer(ReferencePolicy(spectrum, schedule="short")) as server:
         server.faults.extend([Fault("none")] * 12 + [Fault("server_error")] * 2)
         code = main(["rollout", "--env", spectrum, "--agent", "llm", "--memory", "icl", "--model", "scripted",

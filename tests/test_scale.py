@@ -16,7 +16,7 @@ from clbench.results import load_records
 from clbench.rollout import run
 from clbench.runner import RunConfig
 
-ENV = "clbench/SpectrumMonitor-v5"
+ENV = "clbench/SpectrumMonitor-v6"
 
 
 def canonical(run_dir) -> list[str]:

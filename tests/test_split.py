@@ -114,7 +114,7 @@ def test_first_observations_disjoint(env_id):
     assert not shared, f"{env_id}: {len(shared)} first observations appear in both splits"
 
 
-@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v5", "clbench/Poker-v7"])
+@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v6", "clbench/Poker-v7"])
 def test_train_split_is_deterministic_and_playable(env_id):
     a, b = gym.make(env_id, split="train").unwrapped, gym.make(env_id, split="train").unwrapped
     assert problem_fingerprints(a) == problem_fingerprints(b)

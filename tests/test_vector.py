@@ -231,7 +231,7 @@ def test_error_in_a_sub_env_is_raised_with_its_index_and_close_does_not_hang(ind
 
 
 def test_workers_are_gone_after_close():
-    vec = gym.make_vec("clbench/SpectrumMonitor-v5", 4, vectorization_mode="vector_entry_point", workers=3)
+    vec = gym.make_vec("clbench/SpectrumMonitor-v6", 4, vectorization_mode="vector_entry_point", workers=3)
     pids = vec.unwrapped.worker_pids
     assert len(pids) == 2 and not any(_pid_gone(p) for p in pids)
     vec.reset(seed=0)
@@ -299,8 +299,8 @@ def test_lazy_infos_equal_infos_stacked_in_step(mode, workers):
     """Step by step, the lazy info read late (after the next step) equals the one stacked in step(),
     also when a worker's infos (and SAME_STEP's finals) come pickled and are unpickled only when read."""
     kw = dict(cycle=True, workers=workers, autoreset_mode=mode, schedule="short")
-    lazy = BatchedVectorEnv("clbench/SpectrumMonitor-v5", 4, **kw)
-    eager = BatchedVectorEnv("clbench/SpectrumMonitor-v5", 4, lazy_info=False, **kw)
+    lazy = BatchedVectorEnv("clbench/SpectrumMonitor-v6", 4, **kw)
+    eager = BatchedVectorEnv("clbench/SpectrumMonitor-v6", 4, lazy_info=False, **kw)
     try:
         lazy.reset(seed=3)
         eager.reset(seed=3)
@@ -453,7 +453,7 @@ def test_default_workers_follow_the_declared_step_cost(monkeypatch):
     assert vector.step_seconds("clbench_test/Faulty-v0") is None
 
     monkeypatch.setattr(vector, "available_cpus", lambda: 2)
-    for env_id, workers in (("clbench/MemoryProbe-v2", 2), ("clbench/SpectrumMonitor-v5", 2), ("clbench/DBExplore-v3", 1)):
+    for env_id, workers in (("clbench/MemoryProbe-v2", 2), ("clbench/SpectrumMonitor-v6", 2), ("clbench/DBExplore-v3", 1)):
         vec = gym.make_vec(env_id, 8)
         try:
             assert vec.unwrapped.workers == workers and len(vec.unwrapped.worker_pids) == workers - 1

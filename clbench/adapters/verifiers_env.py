@@ -118,7 +118,7 @@ def _chat_program_path() -> str:
 
 # ---------------------------------------------------------------------------------- taskset
 class ClbenchTasksetConfig(vf.TasksetConfig):
-    env_id: str = "clbench/SpectrumMonitor-v5"
+    env_id: str = "clbench/SpectrumMonitor-v6"
     split: str = "train"
     """"train" (default: instances from other seeds, never the benchmark's) or "test"."""
     schedule: str = "default"
@@ -191,7 +191,7 @@ class ClbenchEnv(vf.Env[ClbenchEnvConfig]):
 
 
 # ---------------------------------------------------------------------------------- helpers
-def load_environment(env_id: str = "clbench/SpectrumMonitor-v5", *, split: str = "train",
+def load_environment(env_id: str = "clbench/SpectrumMonitor-v6", *, split: str = "train",
                      schedule: str = "default", seeds=(0,), unit: str = "instance", instances=None,
                      env_kwargs: dict | None = None, player: dict | None = None) -> ClbenchEnv:
     """A verifiers env over clbench rollouts (defaults: the train split, one rollout per instance)."""

@@ -255,7 +255,7 @@ def cmd_rollout(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("rollout", help="run an agent stateful and stateless on one env and print the metrics")
-    p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v5")
+    p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v6")
     p.add_argument("--out", default="", help="run directory (default runs/<env>-<agent>)")
     add_run_arguments(p)
     p.set_defaults(func=cmd_rollout)

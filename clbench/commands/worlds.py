@@ -245,7 +245,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("worlds", help="difficulty on fresh worlds (--env ID --seeds 1-20) next to the canonical "
                                       "world's, or a system's canonical vs fresh-world runs (--runs DIR ...)")
-    p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v5")
+    p.add_argument("--env", help="env id, e.g. clbench/SpectrumMonitor-v6")
     p.add_argument("--seeds", default="1-20", help="world seeds, e.g. 1-20 or 1,4,9 (default 1-20)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
     p.add_argument("--rollouts", type=int, default=None,

@@ -6,7 +6,8 @@ widths, gaps, powers and re-plan). The band plan is the latent structure: wideba
 irregular guard gaps between them, each gap holding one narrowband channel. Which channels may
 transmit changes by variant and, within a variant, follows a persistent on/off Markov process;
 the truth of a scan is the set of channels transmitting in it. False alarms mimic channels
-(a channel's width and power, anywhere in the band), so a single scan cannot tell them apart.
+(the place, width and power of a channel of a plan drawn for the scan's band by the same process:
+`false_alarm`), so a single scan cannot tell them apart.
 A variant marked `replan` changes the plan for itself and every later variant: some eligible
 wideband channels are re-tuned (new centre and width), one is retired and a new licensee takes
 over part of the retired channel's spectrum with a different centre and width; the channels it
@@ -17,7 +18,6 @@ margin of the same kind at both ends, and the re-plan keeps every channel inside
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -54,10 +54,13 @@ class Scan:
 def _centers(wb: dict, high: float, rng: np.random.Generator) -> list[float]:
     """Wideband centres: the first one, then the gaps `gaps_mhz` (a drawn world's) or gaps drawn from
     spacing_mhz (irregular), squeezed to fit the band."""
-    gaps = np.array(wb["gaps_mhz"]) if "gaps_mhz" in wb else rng.uniform(*wb["spacing_mhz"], size=wb["count"] - 1)
-    room = high - wb["width_mhz"] / 2 - 1.0 - wb["first_center_mhz"]
-    if gaps.sum() > room:
-        gaps *= room / gaps.sum()
+    if "gaps_mhz" in wb:  # a drawn world's gaps fill its band as drawn
+        gaps = np.array(wb["gaps_mhz"])
+    else:
+        gaps = rng.uniform(*wb["spacing_mhz"], size=wb["count"] - 1)
+        room = high - wb["width_mhz"] / 2 - 1.0 - wb["first_center_mhz"]
+        if gaps.sum() > room:
+            gaps *= room / gaps.sum()
     return [float(wb["first_center_mhz"] + x) for x in np.concatenate([[0.0], np.cumsum(gaps)])]
 
 
@@ -83,40 +86,73 @@ def make_channels(spec: dict, rng: np.random.Generator) -> list[Channel]:
     return channels
 
 
-def draw_world(spec: dict, rng: np.random.Generator) -> dict:
+#: a drawn world's band is this many spacings wide and its plan (margins and gaps) is scaled to fill it exactly, so
+#: the band's edges tell the spacing and nothing more: a plan drawn for a given band (`draw_world(band=...)`) is a
+#: draw from the same prior as the world's own, which is where false alarms are placed (`false_alarm`)
+BAND_SPACINGS = 8.0
+
+
+def draw_world(spec: dict, rng: np.random.Generator, band: tuple[float, float] | None = None) -> dict:
     """`spec` with the band plan and its re-plan drawn anew (same counts, same kind of plan, widths and
-    shifts in the canonical world's proportions): the latent values of a non-canonical world."""
-    spec = copy.deepcopy(spec)
-    low = round(float(rng.uniform(150.0, 850.0)), 1)
-    wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
+    shifts in the canonical world's proportions): the latent values of a non-canonical world. With `band`
+    the plan is drawn for that band (the prior of plans given the band, which a single scan knows)."""
+    wb, nb, rp = dict(spec["channels"]["wideband"]), dict(spec["channels"]["narrowband"]), dict(spec["replan"])
+    lic = rp["licensee"] = dict(rp["licensee"])
+    spec = {**spec, "channels": {**spec["channels"], "wideband": wb, "narrowband": nb}, "replan": rp}
+    if band is None:
+        low = round(float(rng.uniform(150.0, 850.0)), 1)
+        width = round(BAND_SPACINGS * float(rng.uniform(19.0, 23.0)), 1)
+        band = (low, round(low + width, 1))
+    low, high = band
     # the canonical proportions: wideband width ~70% of the smallest gap, the narrowband channel ~80%
     # of the smallest guard, and a band wide enough for the widest draw of gaps, so plan channels
     # never overlap (a squeezed plan would make overlapping peaks a sign of a false alarm less often)
-    spacing = float(rng.uniform(19.0, 23.0))
+    spacing = (high - low) / BAND_SPACINGS
     wb["spacing_mhz"] = [round(spacing, 2), round(spacing + 6.0, 2)]
     wb["width_mhz"] = round(float(rng.uniform(0.68, 0.74)) * spacing, 2)
-    wb["first_center_mhz"] = round(low + wb["width_mhz"] / 2 + float(rng.uniform(2.0, 7.0)), 2)
     nb["width_mhz"] = round(float(rng.uniform(0.75, 0.85)) * (spacing - wb["width_mhz"]), 2)
-    # the gaps are drawn here so the band ends as close to the last channel as it starts to the first:
-    # a margin of its own size at either end (an empty stretch at one end only would tell a single
-    # scan that peaks there are false alarms)
-    wb["gaps_mhz"] = [round(float(g), 3) for g in rng.uniform(spacing, spacing + 6.0, size=wb["count"] - 1)]
-    top = wb["first_center_mhz"] + sum(wb["gaps_mhz"]) + wb["width_mhz"] / 2 + float(rng.uniform(2.0, 7.0))
-    spec["band"] = {"low_mhz": low, "high_mhz": round(top, 1)}
+    # margins at either end and irregular gaps, scaled together to fill the band: an empty stretch at one end
+    # only, or a band whose width told the plan's length, would tell a single scan where channels are not
+    margins = rng.uniform(2.0, 7.0, size=2)
+    gaps = rng.uniform(spacing, spacing + 6.0, size=wb["count"] - 1)
+    fill = (high - low - wb["width_mhz"]) / (margins.sum() + gaps.sum())
+    wb["first_center_mhz"] = round(low + fill * margins[0] + wb["width_mhz"] / 2, 2)
+    wb["gaps_mhz"] = [round(float(g * fill), 3) for g in gaps]
+    spec["band"] = {"low_mhz": low, "high_mhz": high}
     shift = float(rng.uniform(-3.0, 3.0))
     for kind in (wb, nb):
         kind["power_dbm"] = [round(p + shift, 1) for p in kind["power_dbm"]]
-    rp = spec["replan"]
     lo = float(rng.uniform(3.5, 5.0))
     rp["retune_shift_mhz"] = [round(lo, 2), round(lo + 2.0, 2)]
     rp["retune_width_mhz"] = round(float(rng.uniform(0.6, 0.75)) * wb["width_mhz"], 2)
-    lic = rp["licensee"]
     lic["width_mhz"] = round(float(rng.uniform(0.45, 0.6)) * wb["width_mhz"], 2)
     off = float(rng.uniform(2.5, 3.5))
     lic["offset_mhz"] = [round(off, 2), round(off + 1.5, 2)]
     lic["power_dbm"] = [round(p + shift, 1) for p in lic["power_dbm"]]
     spec["plan_seed"] = int(rng.integers(2**31))  # the channels' jitter, the eligible sets and the re-plan
+    spec["drawn"] = True  # its prior is draw_world's (`false_alarm`)
     return spec
+
+
+def false_alarm(spec: dict, schedule: str, variant: int, kind: str, rng: np.random.Generator) -> tuple[float, str]:
+    """Where a false alarm of `kind` in `variant` lies and whose look it takes: the centre of a channel of that
+    kind allowed in that variant (after the re-plan, if it has come) of another plan drawn for the same band by
+    the process this world's plan was drawn by (a drawn world's: `draw_world`; the canonical world's: its spec
+    with another plan seed), and that channel's role ("wideband", "narrowband", "retuned" or "licensee": the
+    width and power it takes are this world's for the role). So a false alarm and a detection are alike in
+    place, width and power: a single scan says nothing of whether a peak is real; only recurrence does."""
+    if spec.get("drawn"):
+        ghost = draw_world(spec, rng, band=(spec["band"]["low_mhz"], spec["band"]["high_mhz"]))
+    else:
+        ghost = {**spec, "plan_seed": int(rng.integers(2**31))}
+    _, eligible, replan = plan(ghost, schedule)
+    at = next((i for i, v in enumerate(spec["schedules"][schedule]) if v.get("replan")), None)
+    pool = [c for c in eligible[variant] if c.kind == kind]
+    c = pool[int(rng.integers(len(pool)))]
+    if at is None or variant < at or c.name not in replan:
+        return c.center, kind
+    new = replan[c.name]
+    return new.center, ("licensee" if new.kind == "licensee" else "retuned")
 
 
 def _eligible(channels: list[Channel], variants: list[dict], rng: np.random.Generator) -> list[list[Channel]]:
@@ -173,6 +209,11 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
     act, meas = spec["activity"], spec["measurement"]
     low, high = spec["band"]["low_mhz"], spec["band"]["high_mhz"]
     wb, nb = spec["channels"]["wideband"], spec["channels"]["narrowband"]
+    ghosts = np.random.default_rng([spec["seed"], 6])  # the plans false alarms are placed by (v6)
+    rp = spec["replan"]
+    looks = {"wideband": (wb["width_mhz"], wb["power_dbm"]), "narrowband": (nb["width_mhz"], nb["power_dbm"]),
+             "retuned": (rp["retune_width_mhz"], wb["power_dbm"]),
+             "licensee": (rp["licensee"]["width_mhz"], rp["licensee"]["power_dbm"])}  # a false alarm's width, power
     on = {c.name: bool(rng.random() < 0.6) for c in channels}
     changes: dict[str, Channel] = {}
     scans: list[Scan] = []
@@ -208,14 +249,17 @@ def generate(spec: dict, schedule: str) -> tuple[list[Channel], list[Scan]]:
                     peaks.append(Peak(c.center + rng.normal(0, meas["center_noise_mhz"]),
                                       c.power + rng.normal(0, meas["power_noise_db"]),
                                       max(0.3, c.width * (1 + rng.normal(0, meas["width_noise_rel"])))))
-            # look-alikes of each kind (its width and power), as many per allowed channel of that kind in
-            # every variant, so the share of a kind's peaks that are real does not tell one week from another
+            # look-alikes of each kind (its width and power, placed where the prior puts that kind's channels), as
+            # many per allowed channel of that kind in every variant, so the share of a kind's peaks that are real
+            # does not tell one week from another
             for kind, name in ((wb, "wideband"), (nb, "narrowband")):
                 allowed_kind = sum(c.kind == name for c in allowed)
                 for _ in range(rng.poisson(meas["false_alarms_per_channel"] * allowed_kind)):
-                    peaks.append(Peak(rng.uniform(low, high),
-                                      rng.uniform(*kind["power_dbm"]) + rng.normal(0, meas["power_noise_db"]),
-                                      max(0.3, kind["width_mhz"] * (1 + rng.normal(0, meas["width_noise_rel"])))))
+                    center, role = false_alarm(spec, schedule, k, name, ghosts)
+                    width, power = looks[role]
+                    peaks.append(Peak(center + rng.normal(0, meas["center_noise_mhz"]),
+                                      rng.uniform(*power) + rng.normal(0, meas["power_noise_db"]),
+                                      max(0.3, width * (1 + rng.normal(0, meas["width_noise_rel"])))))
             if rng.random() < meas["spike_probability"]:
                 peaks.append(Peak(rng.uniform(low, high), rng.uniform(*meas["spike_power_dbm"]),
                                   rng.uniform(*meas["spike_width_mhz"])))

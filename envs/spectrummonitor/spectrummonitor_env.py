@@ -1,4 +1,4 @@
-"""SpectrumMonitor-v5: blind spectrum monitoring from noisy scans."""
+"""SpectrumMonitor-v6: blind spectrum monitoring from noisy scans."""
 from __future__ import annotations
 
 import json
@@ -31,7 +31,7 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     wideband channels separated by irregular guard gaps, each gap holding one narrowband channel.
     Transmitters are active or dormant for long runs. Each scan lists detected peaks with centre
     jitter, width error, missed detections, false alarms that mimic channels (a channel's width
-    and power, anywhere in the band) and short, narrow interference spikes. A single scan cannot
+    and power, placed where plans of this kind put channels) and short, narrow interference spikes. A single scan cannot
     tell a false alarm from a transmitter, nor give a channel's exact edges; an agent that has
     learned the plan from earlier scans can (recurrence), and snaps detections to the known
     channels.
@@ -92,6 +92,18 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     from the task spec's or `world_rng`'s plan seed, only the scans from `draw_seed`.
 
     ## Version History
+    * v6: a false alarm copies a channel of another plan drawn for the same band by the process this world's
+      plan was drawn by (`generator.false_alarm`): its place, and the width and power of its role (a re-tuned
+      channel's or the licensee's after the re-plan). v5 placed false alarms uniformly over the band with the two
+      kinds' widths only, so where a peak lay and a re-planned width told a single scan what was real: red team
+      rt8's `band-grid` (a memoryless filter keeping the peaks near the slots the band's edges pin) led v5's
+      stateless reference by +0.031 IoU canonical and +0.037 in 20 of 20 fresh worlds. A drawn world's band is a
+      fixed number of spacings wide and its margins and gaps are scaled to fill it, so the band's width tells
+      nothing of the plan's layout. The red team adds `learned-filter`, a classifier fitted on the train split that
+      may read where a peak lies. The stateless reference's weights are refitted (r_reference 0.573 -> 0.542); the
+      stateful reference joins a detection to a channel within 2 MHz (v5: 30% of the width, which gathered the
+      look-alikes near a channel into it) and takes a cluster seen in a fifth of the recent scans for a channel
+      (v5: 15%), both chosen on the train split's worlds (normalized gain 0.286 -> 0.256).
     * v5: peak widths are measured with more noise (a single detection's width is a poor estimate of its
       channel's), so a single-scan analyst who pools the widths of a scan's peaks of one kind (the
       reference's `snapped`) beats every rule that echoes its peaks as measured by a margin that holds in
@@ -137,7 +149,7 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/SpectrumMonitor-v5"
+    env_id = "clbench/SpectrumMonitor-v6"
     #: wall seconds of an instance (one scan), roughly: the runner starts the dearest jobs first
     instance_seconds = 0.002
     redealable = True
@@ -195,6 +207,8 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
         # points are what the family finds best when the margins or gaps are drawn wider (branch sm6)
         "band-grid": ("clbench.agents.spectrummonitor_redteam:BandGrid",
                       {"margin": [4.5, 12.0], "tol_wide": [6.0, 12.0], "tol_narrow": [4.0, 9.0], "late": [2.0, 4.0]}),
+        # v6: a classifier fitted on the train split that may read where a peak lies (the class band-grid is one of)
+        "learned-filter": ("clbench.agents.spectrummonitor_redteam:LearnedFilter", {"threshold": [0.25, 0.3, 0.35, 0.45]}),
     }
     agents = {
         "reference": "clbench.agents.spectrummonitor:SpectrumReference",

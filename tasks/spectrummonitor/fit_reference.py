@@ -17,7 +17,7 @@ import clbench  # noqa: F401  registers the envs
 from clbench.agents import spectrummonitor as sm
 from clbench.envs.spectrummonitor.generator import iou
 
-ENV = "clbench/SpectrumMonitor-v5"
+ENV = "clbench/SpectrumMonitor-v6"
 FIT_WORLDS = [None, *range(1, 31)]
 CHECK_WORLDS = range(31, 41)
 
