@@ -27,6 +27,8 @@ the benchmark's hands beside the stateless reference's, which none may reach (te
   what this family tests.
 - `likelihood_reader` (`ReadingPlay`, the reference's own in-hand read from the uniform prior): at other
   thresholds (`confident`) than the stateless reference's.
+- `KindThresholds` (`kind_thresholds`, in `FRESH_WORLD_FAMILIES`, not a declared family): the likelihood reader
+  with a belief threshold per kind (red team rt7).
 - `SizeReader` (reads the kind by the opponent's bet sizes too): the likelihood reader whose likelihood also
   weighs each raise's size by how much each kind bets on the train split (`size_tells`). Red team rt7: on the
   first v7 build each kind bet its own sizes and this read led the stateless reference by +0.24 +- 0.08
@@ -40,7 +42,8 @@ for measuring the red team, never an agent. `hands(env, k)` is the world's k-th 
 0 .. deals-1 are the benchmark's (rollout seed s plays deal s % deals), later ones re-deal the same
 seats and opponents with other cards, so `replay`/`search` can measure a point's expected play apart
 from its luck on the benchmark's hands; `choose` picks each family's point on held-out deals (the red
-team's choice, never on the scored hands); `selection` splits a grid's best benchmark mean into that
+team's choice, never on the scored hands); `train_choice` picks it on the train worlds and freezes it, the
+memoryless policy a fresh world is judged against (issue 29); `selection` splits a grid's best benchmark mean into that
 play and the selection gain of picking the luckiest point on the hands it is scored on.
 
 `deal_env(k)` makes the registered env that plays deal k through the runner (where `clbench.runner`'s
@@ -283,6 +286,23 @@ class SizeReader(Policy):
 
 
 @dataclass(frozen=True)
+class KindThresholds(Policy):
+    """The likelihood reader (`ReadingPlay` from the uniform prior) with a threshold per kind: it plays the exploit of
+    the kind the hand's read holds likeliest once that belief reaches the kind's own threshold (the reference uses one,
+    `CONFIDENT`, for all three). Red team rt7: tuned on the train worlds and frozen, it led the stateless reference
+    pooled over fresh worlds (tests/test_poker.py)."""
+
+    calling_station: float = CONFIDENT
+    fit_or_fold: float = CONFIDENT
+    loose_aggressive: float = CONFIDENT
+
+    def decide(self, s: Spot) -> Decision:
+        belief = posterior(UNIFORM, s.history)
+        kind = KINDS[belief.index(max(belief))]
+        return PLAYBOOKS[kind if max(belief) >= getattr(self, kind) else "default"].decide(s)
+
+
+@dataclass(frozen=True)
 class PushFold(Policy):
     push_pct: float = 0.5
 
@@ -384,14 +404,45 @@ def search(env, families: dict, full: bool = True, deals=None) -> list[tuple[flo
 def choose(env, families: dict, full: bool = False, deals=None) -> dict[str, tuple[dict, Policy]]:
     """Each family's point as the red team chooses it without the benchmark's cards: the best mean over
     the deals `deals` (default `held_out_deals(env)`, the first re-deal's copy of the benchmark's deals)
-    ({family: (params, policy)}); the verdict plays it on the benchmark's deals."""
-    deals = held_out_deals(env) if deals is None else deals
+    ({family: (params, policy)}); the verdict plays it on the benchmark's deals. `env` may be a list of
+    envs (every world's hands weigh alike: `train_choice`)."""
+    envs = env if isinstance(env, (list, tuple)) else [env]
     out = {}
     for name, params, policy in _policies(families, full):
-        mean = mean_over(env, policy, deals)
+        mean = float(np.mean([mean_over(e, policy, held_out_deals(e) if deals is None else deals) for e in envs]))
         if name not in out or mean > out[name][0]:
             out[name] = (mean, params, policy)
     return {name: (params, policy) for name, (_, params, policy) in out.items()}
+
+
+#: deals per train world a frozen point is chosen on (`train_choice`): 25 worlds x 2 deals are 6,000 hands, ten times
+#: what a choice on one world's re-deals sees
+TRAIN_CHOICE_DEALS = 2
+
+
+#: attacks `train_choice` measures besides the declared families: rt7's per-kind-threshold reader. Not declared
+#: (`policy_families`): on the canonical world some of its points play as the reference on every hand of the benchmark
+#: and of the re-deals that confirm it, a tie the red team's rule fails, while its lead shows only pooled over fresh
+#: worlds (tests/test_poker.py)
+FRESH_WORLD_FAMILIES = {
+    "kind_thresholds": (f"{__name__}:KindThresholdsAgent", {"calling_station": [0.7, 0.8], "fit_or_fold": [0.5, 0.7],
+                                                            "loose_aggressive": [0.7]},
+                        {"full_grid": {k: [0.5, 0.6, 0.7, 0.8, 0.9] for k in KINDS}}),
+}
+
+
+@lru_cache(maxsize=2)
+def train_choice(full: bool = False, deals: int = TRAIN_CHOICE_DEALS) -> dict[str, tuple[dict, Policy]]:
+    """Each family's point (the declared ones and `FRESH_WORLD_FAMILIES`) as an attacker who studied the train split
+    writes it down and freezes it: the best mean over deals 0..deals-1 of every train world (`train_worlds`, the
+    split's own and train worlds 1-24), never a test-split world. What a memoryless policy written without a fresh
+    world plays there (issue 29)."""
+    from clbench import redteam
+    from clbench.registry import env_class, env_id_for
+
+    families = {**redteam.families(env_class(env_id_for("poker"))),
+                **{name: redteam.as_family(entry) for name, entry in FRESH_WORLD_FAMILIES.items()}}
+    return choose(train_worlds(), families, full, range(deals))
 
 
 def selection(env, families: dict, reference: Policy, redeals: int = 8, full: bool = True) -> dict:
@@ -474,3 +525,7 @@ class LikelihoodReaderAgent(FamilyAgent):
 
 class SizeReaderAgent(FamilyAgent):
     policy_class = SizeReader
+
+
+class KindThresholdsAgent(FamilyAgent):
+    policy_class = KindThresholds

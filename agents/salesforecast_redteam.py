@@ -24,6 +24,12 @@ the log mean forecast of the visible store's first requested year is below `thre
 visible store makes larger unseen ones likely, a large one smaller ones; the thresholds are the train split's
 quantiles of that log level (0.33, 0.5, 0.67: 3.94, 4.24, 4.54), which an attacker computes from the train split.
 It beat the reference's constant factor 0.7; the reference now scales by a smooth function of the same level.
+
+On fresh worlds (issue 29) the threat is a forecaster written without the world: each family's point chosen on the
+train split's worlds, frozen, and played on worlds 1-20 must not lead the stateless reference pooled over them by two
+standard errors (tests/test_salesforecast.py; volume-shrink's frozen point trails by 0.010 +- 0.005). A point chosen on
+a fresh world's own scored years learns that world from its answers: its lead (up to +0.059) is held to a band
+around the canonical world's, not to 0.
 """
 from __future__ import annotations
 
@@ -146,6 +152,13 @@ class StoreShrink(SalesForecastReference):
         """A Python expression for the unseen stores' factor (`level`: the visible store's log mean forecast of the
         first requested year)."""
         return repr(self.other)
+
+    def unseen_factor(self, level: float) -> float:
+        """What its plan multiplies the reference's factor-1 forecast of an unseen store's cell by: the reference's
+        own factor (`unseen`, clipped as its script clips it), then `factor` (for measurements that score a grid
+        from one factor-1 forecast per instance)."""
+        a, b = self.unseen
+        return min(max(a + b * level, 0.3), 1.5) * eval(self.factor(), {"__builtins__": {}}, {"level": level})
 
     def begin_instance(self, observation: str, info: dict) -> None:
         super().begin_instance(observation, info)

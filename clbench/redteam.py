@@ -35,6 +35,11 @@ chosen on); it fails unless it falls below the reference there (`luck`: its lead
 the table). Envs without re-deals keep the stricter rule: every point of every grid is played on the
 benchmark and none may reach r_reference.
 
+On a fresh world (`world_seed=N`) this rule chooses on the world's own re-deals, which learns that world from far
+more of it than a stateful agent sees. The tests (tests/test_poker.py, tests/test_salesforecast.py) judge fresh worlds
+by `PooledLead` instead: each family's point chosen on the train split and frozen must not lead the stateless
+reference pooled over fresh worlds 1-20; the per-world choice's lead is held to a band around the canonical world's.
+
 Each is played through the runner (the process pool) into a temporary run directory; a policy
 whose benchmark mean reaches r_reference fails the env (tests/test_redteam.py).
 """
@@ -157,6 +162,33 @@ def confirm_deals(env_kwargs: dict, k: int, n: int) -> list[int]:
     """The `n` re-deals after the `k` a point was chosen on (`selection_deals`), skipping the deal under test."""
     own, chosen = int(env_kwargs.get("redeal", 0)), set(selection_deals(env_kwargs, k))
     return [d for d in range(1, k + n + 2) if d != own and d not in chosen][:n]
+
+
+@dataclass(frozen=True)
+class PooledLead:
+    """A frozen policy's lead over the stateless reference pooled over fresh worlds (issue 29): the mean over worlds
+    of its per-world lead (each judged on held-out deals or years), the standard error across worlds, and in how many
+    worlds it leads. A point chosen on the train split and frozen is a memoryless policy written without the fresh
+    worlds; it fails the env when its mean lead is above 0 by two standard errors (`leads`). A point chosen on a
+    fresh world's own data is not such a policy: it learned the world from more of it than a stateful agent gets."""
+
+    mean: float
+    se: float
+    leading: int  # worlds where its lead is above 0
+    worlds: int
+
+    @classmethod
+    def of(cls, leads) -> "PooledLead":
+        x = np.asarray(list(leads), dtype=float)
+        return cls(float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("inf"),
+                   int((x > 0).sum()), int(x.size))
+
+    @property
+    def leads(self) -> bool:
+        return self.mean > 2 * self.se
+
+    def __str__(self) -> str:
+        return f"{self.mean:+.4f} +- {self.se:.4f} (leads in {self.leading} of {self.worlds})"
 
 
 def reaches(mean: float | None, r_reference: float | None, tie_passes: bool = False) -> bool:

@@ -312,10 +312,24 @@ def test_must_show_reference_rollout(tmp_path):
     assert means == sorted(means)
 
 
-def red_team_best(env) -> tuple[float, str]:
-    """The best memoryless family point, stateless: each Forecaster is a pure function of the first observation
-    and one read of the inbox, so one read per instance scores the whole grid (as submitting would); a point
-    built on the reference's script is played in process (reference_rewards)."""
+def inbox_view(env, slot) -> tuple[str, str]:
+    """What a Forecaster reads of an instance without a sandbox: the observation's lines naming the export and the
+    requested cells, and what its one read (`read_command`) prints, from the instance's files (red_team_scores
+    checks it gives the sandboxed read's forecasts)."""
+    from clbench.agents.salesforecast_redteam import SEP
+
+    u, data = env.unwrapped, slot.instance.payload
+    years = sorted({y for _, _, y in data.cells})
+    obs = (f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for {data.year - 1}\n"
+           f"Requested products: {' '.join(sorted({p for p, _, _ in data.cells}))}; "
+           f"stores: {' '.join(s['id'] for s in u.spec_data['stores'])}; years: {years[0]}-{years[-1]}")
+    return obs, data.files["inbox/catalog.csv"] + SEP + "\n" + data.files[data.export]
+
+
+def red_team_scores(env) -> dict[tuple[str, str], float]:
+    """Every memoryless family point's mean, stateless, by (family, label): each Forecaster is a pure function of
+    the first observation and one read of the inbox, so one read per instance scores the whole grid (as submitting
+    would); a point built on the reference's script is played in process (reference_rewards)."""
     from clbench.agents.salesforecast_redteam import Forecaster, read_command
     from tests.test_spectrummonitor import family_points
 
@@ -329,11 +343,18 @@ def red_team_best(env) -> tuple[float, str]:
     for j, slot in enumerate(u.schedule.order(0)):
         obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
         out, *_ = env.step(read_command(obs))
+        assert Forecaster(u.agent_card).predictions(*inbox_view(env, slot)) == \
+            Forecaster(u.agent_card).predictions(obs, out)  # the sandbox-free view train_scores reads
         actual = {c: u.world.sales[c] for c in slot.instance.payload.cells}
         for i in forecasters:
             scores[i, j] = skill(wape(Forecaster(u.agent_card, **points[i][2]).predictions(obs, out), actual))
-    i = int(np.argmax(scores.mean(axis=1)))
-    return float(scores[i].mean()), f"{points[i][0]} {points[i][2]}"
+    return {(fam, f"{fam} {kw}"): float(row.mean()) for (fam, _, kw), row in zip(points, scores)}
+
+
+def red_team_best(env) -> tuple[float, str]:
+    """The best memoryless family point, stateless (red_team_scores): (its mean, its label)."""
+    (_, label), best = max(red_team_scores(env).items(), key=lambda kv: kv[1])
+    return best, label
 
 
 def test_feedback_shows_the_forecast_year_only(env):
@@ -520,18 +541,19 @@ def oracle_rewards(env) -> list[float]:
 def fast_world_numbers(world_seed, drift_at: int = 4) -> dict:
     """tests/test_spectrummonitor.world_numbers for SalesForecast without a sandboxed python3 per forecast: r_max,
     r_reference, the reference's normalized gain (one stateful rollout: it is deterministic), the drift cost
-    (unfrozen minus frozen at `drift_at`, after it) and the best red-team point (red_team_best)."""
+    (unfrozen minus frozen at `drift_at`, after it), every red-team point's mean (red_team_scores) and the best."""
     env = gym.make(ENV, world_seed=world_seed)
     try:
         r_max, stateless = float(np.mean(oracle_rewards(env))), reference_rewards(env)
         r_ref = float(np.mean(stateless))
         live, frozen = reference_rewards(env, stateful=True), reference_rewards(env, stateful=True, freeze_at=drift_at)
         assert live[:drift_at] == frozen[:drift_at]  # identical until the freeze
-        best = red_team_best(env)
+        points = red_team_scores(env)
+        (_, label), best = max(points.items(), key=lambda kv: kv[1])
         return {"world": world_seed, "r_max": r_max, "r_reference": r_ref,
                 "normalized_gain": (np.mean(live) - r_ref) / (r_max - r_ref),
                 "drift_cost": float(np.mean(np.subtract(live, frozen)[drift_at:])),
-                "red_team_best": best[0], "red_team_policy": best[1]}
+                "red_team_best": best, "red_team_policy": label, "points": points}
     finally:
         env.close()
 
@@ -546,8 +568,15 @@ def test_in_process_reference_is_the_sandboxed_one(env):
     assert played == reference_rewards(env, stateful=True)[:2]
 
 
+@functools.lru_cache(maxsize=1)
 def _fit_module():
     return fit_script("salesforecast")
+
+
+@functools.lru_cache(maxsize=None)
+def train_forecasts(world_seed) -> list:
+    """fit_reference.instances of a train world (the stateless reference's factor-1 forecasts), once per session."""
+    return _fit_module().instances(world_seed)
 
 
 def test_the_unseen_stores_factor_is_fitted_on_the_train_split():
@@ -563,10 +592,10 @@ def test_the_unseen_stores_factor_is_fitted_on_the_train_split():
     if SLOW:
         assert fit.fit()[0] == UNSEEN
         return
-    insts = fit.instances(1)
+    insts = train_forecasts(1)
     env = gym.make(ENV, split="train", world_seed=1)
     assert fit.scores(insts, (UNSEEN,))[0] == pytest.approx(np.mean(reference_rewards(env)), abs=1e-4)
-    means = fit.scores(insts + fit.instances(None), (UNSEEN, (0.7, 0.0), (1.0, 0.0)))
+    means = fit.scores(insts + train_forecasts(None), (UNSEEN, (0.7, 0.0), (1.0, 0.0)))
     assert means[0] > means[1] > means[2], means
 
 SLOW = bool(os.environ.get("CLBENCH_SLOW"))
@@ -579,7 +608,9 @@ CANONICAL = {"r_max": 0.9097, "r_reference": 0.6001, "normalized_gain": 0.5060, 
              "red_minus_reference": -0.0064}
 BAND = {"r_max": 0.05, "r_reference": 0.2, "normalized_gain": 0.2}  # |fresh - canonical| at most
 DRIFT_BAND = (1 / 3, 3)  # the drift cost within these multiples of the canonical one
-RED_BAND = (-0.2, 0.0)  # the best red-team point minus r_reference: below the reference, not absurdly far
+#: the best red-team point chosen on a fresh world's own years minus r_reference, minus the canonical world's (issue 29's
+#: band; measured -0.025..+0.066 over worlds 1-20)
+RED_BAND = (-0.05, 0.08)
 
 
 @functools.lru_cache(maxsize=None)
@@ -601,34 +632,105 @@ def test_fresh_worlds_keep_the_difficulty(world_seed):
     if world_seed is None:
         assert {k: round(float(n[k]), 4) for k in ("r_max", "r_reference", "normalized_gain", "drift_cost")} == \
             {k: c[k] for k in ("r_max", "r_reference", "normalized_gain", "drift_cost")}, n
+        assert round(n["red_team_best"] - n["r_reference"], 4) == c["red_minus_reference"], n
     assert n["r_reference"] < 0.75 * n["r_max"], n
     for key, width in BAND.items():
         assert abs(n[key] - c[key]) <= width, (key, n)
     assert DRIFT_BAND[0] * c["drift_cost"] <= n["drift_cost"] <= DRIFT_BAND[1] * c["drift_cost"], n
 
 
-#: fresh worlds where the best point of a family's grid, chosen on the world's own scored years (the env has no
-#: re-deals to choose on), reaches v6's reference (issue 29): the best factor for unseen stores differs by world;
-#: no point leads on average
-WORLD_FAILS = {1, 2, 5, 8, 9, 10, 11, 13, 14, 18, 19}
-
-
-@pytest.mark.parametrize("world_seed", [pytest.param(w, marks=pytest.mark.xfail(
-    strict=True, reason="issue 29, SalesForecast-v6: a grid point chosen for the world beats the train-fitted rule"))
-    if w in WORLD_FAILS else w for w in FRESH_WORLDS])
-def test_no_memoryless_forecaster_reaches_the_reference_in_fresh_worlds(world_seed):
-    """issue 28/29: no family point, stateless, reaches the stateless reference (worlds 1-20, every family's full
-    grid: best point minus r_reference -0.119 to -0.014, mean -0.041, canonical -0.018; v3's reference, whose price
-    term extrapolated a type missing from the export across types, was reached in worlds 3, 4 and 18 once base
-    volumes were drawn fresh). v6 (the unseen stores' factor clip(4.1 - 0.75 * level, 0.3, 1.5), fitted on the train
-    split): the best point (volume-shrink, 10 worlds; store-shrink on top of the rule x0.8, world 2) leads by
-    +0.001..+0.059 in worlds 1, 2, 5, 8, 9, 10, 11, 13, 14, 18 and 19, mean over 1-20 +0.007 +- 0.005 (se), range
-    -0.031..+0.059; canonical -0.006; each volume-shrink point alone trails by 0.010-0.024 on average. With v6's first,
-    constant factor 0.7 volume-shrink led by +0.059 +- 0.007 in 20 of 20 worlds (canonical +0.068) and store-shrink
-    by up to +0.024 in 8 (v5: +0.024..+0.029 in 17-18 of 20). Of the default worlds 18 fails here (+0.009), and 4
-    passes by 0.0002."""
+@pytest.mark.parametrize("world_seed", FRESH_WORLDS)
+def test_the_best_point_chosen_on_a_fresh_worlds_own_years_stays_within_a_band_of_the_canonical_worlds(world_seed):
+    """issue 28/29: the best point of every family's grid, chosen on the fresh world's own scored years (the env has
+    no re-deals to choose on), minus r_reference stays within RED_BAND of the canonical world's (-0.0064). Such a
+    point is not a memoryless forecaster of that world: picking, among 100-200 points, the one that scores best on
+    the world's 12 years (900 realised cells) learns the world from its answers, more of it than the stateful
+    reference ever sees, and its lead measures the selection on the world's own data, not a policy written without
+    it (that threat is test_train_chosen_frozen_forecasters_do_not_lead_the_reference_pooled_over_fresh_worlds).
+    Measured (worlds 1-20, every family's full grid): best point minus r_reference -0.031..+0.059, mean +0.007 +-
+    0.005 (se), above 0 in worlds 1, 2, 5, 8, 9, 10, 11, 13, 14, 18 and 19 (the strict xfails WORLD_FAILS while such a
+    point was held to stay below the reference; the best is volume-shrink at a threshold and low factor that differ by
+    world, or store-shrink x0.8); minus the canonical world's -0.0064: -0.025..+0.066. Default worlds: 4 -0.0002, 16
+    -0.017, 18 +0.009. v3's reference, whose price term extrapolated a type missing from the export across types, was
+    reached in worlds 3, 4 and 18 once base volumes were drawn fresh; with v6's first, constant factor 0.7
+    volume-shrink led by +0.059 +- 0.007 in 20 of 20 worlds (canonical +0.068)."""
     n = _world(world_seed)
-    assert RED_BAND[0] <= n["red_team_best"] - n["r_reference"] < RED_BAND[1], n
+    assert RED_BAND[0] <= n["red_team_best"] - n["r_reference"] - CANONICAL["red_minus_reference"] <= RED_BAND[1], n
+
+
+def train_scores(world_seed) -> dict[tuple[str, str], float]:
+    """Every family point's stateless mean on a train world (red_team_scores' keys), without a sandbox: a Forecaster
+    on `inbox_view`, a point built on the reference's script (StoreShrink) as the reference's factor-1 forecasts
+    (`train_forecasts`) with the unseen stores' cells times its `unseen_factor`."""
+    from clbench.agent import load_object
+    from clbench.agents.salesforecast_redteam import StoreShrink
+    from tests.test_spectrummonitor import family_points
+
+    env = _fit_module().train_env(world_seed)
+    out = {}
+    for fam, path, kw in family_points(ENV):
+        agent = load_object(path)(env.agent_card, **kw)
+        rewards = []
+        for slot, (preds, actual, visible) in zip(env.schedule.order(0), train_forecasts(world_seed)):
+            if isinstance(agent, StoreShrink):
+                first = min(y for _, _, y in preds)
+                f = agent.unseen_factor(np.log(np.mean([u for (_, s, y), u in preds.items() if s == visible and y == first])))
+                preds = {c: u * (1.0 if c[1] == visible else f) for c, u in preds.items()}
+            else:
+                preds = agent.predictions(*inbox_view(env, slot))
+            rewards.append(skill(wape(preds, actual)))
+        out[(fam, f"{fam} {kw}")] = float(np.mean(rewards))
+    return out
+
+
+#: the train worlds each family's point is chosen on (fit_reference.TRAIN_WORLDS, 41, with CLBENCH_SLOW=1; by default
+#: the two whose forecasts test_the_unseen_stores_factor_is_fitted_on_the_train_split computes anyway)
+TRAIN_CHOICE_WORLDS = (None, *range(1, 41)) if SLOW else (None, 1)
+
+
+@functools.lru_cache(maxsize=1)
+def frozen_points() -> dict[str, tuple[str, str]]:
+    """Each family's point as an attacker who studied the train split writes it down: the best mean over the
+    instances of TRAIN_CHOICE_WORLDS (train split only), by family."""
+    means: dict[tuple[str, str], float] = {}
+    for w in TRAIN_CHOICE_WORLDS:
+        for key, mean in train_scores(w).items():
+            means[key] = means.get(key, 0.0) + mean / len(TRAIN_CHOICE_WORLDS)
+    best: dict[str, tuple[str, str]] = {}
+    for key, mean in means.items():
+        if key[0] not in best or mean > means[best[key[0]]]:
+            best[key[0]] = key
+    return best
+
+
+def test_train_chosen_frozen_forecasters_do_not_lead_the_reference_pooled_over_fresh_worlds():
+    """issue 29: the threat a fresh world must hold against is a memoryless forecaster written without it. Each
+    family's point is chosen on the train split (frozen_points) and played, frozen, on every fresh world; its lead
+    over the stateless reference (its mean over the world's 12 years minus r_reference), pooled over the worlds
+    (mean, standard error across worlds), must not be above 0 by two standard errors (clbench.redteam.PooledLead).
+    Measured (CLBENCH_SLOW=1: chosen on the 41 train worlds, full grids; lead +- SE over worlds 1-20, worlds where it
+    leads, canonical):
+      naive {fill: type, scale: 0.8}                -0.157 +- 0.015 (0)  -0.120
+      price-adjusted {elasticity: 1.5}              -0.183 +- 0.014 (0)  -0.130
+      trend {elasticity: 1.3, trend: 0.9}           -0.150 +- 0.014 (0)  -0.116
+      seasonal {annualise: h2x2}                    -0.206 +- 0.015 (0)  -0.172
+      shrink-to-type {elasticity: 1.0, shrink: 0.3} -0.191 +- 0.014 (0)  -0.132
+      trend-scaled {elasticity 2, scale 0.9, trend 0.9, fill all}  -0.141 +- 0.014 (0)  -0.173
+      store-shrink {other: 0.8}                     -0.018 +- 0.005 (3)  -0.018
+      volume-shrink {hi: 1.1, lo: 0.5, threshold: 4.24}  -0.010 +- 0.005 (5)  -0.007
+    The train scores' shortcut for points built on the reference's script (train_scores) is checked against playing
+    the point (reference_rewards) on train world 1: equal to 1e-6."""
+    from clbench.redteam import PooledLead
+
+    assert set(TRAIN_CHOICE_WORLDS) <= set(_fit_module().TRAIN_WORLDS)
+    (_, label), = [key for key in frozen_points().values() if key[0] == "volume-shrink"]
+    kw = {k: float(v) for k, v in re.findall(r"'(\w+)': ([\d.]+)", label)}
+    played = reference_rewards(gym.make(ENV, split="train", world_seed=1),
+                               agent_name="clbench.agents.salesforecast_redteam:VolumeShrink", **kw)
+    assert train_scores(1)[("volume-shrink", label)] == pytest.approx(np.mean(played), abs=1e-6)
+    pooled = {fam: PooledLead.of(_world(w)["points"][key] - _world(w)["r_reference"] for w in FRESH_WORLDS)
+              for fam, key in frozen_points().items()}
+    assert not {fam: str(p) for fam, p in pooled.items() if p.leads}, {fam: str(p) for fam, p in pooled.items()}
 
 
 def test_the_sandbox_binds_site_folders_a_venv_pth_adds():

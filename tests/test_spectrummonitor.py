@@ -385,9 +385,8 @@ def test_no_memoryless_policy_beats_the_reference_across_fresh_worlds():
     for fam, f in redteam.families(env_class(ENV)).items():
         points = list(f.points(full=bool(os.environ.get("CLBENCH_SLOW"))))
         best = max(points, key=lambda kw: np.mean([stateless_mean(env, f.cls, **kw) for env in train]))
-        lead = np.array([stateless_mean(env, f.cls, **best) for env in fresh]) - refs
-        leads[fam] = (best, float(lead.mean()), float(lead.std(ddof=1) / np.sqrt(lead.size)), int((lead > 0).sum()))
-    assert not {fam: v for fam, v in leads.items() if v[1] > 2 * v[2]}, leads
+        leads[fam] = (best, redteam.PooledLead.of(np.array([stateless_mean(env, f.cls, **best) for env in fresh]) - refs))
+    assert not {fam: v for fam, v in leads.items() if v[1].leads}, {fam: (b, str(p)) for fam, (b, p) in leads.items()}
 
 
 def test_train_and_fresh_worlds_differ_from_the_canonical_one():
