@@ -24,6 +24,8 @@ r_reference (the stateless `SpectrumReference`, whose single-scan rule is the be
 - `LearnedFilter` (v6): a gradient-boosted classifier fitted on the train split's worlds on the reference's
   features plus where each peak lies (its place in the band, its distance to band-grid's slots) and its width,
   power and scan number: whatever single-scan signal holds from world to world, position included, it can learn.
+- `ShrunkReference` (red team rt9): the reference's own peaks, wide ones reported a few percent narrower and
+  narrow ones' widths pooled: a noisy centre makes a full-width report stick out of its channel.
 """
 from __future__ import annotations
 
@@ -281,3 +283,34 @@ class LearnedFilter(Agent):
         keep = learned_model().predict_proba(_rows(peaks, observation))[:, 1] >= self.threshold if peaks else []
         kept = snapped([p for p, k in zip(peaks, keep) if k], peaks)
         return report([transmitter(c, w, p) for c, p, w in kept])
+
+
+class ShrunkReference(Agent):
+    """The stateless reference's peaks (`peak_probabilities` >= 0.5), reported narrower (red team rt9): each wide
+    peak at the reference's width (`snapped`) times `width_scale`, each narrow non-spike peak's width moved
+    `narrow_snap` of the way to the median width of the scan's narrow non-spike peaks. A centre is measured with
+    ~0.7 MHz of noise, so a report of a channel's full width sticks out of it on one side; a slightly narrower band
+    loses less intersection than it saves union. No position, only widths: it holds in every world."""
+
+    deterministic = True
+
+    def __init__(self, card, seed: int = 0, latent=None, width_scale: float = 0.95, narrow_snap: float = 0.5):
+        super().__init__(card, seed=seed)
+        self.width_scale, self.narrow_snap = float(width_scale), float(narrow_snap)
+
+    def act(self, observation: str, info: dict) -> str:
+        from statistics import median
+
+        from clbench.agents.spectrummonitor import peak_probabilities
+
+        peaks, probs = peak_probabilities(observation)
+        scale = wide_scale(peaks)
+        narrow = [w for _, _, w in peaks if SPIKE_WIDTH <= w < NARROW * scale]
+        out = []
+        for c, p, w in snapped([q for q, prob in zip(peaks, probs) if prob >= 0.5], peaks):
+            if w >= NARROW * scale:
+                w *= self.width_scale
+            elif narrow and w >= SPIKE_WIDTH:
+                w += self.narrow_snap * (median(narrow) - w)
+            out.append(transmitter(c, w, p))
+        return report(out)

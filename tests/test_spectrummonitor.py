@@ -316,7 +316,7 @@ def test_no_memoryless_family_reaches_the_reference():
     means = {f"{fam} {kw}": stateless_mean(env, path, **kw) for fam, path, kw in family_points(ENV)}
     # schedule-echo reads the scan number, plan-echo the geometry, band-grid the slots the band edges pin (rt8),
     # learned-filter whatever a classifier fitted on the train split finds, where a peak lies included (v6)
-    assert len({k.split()[0] for k in means}) == 9
+    assert len({k.split()[0] for k in means}) == 10
     best = max(means, key=means.get)
     assert means[best] < r_ref, (best, means[best], r_ref)
 

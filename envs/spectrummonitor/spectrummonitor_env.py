@@ -209,6 +209,9 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
                       {"margin": [4.5, 12.0], "tol_wide": [6.0, 12.0], "tol_narrow": [4.0, 9.0], "late": [2.0, 4.0]}),
         # v6: a classifier fitted on the train split that may read where a peak lies (the class band-grid is one of)
         "learned-filter": ("clbench.agents.spectrummonitor_redteam:LearnedFilter", {"threshold": [0.25, 0.3, 0.35, 0.45]}),
+        # red team rt9: the reference's peaks with narrower wide bands (centre noise makes full widths stick out)
+        "shrunk-reference": ("clbench.agents.spectrummonitor_redteam:ShrunkReference",
+                             {"width_scale": [0.93, 0.95, 0.97], "narrow_snap": [0.0, 0.5]}),
     }
     agents = {
         "reference": "clbench.agents.spectrummonitor:SpectrumReference",
