@@ -113,17 +113,33 @@ def peak_features(peaks: Peaks, scan: int, total: int, low: float, high: float) 
 
 
 #: logistic weights of FEATURES, fitted on the train split's worlds (tasks/spectrummonitor/fit_reference.py)
-COEF = (1.282, -0.28, -9.011, -0.154, -0.202, 0.753, -0.059, 0.087, -0.601, -0.424, -0.008, -0.263)
+COEF = (1.282, -0.28, -9.011, -0.154, -0.202, 0.753, 0.041, 0.187, 0.399, -0.424, -0.008, -0.263)
 #: how far a wide peak's reported width moves from its own measurement to the scan's width scale: the
 #: widths of one kind's peaks in a scan (channels and look-alikes alike) estimate the kind's width with
 #: less noise than one measurement (chosen on the train split's worlds, tasks/spectrummonitor/fit_reference.py)
 SNAP = 0.5
+#: v6 (red team rt9): a wide peak is reported WIDE_SCALE of that width, and a narrow one's width moves NARROW_SNAP of
+#: the way to the median width of the scan's narrow peaks: a centre is measured with ~0.7 MHz of noise, so a band of a
+#: channel's full width sticks out of it on one side and a slightly narrower one loses less overlap than it saves
+#: union (chosen on the train split's worlds, tasks/spectrummonitor/fit_reference.py)
+WIDE_SCALE, NARROW_SNAP = 0.95, 0.5
 
 
 def snapped(kept: Peaks, peaks: Peaks) -> Peaks:
-    """`kept` (peaks of the scan `peaks`) with each wide one's width moved SNAP of the way to the scan's width scale."""
+    """`kept` (peaks of the scan `peaks`) with the widths the reference reports: each wide one's moved SNAP of the way
+    to the scan's width scale and scaled by WIDE_SCALE, each narrow non-spike one's moved NARROW_SNAP of the way to the
+    median width of the scan's narrow non-spike peaks."""
     scale = wide_scale(peaks)
-    return [(c, p, w if w < NARROW * scale else (1 - SNAP) * w + SNAP * scale) for c, p, w in kept]
+    narrow = [w for _, _, w in peaks if SPIKE_WIDTH <= w < NARROW * scale]
+    mid = median(narrow) if narrow else None
+    out = []
+    for c, p, w in kept:
+        if w >= NARROW * scale:
+            w = ((1 - SNAP) * w + SNAP * scale) * WIDE_SCALE
+        elif mid is not None and w >= SPIKE_WIDTH:
+            w += NARROW_SNAP * (mid - w)
+        out.append((c, p, w))
+    return out
 
 
 def peak_probabilities(observation: str) -> tuple[Peaks, list[float]]:

@@ -267,10 +267,18 @@ def _fit_learned_model():
                                           random_state=0).fit(np.vstack(xs), np.array(ys))
 
 
+#: how the fresh-world tests play `LearnedFilter` (not in the env's `policy_families`: see its docstring)
+LEARNED_FILTER = ("clbench.agents.spectrummonitor_redteam:LearnedFilter", {"threshold": [0.25, 0.3, 0.35, 0.45]})
+
+
 class LearnedFilter(Agent):
     """The peaks `learned_model` gives at least `threshold`, with the reference's widths (`snapped`): a single-scan
     learner fitted on the train split that may read where a peak lies in the band. If position (from the band's
-    edges or otherwise) told anything about a peak that holds from world to world, it would learn it."""
+    edges or otherwise) told anything about a peak that holds from world to world, it would learn it, so it is judged
+    where that shows: pooled over fresh worlds (tests/test_spectrummonitor.py), where it trails the reference. In one
+    world its fitted preferences for places may happen to match that world's channels: on the canonical benchmark its
+    0.25 point ties the reference (+0.0002 IoU), which is that world's luck, not a rule that holds, so `clbench
+    redteam` (one world) does not play it."""
 
     deterministic = True
 

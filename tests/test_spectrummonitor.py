@@ -206,8 +206,8 @@ def test_must_show_reference_rollout(tmp_path):
     assert t["normalized_gain"]["mean"] >= 0.2
     assert t["normalized_gain"]["ci"][0] > 0
     assert t["mean_reward_stateless"] < 0.7 * t["r_max"]
-    # the learned plan pays in every variant (v6: 0.13, 0.09, 0.13 IoU); the re-plan takes part of it away at first:
-    # week 3's gain in its adaptation window is below week 2's (v6: -0.03 vs +0.12), though over the whole week it
+    # the learned plan pays in every variant (v6: 0.13, 0.09, 0.12 IoU); the re-plan takes part of it away at first:
+    # week 3's gain in its adaptation window is below week 2's (v6: -0.04 vs +0.12), though over the whole week it
     # is not (its re-tuned channels' new widths cost the single-scan rule more than the stale plan costs the learner)
     gains = [v["mean_reward_stateful"] - v["mean_reward_stateless"] for v in t["per_variant"]]
     window = [v["window_gain"] for v in t["per_variant"]]
@@ -308,15 +308,23 @@ def play_red_team(env) -> tuple[float, str]:
     return best["mean"], best["policy"]
 
 
+#: families whose points are small perturbations of the reference's own report: the best of them on the benchmark is
+#: a pick of the benchmark's noise (v6: shrunk-reference at width 0.97 and narrow snap 0.5, +0.00002 IoU), so they are
+#: judged by the red team's rule (chosen on re-deals: test_redteam's generic test) and pooled over fresh worlds
+PERTURBATIONS = {"shrunk-reference"}
+
+
 def test_no_memoryless_family_reaches_the_reference():
-    """issue 28: every point of every declared single-scan family, played stateless, stays below r_reference."""
+    """issue 28: every point of every declared single-scan family, played stateless, stays below r_reference (but
+    PERTURBATIONS, whose point chosen on re-deals must stay below it: tests/test_redteam.py)."""
     env = gym.make(ENV)
     r_ref = env.unwrapped.r_reference
     assert r_ref == pytest.approx(stateless_mean(env, "reference"))
-    means = {f"{fam} {kw}": stateless_mean(env, path, **kw) for fam, path, kw in family_points(ENV)}
-    # schedule-echo reads the scan number, plan-echo the geometry, band-grid the slots the band edges pin (rt8),
-    # learned-filter whatever a classifier fitted on the train split finds, where a peak lies included (v6)
-    assert len({k.split()[0] for k in means}) == 10
+    means = {f"{fam} {kw}": stateless_mean(env, path, **kw) for fam, path, kw in family_points(ENV)
+             if fam not in PERTURBATIONS}
+    # schedule-echo reads the scan number, plan-echo the geometry, band-grid the slots the band edges pin (rt8);
+    # learned-filter is judged across fresh worlds (its docstring)
+    assert len({k.split()[0] for k in means}) == 8
     best = max(means, key=means.get)
     assert means[best] < r_ref, (best, means[best], r_ref)
 
@@ -382,7 +390,9 @@ def test_no_memoryless_policy_beats_the_reference_across_fresh_worlds():
     fresh = [gym.make(ENV, world_seed=w) for w in POOLED_WORLDS]
     refs = np.array([stateless_mean(env, "reference") for env in fresh])
     leads = {}
-    for fam, f in redteam.families(env_class(ENV)).items():
+    from clbench.agents.spectrummonitor_redteam import LEARNED_FILTER
+
+    for fam, f in {**redteam.families(env_class(ENV)), "learned-filter": redteam.as_family(LEARNED_FILTER)}.items():
         points = list(f.points(full=bool(os.environ.get("CLBENCH_SLOW"))))
         best = max(points, key=lambda kw: np.mean([stateless_mean(env, f.cls, **kw) for env in train]))
         leads[fam] = (best, redteam.PooledLead.of(np.array([stateless_mean(env, f.cls, **best) for env in fresh]) - refs))
@@ -492,7 +502,9 @@ def test_the_reference_model_reads_only_the_scan_and_is_fitted_on_train_worlds(m
 def test_the_reference_weights_reproduce_from_the_train_split():
     from clbench.agents import spectrummonitor as sm
 
-    assert _fit_module().fit() == pytest.approx(sm.COEF, abs=1e-3)
+    fit = _fit_module()
+    assert fit.widths(sm.COEF) == (sm.WIDE_SCALE, sm.NARROW_SNAP)
+    assert fit.fit() == pytest.approx(sm.COEF, abs=1e-3)
 
 
 def test_the_channels_the_replan_changes_transmit_through_the_week_before_it():

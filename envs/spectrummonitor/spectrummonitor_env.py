@@ -100,10 +100,14 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
       stateless reference by +0.031 IoU canonical and +0.037 in 20 of 20 fresh worlds. A drawn world's band is a
       fixed number of spacings wide and its margins and gaps are scaled to fill it, so the band's width tells
       nothing of the plan's layout. The red team adds `learned-filter`, a classifier fitted on the train split that
-      may read where a peak lies. The stateless reference's weights are refitted (r_reference 0.573 -> 0.542); the
-      stateful reference joins a detection to a channel within 2 MHz (v5: 30% of the width, which gathered the
-      look-alikes near a channel into it) and takes a cluster seen in a fifth of the recent scans for a channel
-      (v5: 15%), both chosen on the train split's worlds (normalized gain 0.286 -> 0.256).
+      may read where a peak lies (judged pooled over fresh worlds), and `shrunk-reference` (red team rt9: reported
+      widths a few percent narrower beat v6's first reference by +0.0017 +- 0.0002 IoU over fresh worlds, since a
+      noisy centre makes a full-width band stick out of its channel). The stateless reference reports wide peaks at
+      0.95 of their pooled width and moves narrow ones' widths halfway to the scan's narrow median (`snapped`), and
+      its weights are refitted (r_reference 0.573 -> 0.544); the stateful reference joins a detection to a channel
+      within 2 MHz (v5: 30% of the width, which gathered the look-alikes near a channel into it) and takes a
+      cluster seen in a fifth of the recent scans for a channel (v5: 15%), all chosen on the train split's worlds
+      (normalized gain 0.286 -> 0.252).
     * v5: peak widths are measured with more noise (a single detection's width is a poor estimate of its
       channel's), so a single-scan analyst who pools the widths of a scan's peaks of one kind (the
       reference's `snapped`) beats every rule that echoes its peaks as measured by a margin that holds in
@@ -207,8 +211,6 @@ class SpectrumMonitorEnv(InstanceSequenceEnv):
         # points are what the family finds best when the margins or gaps are drawn wider (branch sm6)
         "band-grid": ("clbench.agents.spectrummonitor_redteam:BandGrid",
                       {"margin": [4.5, 12.0], "tol_wide": [6.0, 12.0], "tol_narrow": [4.0, 9.0], "late": [2.0, 4.0]}),
-        # v6: a classifier fitted on the train split that may read where a peak lies (the class band-grid is one of)
-        "learned-filter": ("clbench.agents.spectrummonitor_redteam:LearnedFilter", {"threshold": [0.25, 0.3, 0.35, 0.45]}),
         # red team rt9: the reference's peaks with narrower wide bands (centre noise makes full widths stick out)
         "shrunk-reference": ("clbench.agents.spectrummonitor_redteam:ShrunkReference",
                              {"width_scale": [0.93, 0.95, 0.97], "narrow_snap": [0.0, 0.5]}),

@@ -88,7 +88,22 @@ def fit(rounds: int = 3) -> tuple[float, ...]:
     return tuple(round(float(v), 3) for v in coef)
 
 
+def widths(coef, grid=((0.9, 0.95, 1.0), (0.0, 0.5, 1.0))) -> tuple[float, float]:
+    """(WIDE_SCALE, NARROW_SNAP): the grid point with the best mean IoU of the rule with weights `coef` on FIT_WORLDS."""
+    data = prepared(FIT_WORLDS)
+    saved = sm.WIDE_SCALE, sm.NARROW_SNAP
+    try:
+        scores = {}
+        for point in ((a, b) for a in grid[0] for b in grid[1]):
+            sm.WIDE_SCALE, sm.NARROW_SNAP = point
+            scores[point] = mean_iou(data, np.array(coef))
+    finally:
+        sm.WIDE_SCALE, sm.NARROW_SNAP = saved
+    return max(scores, key=scores.get)
+
+
 if __name__ == "__main__":
+    print(f"WIDE_SCALE, NARROW_SNAP = {widths(sm.COEF)}")
     coef = fit()
     print(f"COEF = {coef}")
     held = prepared(CHECK_WORLDS)
