@@ -71,6 +71,13 @@ def wide_scale(peaks: Peaks) -> float:
     return median(w for w in widths if w >= 0.6 * max(widths))
 
 
+def on_channel(peak, truth) -> float:
+    """Whether a peak lies on a transmitting channel, given the channels' (low, high) intervals: its centre within
+    2.2 MHz (3 centre-noise SDs) and a like width. The label the single-scan models are fitted to."""
+    c, _, w = peak
+    return float(any(abs(c - (a + b) / 2) <= 2.2 and 0.55 <= w / (b - a) <= 1.8 for a, b in truth))
+
+
 #: spikes are narrower than this (MHz); a narrow peak is narrower than NARROW x the scan's width scale
 SPIKE_WIDTH, NARROW = 2.0, 0.55
 #: what `peak_features` returns, in order (the names of `COEF`)

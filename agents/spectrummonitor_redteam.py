@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from clbench.agent import Agent
-from clbench.agents.spectrummonitor import (NARROW, SPIKE_WIDTH, Peaks, drop_overlapping, parse_peaks, peak_features,
+from clbench.agents.spectrummonitor import (NARROW, SPIKE_WIDTH, Peaks, drop_overlapping, on_channel, parse_peaks,
+                                            peak_features,
                                             report, scan_header, snapped, transmitter, wide_scale)
 
 
@@ -159,6 +160,14 @@ class PlanEcho(ScheduleEcho):
 
 
 
+def band_slots(low: float, high: float, scale: float, margin: float = 4.5, count: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """The plan's slots a band's edges would pin: `count` wideband centres evenly spaced from `margin` MHz plus half
+    the width scale `scale` inside either edge, and the narrowband ones at their midpoints."""
+    first, last = low + margin + scale / 2, high - margin - scale / 2
+    wide = first + np.arange(count) * (last - first) / (count - 1)
+    return wide, (wide[:-1] + wide[1:]) / 2
+
+
 class BandGrid(Agent):
     """Non-spike peaks within `tol_wide` MHz (a wide peak) or `tol_narrow` MHz (a narrow one) of the plan's
     slots that the band's edges give: `count` wideband centres evenly spaced from `margin` MHz plus half the
@@ -179,9 +188,7 @@ class BandGrid(Agent):
             return []
         scan, total, low, high = scan_header(observation)
         scale = wide_scale(peaks)
-        first, last = low + self.margin + scale / 2, high - self.margin - scale / 2
-        wide = first + np.arange(self.count) * (last - first) / (self.count - 1)
-        narrow = (wide[:-1] + wide[1:]) / 2
+        wide, narrow = band_slots(low, high, scale, self.margin, self.count)
         extra = self.late if scan > 2 * total // 3 else 0.0
         kept = []
         for c, p, w in peaks:
@@ -206,9 +213,7 @@ def _position(peaks: Peaks, observation: str) -> np.ndarray:
     against the scan's width scale, its power below the scan's strongest, the scan's place in the sequence."""
     scan, total, low, high = scan_header(observation)
     scale = wide_scale(peaks)
-    first, last = low + 4.5 + scale / 2, high - 4.5 - scale / 2
-    wide = first + np.arange(7) * (last - first) / 6
-    narrow = (wide[:-1] + wide[1:]) / 2
+    wide, narrow = band_slots(low, high, scale)
     top = max((p for _, p, _ in peaks), default=0.0)
     return np.array([[(c - low) / (high - low), np.min(np.abs(wide - c)) / scale, np.min(np.abs(narrow - c)) / scale,
                       w / scale, p - top, scan / total] for c, p, w in peaks]).reshape(len(peaks), 6)
@@ -259,10 +264,9 @@ def _fit_learned_model():
             peaks = parse_peaks(obs)
             if not peaks:
                 continue
-            truth = [(a["center"], a["width"]) for a in active[slot.instance_id]]
+            truth = [(a["center"] - a["width"] / 2, a["center"] + a["width"] / 2) for a in active[slot.instance_id]]
             xs.append(_rows(peaks, obs))
-            # on a channel: centre within 2.2 MHz (about three centre-noise SDs) and a like width
-            ys += [any(abs(c - tc) <= 2.2 and 0.55 <= w / tw <= 1.8 for tc, tw in truth) for c, _, w in peaks]
+            ys += [on_channel(p, truth) for p in peaks]
     return HistGradientBoostingClassifier(max_iter=150, learning_rate=0.05, min_samples_leaf=100, early_stopping=False,
                                           random_state=0).fit(np.vstack(xs), np.array(ys))
 
@@ -314,11 +318,12 @@ class ShrunkReference(Agent):
         peaks, probs = peak_probabilities(observation)
         scale = wide_scale(peaks)
         narrow = [w for _, _, w in peaks if SPIKE_WIDTH <= w < NARROW * scale]
+        mid = median(narrow) if narrow else None
         out = []
         for c, p, w in snapped([q for q, prob in zip(peaks, probs) if prob >= 0.5], peaks):
             if w >= NARROW * scale:
                 w *= self.width_scale
-            elif narrow and w >= SPIKE_WIDTH:
-                w += self.narrow_snap * (median(narrow) - w)
+            elif mid is not None and w >= SPIKE_WIDTH:
+                w += self.narrow_snap * (mid - w)
             out.append(transmitter(c, w, p))
         return report(out)

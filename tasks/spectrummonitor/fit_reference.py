@@ -32,12 +32,6 @@ def scans(world_seed):
     return out
 
 
-def on_channel(peak, truth) -> float:
-    """Whether a peak lies on a transmitting channel (its centre within 2.2 MHz, 3 centre-noise SDs, and a like width)."""
-    c, _, w = peak
-    return float(any(abs(c - (a + b) / 2) <= 2.2 and 0.55 <= w / (b - a) <= 1.8 for a, b in truth))
-
-
 def logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, iters: int = 30) -> np.ndarray:
     """Ridge-penalized logistic regression by Newton's method."""
     b = np.zeros(x.shape[1])
@@ -75,7 +69,7 @@ def fit(rounds: int = 3) -> tuple[float, ...]:
     reference's rule gets on the same train worlds (the score, not the likelihood, is what counts)."""
     data = prepared(FIT_WORLDS)
     coef = logistic(np.vstack([x for _, x, _, _ in data]),
-                    np.array([on_channel(p, truth) for peaks, _, truth, _ in data for p in peaks]))
+                    np.array([sm.on_channel(p, truth) for peaks, _, truth, _ in data for p in peaks]))
     best = mean_iou(data, coef)
     for _ in range(rounds):
         for k in range(len(coef)):
