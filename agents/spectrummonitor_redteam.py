@@ -232,13 +232,14 @@ def learned_model():
     model is kept in clbench's cache, named by the code and spec the train worlds come from and the fit."""
     import pickle
 
-    import gymnasium as gym
     import sklearn
 
-    from clbench.calibration import cache_root, world_fingerprint
+    from clbench.calibration import cache_root, class_fingerprint
+    from clbench.registry import env_class
 
-    env = gym.make("clbench/SpectrumMonitor-v6", split="train").unwrapped
-    key = hashlib.sha256(f"{world_fingerprint(env)} {LEARN_WORLDS} {sklearn.__version__}".encode()
+    # the train worlds' code and spec, named without building a world (every env of the class reads the task spec)
+    fingerprint = class_fingerprint(env_class("clbench/SpectrumMonitor-v6"))
+    key = hashlib.sha256(f"{fingerprint} {LEARN_WORLDS} {sklearn.__version__}".encode()
                          + Path(__file__).read_bytes()).hexdigest()[:16]
     path = cache_root().parent / "redteam" / f"spectrummonitor-learned-filter-{key}.pkl"
     if path.exists():

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from clbench.env import load_task_spec
+
 
 def cache_root() -> Path:
     """Where calibrations of non-canonical worlds and schedules are cached."""
@@ -45,8 +47,15 @@ def _code_digest(env_cls: type) -> str:
 
 def world_fingerprint(env) -> str:
     """12 hex digits naming the code and spec `env`'s baselines come from."""
-    digest = hashlib.sha256(_code_digest(type(env)).encode())
-    digest.update(json.dumps(env.spec_data, sort_keys=True, default=str).encode())
+    return class_fingerprint(type(env), env.spec_data)
+
+
+def class_fingerprint(env_cls: type, spec: dict | None = None) -> str:
+    """`world_fingerprint` of an env of `env_cls` with the spec `spec` (None: its task spec, which every env of the
+    class reads), without making one."""
+    digest = hashlib.sha256(_code_digest(env_cls).encode())
+    digest.update(json.dumps(load_task_spec(env_cls.task) if spec is None else spec, sort_keys=True,
+                             default=str).encode())
     return digest.hexdigest()[:12]
 
 

@@ -64,10 +64,11 @@ def mean_iou(data, coef) -> float:
     return float(np.mean(scores))
 
 
-def fit(rounds: int = 3) -> tuple[float, ...]:
+def fit(rounds: int = 3, data: list | None = None) -> tuple[float, ...]:
     """Logistic weights (maximum likelihood), then tuned by coordinate search for the mean IoU the
-    reference's rule gets on the same train worlds (the score, not the likelihood, is what counts)."""
-    data = prepared(FIT_WORLDS)
+    reference's rule gets on the same train worlds (the score, not the likelihood, is what counts).
+    `data`: `prepared(FIT_WORLDS)`, if the caller has it already."""
+    data = prepared(FIT_WORLDS) if data is None else data
     coef = logistic(np.vstack([x for _, x, _, _ in data]),
                     np.array([sm.on_channel(p, truth) for peaks, _, truth, _ in data for p in peaks]))
     best = mean_iou(data, coef)
@@ -82,9 +83,10 @@ def fit(rounds: int = 3) -> tuple[float, ...]:
     return tuple(round(float(v), 3) for v in coef)
 
 
-def widths(coef, grid=((0.9, 0.95, 1.0), (0.0, 0.5, 1.0))) -> tuple[float, float]:
-    """(WIDE_SCALE, NARROW_SNAP): the grid point with the best mean IoU of the rule with weights `coef` on FIT_WORLDS."""
-    data = prepared(FIT_WORLDS)
+def widths(coef, grid=((0.9, 0.95, 1.0), (0.0, 0.5, 1.0)), data: list | None = None) -> tuple[float, float]:
+    """(WIDE_SCALE, NARROW_SNAP): the grid point with the best mean IoU of the rule with weights `coef` on FIT_WORLDS
+    (`data`: `prepared(FIT_WORLDS)`, if the caller has it already)."""
+    data = prepared(FIT_WORLDS) if data is None else data
     saved = sm.WIDE_SCALE, sm.NARROW_SNAP
     try:
         scores = {}
@@ -97,8 +99,9 @@ def widths(coef, grid=((0.9, 0.95, 1.0), (0.0, 0.5, 1.0))) -> tuple[float, float
 
 
 if __name__ == "__main__":
-    print(f"WIDE_SCALE, NARROW_SNAP = {widths(sm.COEF)}")
-    coef = fit()
+    train = prepared(FIT_WORLDS)  # the widths and the fit read the same scans: prepared once
+    print(f"WIDE_SCALE, NARROW_SNAP = {widths(sm.COEF, data=train)}")
+    coef = fit(data=train)
     print(f"COEF = {coef}")
     held = prepared(CHECK_WORLDS)
     print(f"held-out train worlds {CHECK_WORLDS.start}-{CHECK_WORLDS.stop - 1}: mean IoU "
