@@ -204,13 +204,16 @@ def summarize_many(items: dict, n: int) -> dict:
 
 
 def _percentile_rows(a: np.ndarray, q: list[float]) -> np.ndarray:
-    """np.percentile(a, q, axis=1) of a 2-D array without NaN, the same numbers: each row sorted (a
-    vectorized sort was several times faster than np.percentile's selection, most of summarizing a
-    task's replicates) and its order statistics interpolated as numpy's linear method does."""
-    ranked = np.sort(a, axis=1)
+    """np.percentile(a, q, axis=1) of a 2-D array without NaN, the same numbers: the order
+    statistics each percentile reads selected along rows in one np.partition (np.percentile's own
+    selection was most of summarizing a task's replicates; sorting every row, twice the partition)
+    and interpolated as numpy's linear method does."""
     n = a.shape[1]
+    virtual = (n - 1) * (np.asarray(q, dtype=float) / 100)
+    ranks = sorted({r for v in virtual for r in (int(np.floor(v)), min(int(np.floor(v)) + 1, n - 1))})
+    ranked = np.partition(a, ranks, axis=1)
     out = np.empty((len(q), len(a)))
-    for j, v in enumerate((n - 1) * (np.asarray(q, dtype=float) / 100)):
+    for j, v in enumerate(virtual):
         before = int(np.floor(v))
         lo, hi = ranked[:, before], ranked[:, min(before + 1, n - 1)]
         t = v - before
@@ -449,8 +452,15 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     blocks hold at most BLOCK replicates and about HEADLINE_CELLS cells, so memory stays flat in
     the numbers of rollouts and passes. The products and their sums go block by block; the ratios
     (element by element) once over every replicate. Rows of counts sum to the units drawn (K, n, P):
-    those sums are known, not summed."""
+    those sums are known, not summed. Few rollouts and passes give few distinct (ck, cp) rows:
+    then the replicates of each go together (_grouped_sums)."""
     (K, n), P = m.sf.shape, m.sl.shape[0]
+    paired = cp is ck  # rollout k and pass k drawn together (deal_paired): one weight row for both
+    order, starts = _sorted_runs(ck if paired else np.hstack([ck, cp]))
+    if GROUP_ROWS * len(starts) <= len(ck) and len(starts) * n * len(SUMS) <= HEADLINE_CELLS:
+        first = order[starts]
+        sums = _grouped_sums(m, ck[first], cp[first], order, starts, ci)
+        return _ratios(sums, float(K), float(n), r_max, r_reference)
     design = _design(m)
     # the block size is part of the numbers: BLAS may round a row differently at another place in a block
     block = int(np.clip(HEADLINE_CELLS // (3 * n + 10 * K + P), 64, BLOCK))  # cells of a replicate row
@@ -464,6 +474,38 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
         _sums(m, ck[rows].astype(float), cif, cp[rows].astype(float), float(P), design, work,
               out={name: a[rows] for name, a in sums.items()})
     return _ratios(sums, float(ck.shape[1]), float(ci.shape[1]), r_max, r_reference)
+
+
+#: replicates per distinct (rollout, pass) weights, on average, from which they are computed together
+#: (the distinct weights' matrices, one per weight row, then take at most HEADLINE_CELLS cells)
+GROUP_ROWS = 16
+
+
+def _grouped_sums(m: Matrices, wk: np.ndarray, wp: np.ndarray, order: np.ndarray, starts: np.ndarray,
+                  ci: np.ndarray) -> dict:
+    """The sums of _sums for every replicate, the replicates sorted by their rollout and pass weights
+    (`order`; run j, from starts[j], has the weights wk[j] and wp[j]). With those fixed, each sum is
+    the instance weights times one vector: sum_k ck[k] sum_i ci[i] f(k, i) = ci @ (sum_k ck[k] f(k, .)),
+    so each run gets one (SUMS x instances) matrix and its replicates one product with it: 9 columns
+    instead of _design's (sets x rollouts) per replicate. The same sums up to floating-point rounding."""
+    n, P = ci.shape[1], m.sl.shape[0]
+    cells = np.stack([m.present, m.present * m.window, m.present * m.boundary])  # (X=3, K, n)
+    wk, wp = wk.astype(float), wp.astype(float)
+    sf_x = np.matmul(wk, (m.sf * cells).transpose(1, 0, 2).reshape(len(m.sf), -1)).reshape(len(wk), 3, n)
+    mass_x = np.matmul(wk, cells.transpose(1, 0, 2).reshape(len(m.sf), -1)).reshape(len(wk), 3, n)
+    slbar = (wp @ m.sl / P)[:, None, :]  # the stateless mean over the weighted passes (rows sum to P)
+    vectors = np.concatenate([sf_x, slbar * mass_x, mass_x[:, [0, 2]], slbar], axis=1)  # (runs, SUMS, n)
+    ranked = ci[order]  # the instance weights in run order, converted to floats a block at a time
+    floats = np.empty((min(BLOCK, len(ci)), n))
+    sums = np.empty((len(ci), len(SUMS)))  # in run order
+    for j, (a, b) in enumerate(zip(starts.tolist(), [*starts[1:].tolist(), len(ci)])):
+        for s in range(a, b, BLOCK):
+            e = min(b, s + BLOCK)
+            np.copyto(floats[:e - s], ranked[s:e])
+            np.matmul(floats[:e - s], vectors[j].T, out=sums[s:e])
+    out = np.empty((len(SUMS), len(ci)))
+    out[:, order] = sums.T
+    return dict(zip(SUMS, out))
 
 
 def deal_paired(tr: TaskRecords) -> bool:
@@ -674,15 +716,28 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
 
 def _distinct_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of a matrix of bootstrap multiplicities and each row's index among them
-    (np.unique(w, axis=0, return_inverse=True), whose row-sorting was a third of the curves' cost):
-    rows of small whole numbers are read as the digits of one integer key each."""
+    (np.unique(w, axis=0, return_inverse=True), whose row-sorting was a third of the curves' cost)."""
+    order, starts = _sorted_runs(w)
+    inverse = np.empty(len(w), dtype=np.intp)
+    inverse[order] = np.repeat(np.arange(len(starts)), np.diff([*starts, len(w)]))
+    return w[order[starts]], inverse
+
+
+def _sorted_runs(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, starts): the rows of a matrix of bootstrap multiplicities sorted, equal rows together
+    (w[order], a stable sort), and where in `order` each run of equal rows starts. Rows of small
+    whole numbers are read as the digits of one integer key each (sorting rows was most of the cost)."""
     base = int(w.max(initial=0)) + 1
     if base ** w.shape[1] >= 2 ** 62:
-        distinct, inverse = np.unique(w, axis=0, return_inverse=True)
-        return distinct, inverse.reshape(-1)
-    keys = w.astype(np.int64) @ base ** np.arange(w.shape[1], dtype=np.int64)
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    return w[first], inverse.reshape(-1)
+        order = np.lexsort(w.T[::-1])
+        ranked = w[order]
+        new = (ranked[1:] != ranked[:-1]).any(axis=1)
+    else:
+        keys = w.astype(np.int64) @ base ** np.arange(w.shape[1], dtype=np.int64)
+        order = np.argsort(keys, kind="stable")
+        ranked = keys[order]
+        new = ranked[1:] != ranked[:-1]
+    return order, np.concatenate([[0], np.flatnonzero(new) + 1]) if len(w) else np.zeros(0, dtype=np.intp)
 
 
 def _nanpercentile_columns(a: np.ndarray, q: list[float], rows: np.ndarray | None = None) -> np.ndarray:
