@@ -286,12 +286,14 @@ def matrices(tr: TaskRecords, window: float) -> Matrices:
                              f"(pass {p}), e.g. {missing[:3]}; finish or resume the run")
     rollouts, passes = sorted(tr.stateful), sorted(tr.stateless)
     sf, present = stateful_rewards(tr, rollouts, ids)
-    win, first = np.zeros_like(sf), np.zeros_like(sf)
+    win, first = [[0.0] * len(ids) for _ in rollouts], [[0.0] * len(ids) for _ in rollouts]
     for row, k in enumerate(rollouts):
         inside, starts = _window_positions(tr.stateful[k], window), _window_positions(tr.stateful[k], None)
+        win_row, first_row = win[row], first[row]
         for x in tr.stateful[k]:
-            win[row, col[x["instance_id"]]] = x["position"] in inside
-            first[row, col[x["instance_id"]]] = x["position"] in starts
+            j = col[x["instance_id"]]
+            win_row[j], first_row[j] = float(x["position"] in inside), float(x["position"] in starts)
+    win, first = np.array(win, dtype=float).reshape(sf.shape), np.array(first, dtype=float).reshape(sf.shape)
     sl = np.array([[float(tr.stateless[p][i]["reward"]) for i in ids] for p in passes])
     return Matrices(ids, col, sf, present, win, sl, first)
 
@@ -300,14 +302,15 @@ def stateful_rewards(tr: TaskRecords, rollouts: list[int], ids: list[str]) -> tu
     """Stateful rewards as rollouts x instances (rows `rollouts`, columns `ids`, paired by instance
     id) and the mask of the cells played; instances outside `ids` are left out."""
     col = {iid: j for j, iid in enumerate(ids)}
-    sf = np.zeros((len(rollouts), len(ids)))
-    present = np.zeros_like(sf)
+    sf, present = [[0.0] * len(ids) for _ in rollouts], [[0.0] * len(ids) for _ in rollouts]
     for row, k in enumerate(rollouts):
+        sf_row, present_row = sf[row], present[row]
         for x in tr.stateful[k]:
             j = col.get(x["instance_id"])
             if j is not None:
-                sf[row, j], present[row, j] = float(x["reward"]), 1.0
-    return sf, present
+                sf_row[j], present_row[j] = float(x["reward"]), 1.0
+    return np.array(sf, dtype=float).reshape(len(rollouts), len(ids)), \
+        np.array(present, dtype=float).reshape(len(rollouts), len(ids))
 
 
 #: cells (replicate weights x rollouts x positions) of the curves' bootstrap computed at a time
@@ -652,16 +655,17 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
     n = max(len(v) for v in tr.stateful.values())
     K, P = len(tr.stateful), m.sl.shape[0]
     col = m.col
-    sf = np.full((K, n), np.nan)
-    cols = np.zeros((K, n), dtype=int)
-    has = np.zeros((K, n), dtype=bool)
+    # filled as lists, then converted: a numpy element set per record cost more than the loop
+    sf, cols, has = [[math.nan] * n for _ in range(K)], [[0] * n for _ in range(K)], [[False] * n for _ in range(K)]
     variants = [None] * n
     for row, k in enumerate(sorted(tr.stateful)):
+        sf_row, cols_row, has_row = sf[row], cols[row], has[row]
         for x in tr.stateful[k]:
             p = x["position"]
             if p < n:
-                sf[row, p], cols[row, p], has[row, p] = float(x["reward"]), col[x["instance_id"]], True
+                sf_row[p], cols_row[p], has_row[p] = float(x["reward"]), col[x["instance_id"]], True
                 variants[p] = x["variant"]
+    sf, cols, has = np.array(sf, dtype=float), np.array(cols, dtype=int), np.array(has, dtype=bool)
 
     # every rollout played every position (and every reward is a number): no gap to leave out of a
     # mean, nor a NaN to mask or to skip in a cumulative sum
