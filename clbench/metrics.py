@@ -459,8 +459,11 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     then the replicates of each go together (_grouped_sums)."""
     (K, n), P = m.sf.shape, m.sl.shape[0]
     paired = cp is ck  # rollout k and pass k drawn together (deal_paired): one weight row for both
-    order, starts = _sorted_runs(ck if paired else np.hstack([ck, cp]))
-    if GROUP_ROWS * len(starts) <= len(ck) and len(starts) * n * len(SUMS) <= HEADLINE_CELLS:
+    # the multiplicities of K units drawn K times take comb(2K - 1, K) values: the rows are sorted only when
+    # that few can be distinct (many rollouts or passes: every replicate's weights differ, as good as)
+    possible = math.comb(2 * K - 1, K) * (1 if paired else math.comb(2 * P - 1, P))
+    if GROUP_ROWS * possible <= len(ck) and possible * n * len(SUMS) <= HEADLINE_CELLS:
+        order, starts = _sorted_runs(ck if paired else np.hstack([ck, cp]))
         first = order[starts]
         sums = _grouped_sums(m, ck[first], cp[first], order, starts, ci)
         return _ratios(sums, float(K), float(n), r_max, r_reference)
@@ -479,8 +482,8 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     return _ratios(sums, float(ck.shape[1]), float(ci.shape[1]), r_max, r_reference)
 
 
-#: replicates per distinct (rollout, pass) weights, on average, from which they are computed together
-#: (the distinct weights' matrices, one per weight row, then take at most HEADLINE_CELLS cells)
+#: replicates per possible (rollout, pass) weight row, at least, for them to be computed together (the
+#: rows' matrices, one per distinct row, then take at most HEADLINE_CELLS cells)
 GROUP_ROWS = 16
 
 
