@@ -485,6 +485,8 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
 #: replicates per possible (rollout, pass) weight row, at least, for them to be computed together (the
 #: rows' matrices, one per distinct row, then take at most HEADLINE_CELLS cells)
 GROUP_ROWS = 16
+#: replicates of one weight row computed at a time (a 5-rollout run's largest run is about 400)
+RUN_ROWS = 256
 
 
 def _grouped_sums(m: Matrices, wk: np.ndarray, wp: np.ndarray, order: np.ndarray, starts: np.ndarray,
@@ -501,16 +503,15 @@ def _grouped_sums(m: Matrices, wk: np.ndarray, wp: np.ndarray, order: np.ndarray
     mass_x = np.matmul(wk, cells.transpose(1, 0, 2).reshape(len(m.sf), -1)).reshape(len(wk), 3, n)
     slbar = (wp @ m.sl / P)[:, None, :]  # the stateless mean over the weighted passes (rows sum to P)
     vectors = np.concatenate([sf_x, slbar * mass_x, mass_x[:, [0, 2]], slbar], axis=1)  # (runs, SUMS, n)
-    ranked = ci[order]  # the instance weights in run order, converted to floats a block at a time
-    floats = np.empty((min(BLOCK, len(ci)), n))
-    sums = np.empty((len(ci), len(SUMS)))  # in run order
-    for j, (a, b) in enumerate(zip(starts.tolist(), [*starts[1:].tolist(), len(ci)])):
-        for s in range(a, b, BLOCK):
-            e = min(b, s + BLOCK)
-            np.copyto(floats[:e - s], ranked[s:e])
-            np.matmul(floats[:e - s], vectors[j].T, out=sums[s:e])
+    # each run's instance weights as floats, RUN_ROWS replicates at a time, and their sums written
+    # straight to their columns: no (replicates x instances) copy, which was faulted in anew every run card
+    floats = np.empty((min(RUN_ROWS, len(ci)), n))
     out = np.empty((len(SUMS), len(ci)))
-    out[:, order] = sums.T
+    for j, (a, b) in enumerate(zip(starts.tolist(), [*starts[1:].tolist(), len(ci)])):
+        for s in range(a, b, RUN_ROWS):
+            rows = order[s:min(b, s + RUN_ROWS)]
+            np.copyto(floats[:len(rows)], ci[rows])
+            out[:, rows] = vectors[j] @ floats[:len(rows)].T
     return dict(zip(SUMS, out))
 
 
