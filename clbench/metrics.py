@@ -204,13 +204,16 @@ def summarize_many(items: dict, n: int) -> dict:
 
 
 def _percentile_rows(a: np.ndarray, q: list[float]) -> np.ndarray:
-    """np.percentile(a, q, axis=1) of a 2-D array without NaN, the same numbers: each row sorted (a
-    vectorized sort was several times faster than np.percentile's selection, most of summarizing a
-    task's replicates) and its order statistics interpolated as numpy's linear method does."""
-    ranked = np.sort(a, axis=1)
+    """np.percentile(a, q, axis=1) of a 2-D array without NaN, the same numbers: the order
+    statistics each percentile reads selected along rows in one np.partition (np.percentile's own
+    selection was most of summarizing a task's replicates; sorting every row, twice the partition)
+    and interpolated as numpy's linear method does."""
     n = a.shape[1]
+    virtual = (n - 1) * (np.asarray(q, dtype=float) / 100)
+    ranks = sorted({r for v in virtual for r in (int(np.floor(v)), min(int(np.floor(v)) + 1, n - 1))})
+    ranked = np.partition(a, ranks, axis=1)
     out = np.empty((len(q), len(a)))
-    for j, v in enumerate((n - 1) * (np.asarray(q, dtype=float) / 100)):
+    for j, v in enumerate(virtual):
         before = int(np.floor(v))
         lo, hi = ranked[:, before], ranked[:, min(before + 1, n - 1)]
         t = v - before
@@ -283,12 +286,14 @@ def matrices(tr: TaskRecords, window: float) -> Matrices:
                              f"(pass {p}), e.g. {missing[:3]}; finish or resume the run")
     rollouts, passes = sorted(tr.stateful), sorted(tr.stateless)
     sf, present = stateful_rewards(tr, rollouts, ids)
-    win, first = np.zeros_like(sf), np.zeros_like(sf)
+    win, first = [[0.0] * len(ids) for _ in rollouts], [[0.0] * len(ids) for _ in rollouts]
     for row, k in enumerate(rollouts):
         inside, starts = _window_positions(tr.stateful[k], window), _window_positions(tr.stateful[k], None)
+        win_row, first_row = win[row], first[row]
         for x in tr.stateful[k]:
-            win[row, col[x["instance_id"]]] = x["position"] in inside
-            first[row, col[x["instance_id"]]] = x["position"] in starts
+            j = col[x["instance_id"]]
+            win_row[j], first_row[j] = float(x["position"] in inside), float(x["position"] in starts)
+    win, first = np.array(win, dtype=float).reshape(sf.shape), np.array(first, dtype=float).reshape(sf.shape)
     sl = np.array([[float(tr.stateless[p][i]["reward"]) for i in ids] for p in passes])
     return Matrices(ids, col, sf, present, win, sl, first)
 
@@ -297,14 +302,15 @@ def stateful_rewards(tr: TaskRecords, rollouts: list[int], ids: list[str]) -> tu
     """Stateful rewards as rollouts x instances (rows `rollouts`, columns `ids`, paired by instance
     id) and the mask of the cells played; instances outside `ids` are left out."""
     col = {iid: j for j, iid in enumerate(ids)}
-    sf = np.zeros((len(rollouts), len(ids)))
-    present = np.zeros_like(sf)
+    sf, present = [[0.0] * len(ids) for _ in rollouts], [[0.0] * len(ids) for _ in rollouts]
     for row, k in enumerate(rollouts):
+        sf_row, present_row = sf[row], present[row]
         for x in tr.stateful[k]:
             j = col.get(x["instance_id"])
             if j is not None:
-                sf[row, j], present[row, j] = float(x["reward"]), 1.0
-    return sf, present
+                sf_row[j], present_row[j] = float(x["reward"]), 1.0
+    return np.array(sf, dtype=float).reshape(len(rollouts), len(ids)), \
+        np.array(present, dtype=float).reshape(len(rollouts), len(ids))
 
 
 #: cells (replicate weights x rollouts x positions) of the curves' bootstrap computed at a time
@@ -449,8 +455,18 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
     blocks hold at most BLOCK replicates and about HEADLINE_CELLS cells, so memory stays flat in
     the numbers of rollouts and passes. The products and their sums go block by block; the ratios
     (element by element) once over every replicate. Rows of counts sum to the units drawn (K, n, P):
-    those sums are known, not summed."""
+    those sums are known, not summed. Few rollouts and passes give few distinct (ck, cp) rows:
+    then the replicates of each go together (_grouped_sums)."""
     (K, n), P = m.sf.shape, m.sl.shape[0]
+    paired = cp is ck  # rollout k and pass k drawn together (deal_paired): one weight row for both
+    # the multiplicities of K units drawn K times take comb(2K - 1, K) values: the rows are sorted only when
+    # that few can be distinct (many rollouts or passes: every replicate's weights differ, as good as)
+    possible = math.comb(2 * K - 1, K) * (1 if paired else math.comb(2 * P - 1, P))
+    if GROUP_ROWS * possible <= len(ck) and possible * n * len(SUMS) <= HEADLINE_CELLS:
+        order, starts = _sorted_runs(ck if paired else np.hstack([ck, cp]))
+        first = order[starts]
+        sums = _grouped_sums(m, ck[first], cp[first], order, starts, ci)
+        return _ratios(sums, float(K), float(n), r_max, r_reference)
     design = _design(m)
     # the block size is part of the numbers: BLAS may round a row differently at another place in a block
     block = int(np.clip(HEADLINE_CELLS // (3 * n + 10 * K + P), 64, BLOCK))  # cells of a replicate row
@@ -464,6 +480,39 @@ def _replicates(m: Matrices, r_max, r_reference: float, ck, ci, cp) -> dict:
         _sums(m, ck[rows].astype(float), cif, cp[rows].astype(float), float(P), design, work,
               out={name: a[rows] for name, a in sums.items()})
     return _ratios(sums, float(ck.shape[1]), float(ci.shape[1]), r_max, r_reference)
+
+
+#: replicates per possible (rollout, pass) weight row, at least, for them to be computed together (the
+#: rows' matrices, one per distinct row, then take at most HEADLINE_CELLS cells)
+GROUP_ROWS = 16
+#: replicates of one weight row computed at a time (a 5-rollout run's largest run is about 400)
+RUN_ROWS = 256
+
+
+def _grouped_sums(m: Matrices, wk: np.ndarray, wp: np.ndarray, order: np.ndarray, starts: np.ndarray,
+                  ci: np.ndarray) -> dict:
+    """The sums of _sums for every replicate, the replicates sorted by their rollout and pass weights
+    (`order`; run j, from starts[j], has the weights wk[j] and wp[j]). With those fixed, each sum is
+    the instance weights times one vector: sum_k ck[k] sum_i ci[i] f(k, i) = ci @ (sum_k ck[k] f(k, .)),
+    so each run gets one (SUMS x instances) matrix and its replicates one product with it: 9 columns
+    instead of _design's (sets x rollouts) per replicate. The same sums up to floating-point rounding."""
+    n, P = ci.shape[1], m.sl.shape[0]
+    cells = np.stack([m.present, m.present * m.window, m.present * m.boundary])  # (X=3, K, n)
+    wk, wp = wk.astype(float), wp.astype(float)
+    sf_x = np.matmul(wk, (m.sf * cells).transpose(1, 0, 2).reshape(len(m.sf), -1)).reshape(len(wk), 3, n)
+    mass_x = np.matmul(wk, cells.transpose(1, 0, 2).reshape(len(m.sf), -1)).reshape(len(wk), 3, n)
+    slbar = (wp @ m.sl / P)[:, None, :]  # the stateless mean over the weighted passes (rows sum to P)
+    vectors = np.concatenate([sf_x, slbar * mass_x, mass_x[:, [0, 2]], slbar], axis=1)  # (runs, SUMS, n)
+    # each run's instance weights as floats, RUN_ROWS replicates at a time, and their sums written
+    # straight to their columns: no (replicates x instances) copy, which was faulted in anew every run card
+    floats = np.empty((min(RUN_ROWS, len(ci)), n))
+    out = np.empty((len(SUMS), len(ci)))
+    for j, (a, b) in enumerate(zip(starts.tolist(), [*starts[1:].tolist(), len(ci)])):
+        for s in range(a, b, RUN_ROWS):
+            rows = order[s:min(b, s + RUN_ROWS)]
+            np.copyto(floats[:len(rows)], ci[rows])
+            out[:, rows] = vectors[j] @ floats[:len(rows)].T
+    return dict(zip(SUMS, out))
 
 
 def deal_paired(tr: TaskRecords) -> bool:
@@ -610,16 +659,17 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
     n = max(len(v) for v in tr.stateful.values())
     K, P = len(tr.stateful), m.sl.shape[0]
     col = m.col
-    sf = np.full((K, n), np.nan)
-    cols = np.zeros((K, n), dtype=int)
-    has = np.zeros((K, n), dtype=bool)
+    # filled as lists, then converted: a numpy element set per record cost more than the loop
+    sf, cols, has = [[math.nan] * n for _ in range(K)], [[0] * n for _ in range(K)], [[False] * n for _ in range(K)]
     variants = [None] * n
     for row, k in enumerate(sorted(tr.stateful)):
+        sf_row, cols_row, has_row = sf[row], cols[row], has[row]
         for x in tr.stateful[k]:
             p = x["position"]
             if p < n:
-                sf[row, p], cols[row, p], has[row, p] = float(x["reward"]), col[x["instance_id"]], True
+                sf_row[p], cols_row[p], has_row[p] = float(x["reward"]), col[x["instance_id"]], True
                 variants[p] = x["variant"]
+    sf, cols, has = np.array(sf, dtype=float), np.array(cols, dtype=int), np.array(has, dtype=bool)
 
     # every rollout played every position (and every reward is a number): no gap to leave out of a
     # mean, nor a NaN to mask or to skip in a cumulative sum
@@ -674,15 +724,28 @@ def _curves(tr: TaskRecords, m: Matrices, rng: np.random.Generator, n_boot: int,
 
 def _distinct_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of a matrix of bootstrap multiplicities and each row's index among them
-    (np.unique(w, axis=0, return_inverse=True), whose row-sorting was a third of the curves' cost):
-    rows of small whole numbers are read as the digits of one integer key each."""
+    (np.unique(w, axis=0, return_inverse=True), whose row-sorting was a third of the curves' cost)."""
+    order, starts = _sorted_runs(w)
+    inverse = np.empty(len(w), dtype=np.intp)
+    inverse[order] = np.repeat(np.arange(len(starts)), np.diff([*starts, len(w)]))
+    return w[order[starts]], inverse
+
+
+def _sorted_runs(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, starts): the rows of a matrix of bootstrap multiplicities sorted, equal rows together
+    (w[order], a stable sort), and where in `order` each run of equal rows starts. Rows of small
+    whole numbers are read as the digits of one integer key each (sorting rows was most of the cost)."""
     base = int(w.max(initial=0)) + 1
     if base ** w.shape[1] >= 2 ** 62:
-        distinct, inverse = np.unique(w, axis=0, return_inverse=True)
-        return distinct, inverse.reshape(-1)
-    keys = w.astype(np.int64) @ base ** np.arange(w.shape[1], dtype=np.int64)
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    return w[first], inverse.reshape(-1)
+        order = np.lexsort(w.T[::-1])
+        ranked = w[order]
+        new = (ranked[1:] != ranked[:-1]).any(axis=1)
+    else:
+        keys = w.astype(np.int64) @ base ** np.arange(w.shape[1], dtype=np.int64)
+        order = np.argsort(keys, kind="stable")
+        ranked = keys[order]
+        new = ranked[1:] != ranked[:-1]
+    return order, np.concatenate([[0], np.flatnonzero(new) + 1]) if len(w) else np.zeros(0, dtype=np.intp)
 
 
 def _nanpercentile_columns(a: np.ndarray, q: list[float], rows: np.ndarray | None = None) -> np.ndarray:

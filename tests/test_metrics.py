@@ -396,6 +396,32 @@ def test_headline_replicates_equal_the_cell_by_cell_sums(K, P):
             assert got[name][b] == pytest.approx(value, rel=1e-12, abs=1e-13), (name, b)
 
 
+@pytest.mark.parametrize("K,P,paired", [(3, 1, False), (4, 4, True), (2, 3, False)])
+def test_replicates_grouped_by_their_rollout_and_pass_weights_equal_the_blocks(K, P, paired, monkeypatch):
+    """Few rollouts and passes: _replicates computes the replicates of each distinct (rollout, pass)
+    weight row together (_grouped_sums); every statistic of every replicate equals the block path's."""
+    from clbench import metrics
+
+    rng = np.random.default_rng(K * 10 + P)
+    n, B = 23, 3000
+    sf, sl = rng.random((K, n)), rng.random((P, n))
+    present = (rng.random((K, n)) < 0.9).astype(float)
+    window, boundary = (rng.random((K, n)) < 0.3).astype(float), (rng.random((K, n)) < 0.1).astype(float)
+    m = metrics.Matrices([str(i) for i in range(n)], {str(i): i for i in range(n)}, sf, present, window, sl, boundary)
+    ck, ci = metrics._counts(rng, B, K), metrics._counts(rng, B, n)
+    cp = ck if paired else metrics._counts(rng, B, P)
+    r_max = 1.5 + 0.1 * rng.standard_normal(B)
+    runs, grouped_sums = [], metrics._grouped_sums
+    monkeypatch.setattr(metrics, "_grouped_sums", lambda *args: runs.append(len(args[1])) or grouped_sums(*args))
+    grouped = metrics._replicates(m, r_max, 0.2, ck, ci, cp)
+    assert runs and runs[0] < B / 16  # the grouped path ran, on few distinct weight rows
+    monkeypatch.setattr(metrics, "GROUP_ROWS", B + 1)  # every replicate in blocks
+    blocks = metrics._replicates(m, r_max, 0.2, ck, ci, cp)
+    assert list(grouped) == list(blocks)
+    for name in blocks:
+        assert np.allclose(grouped[name], blocks[name], rtol=1e-12, atol=1e-13, equal_nan=True), name
+
+
 def test_estimates_summarized_together_equal_each_on_its_own():
     """summarize_many (one percentile and one SD along rows) gives summarize's numbers bit for bit,
     non-finite replicates and undefined estimates included."""
