@@ -1,4 +1,4 @@
-"""Scripted agents for Poker-v7: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v8: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
 Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`: one
 parametric line (`DefaultPlay`: preflop ranges, value and bluff shares, bet sizes, calling
@@ -15,7 +15,7 @@ loose-aggressive player bet, and calling its barrels, pays only against it: a st
   (`TELLS`: each kind's moves' shares by situation, fitted on the train worlds, so what a kind does on
   average and never one world's values) and lets it drift by `HAZARD` (a player may change kind).
   Within a hand it reads the moves so far the same way (`posterior`) and plays the exploit of a kind
-  the read gives at least `CONFIDENT`, else the line. Stateless (a fresh agent per hand) its prior is
+  the read gives at least its threshold (`CONFIDENT`, one per kind), else the line. Stateless (a fresh agent per hand) its prior is
   uniform: it is then the best one-hand reader its model makes, so a learner must out-earn what one
   hand's betting tells (the red team's `likelihood_reader` and `hand_reader` families read otherwise).
   `freeze_at=K` (for `clbench drift-check`): from position K on it stops updating its beliefs
@@ -231,10 +231,13 @@ TELLS: dict[str, tuple[float, float, float]] = {
 _LOG_TELLS = {key: tuple(math.log(s) for s in shares) for key, shares in TELLS.items()}
 #: a player may change kind between two hands with this probability (the belief's drift: `Belief.observe`);
 #: fitted for the stateful reference on the train worlds (tasks/poker/fit_reference.py --reading)
-HAZARD = 0.1
-#: play a kind's exploit once the belief gives that kind at least this probability, else the line; fitted for
-#: the stateless reference (one hand's read) on the train worlds (tasks/poker/fit_reference.py --reading)
-CONFIDENT = 0.7
+HAZARD = 0.15
+#: play a kind's exploit once the belief gives that kind at least its threshold here (in `KINDS` order), else the
+#: line; fitted for the stateless reference (one hand's read) on the train worlds (tasks/poker/fit_reference.py
+#: --reading). One per kind: a wrong exploit costs more against some kinds than against others, so the evidence
+#: worth acting on differs by kind (Poker-v7 used one threshold for all three, and the red team's per-kind reader,
+#: frozen on the train split, led it pooled over fresh worlds)
+CONFIDENT: tuple[float, float, float] = (0.8, 0.7, 0.7)
 
 
 def log_likelihood(acts) -> tuple[float, float, float]:
@@ -261,10 +264,13 @@ def posterior(prior, acts, extra=(0.0, 0.0, 0.0)) -> tuple[float, float, float]:
 UNIFORM = (1 / 3, 1 / 3, 1 / 3)
 
 
-def book_for(belief, confident: float = CONFIDENT) -> Policy:
-    """The playbook a belief points to: the exploit of a kind it holds at least `confident`, else the line."""
+def book_for(belief, confident=CONFIDENT) -> Policy:
+    """The playbook a belief points to: the exploit of the kind it holds likeliest once it holds it at least that
+    kind's threshold in `confident` (one per kind, in `KINDS` order, or one number for all), else the line."""
     top = max(belief)
-    return PLAYBOOKS[KINDS[belief.index(top)]] if top >= confident else PLAYBOOKS["default"]
+    i = belief.index(top)
+    return PLAYBOOKS[KINDS[i]] if top >= (confident if isinstance(confident, float) else confident[i]) \
+        else PLAYBOOKS["default"]
 
 
 @dataclass(frozen=True)
@@ -275,7 +281,7 @@ class ReadingPlay(Policy):
     model makes, so a learner must out-earn what one hand's betting tells."""
 
     prior: tuple = UNIFORM
-    confident: float = CONFIDENT
+    confident: float | tuple = CONFIDENT
 
     def decide(self, s: Spot) -> Decision:
         return book_for(posterior(self.prior, s.history), self.confident).decide(s)
@@ -302,9 +308,11 @@ class Belief:
         return KINDS[self.p.index(max(self.p))]
 
     def style(self) -> str | None:
-        """The kind the belief holds at least `CONFIDENT` (None: not clear yet)."""
+        """The kind the belief holds likeliest, once it holds it at least that kind's `CONFIDENT` (None: not clear
+        yet)."""
         top = max(self.p)
-        return KINDS[self.p.index(top)] if top >= CONFIDENT else None
+        i = self.p.index(top)
+        return KINDS[i] if top >= CONFIDENT[i] else None
 
 
 class PokerReference(Agent):

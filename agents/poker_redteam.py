@@ -292,9 +292,9 @@ class KindThresholds(Policy):
     `CONFIDENT`, for all three). Red team rt7: tuned on the train worlds and frozen, it led the stateless reference
     pooled over fresh worlds (tests/test_poker.py)."""
 
-    calling_station: float = CONFIDENT
-    fit_or_fold: float = CONFIDENT
-    loose_aggressive: float = CONFIDENT
+    calling_station: float = CONFIDENT[0]
+    fit_or_fold: float = CONFIDENT[1]
+    loose_aggressive: float = CONFIDENT[2]
 
     def decide(self, s: Spot) -> Decision:
         belief = posterior(UNIFORM, s.history)

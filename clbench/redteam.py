@@ -46,6 +46,7 @@ whose benchmark mean reaches r_reference fails the env (tests/test_redteam.py).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -296,7 +297,9 @@ def _play(env_id: str, policies: list[Policy], env_kwargs: dict, workers: int, o
     for rec in load_records(out):
         if rec["task"] == task:
             by_system.setdefault(rec["system"], []).append(float(rec["reward"]))
-    return {name: float(np.mean(rewards)) for name, rewards in by_system.items()}
+    # fsum: exactly rounded whatever order the workers' records arrived in, so two points that tie, tie exactly
+    # and the first in grid order is chosen on every run (np.mean's sum follows the records' order)
+    return {name: math.fsum(rewards) / len(rewards) for name, rewards in by_system.items()}
 
 
 def confirm(env_id: str, points: list[Policy], env_kwargs: dict, deals: list[int], workers: int, root: Path) -> None:

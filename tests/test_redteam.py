@@ -146,12 +146,13 @@ def test_selection_deals_skip_the_deal_under_test():
 
 
 def test_a_point_that_reaches_the_reference_by_the_benchmarks_luck_is_confirmed_on_other_re_deals(tmp_path):
-    """Poker-v7's likelihood reader at another threshold than the reference's plays as the stateless reference but
+    """Poker's likelihood reader at another threshold than the reference's plays as the stateless reference but
     where one hand's betting reads otherwise (a few hands in a hundred): it reaches r_reference on the benchmark's
-    cards (4.266 vs 4.232 bb/hand) and falls below the reference on the 8 other re-deals (-0.17), so the table
+    cards (v8: 4.266 vs 4.154 bb/hand) and falls below the reference on other re-deals (-0.10 on re-deals 1-8 by
+    the betting model), so the table
     names it the benchmark's luck and the env passes. The reference's own play, planted as a family point, ties
     r_reference on the benchmark and on the other re-deals alike: a tie is never luck, and fails."""
-    env_id = "clbench/Poker-v7"
+    env_id = "clbench/Poker-v8"
     lucky = Policy("likelihood_reader(confident=0.75)", "likelihood_reader",
                    "clbench.agents.poker_redteam:LikelihoodReaderAgent", {"confident": 0.75})
     planted = Policy("planted-reference", "planted", "reference", {})

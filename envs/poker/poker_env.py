@@ -1,4 +1,4 @@
-"""Poker-v7: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v8: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
 import itertools
@@ -192,6 +192,11 @@ class PokerEnv(InstanceSequenceEnv):
     Seeds: `reset(seed=s)` starts rollout s: deal s % 5, hands permuted within variants by s.
 
     ## Version History
+    * v8: the reference reads each kind against a threshold of its own (`agents/poker.py`
+      `CONFIDENT`, one per kind, fitted on the train worlds by coordinate search; v7 had one for
+      all three): red team rt7's per-kind-threshold reader, chosen on the train split and frozen,
+      led v7's stateless reference pooled over fresh worlds. The belief's drift (`HAZARD`)
+      refitted with it; r_reference recalibrated. Opponents, deals and the oracle are as in v7.
     * v7: the kinds' tells are no longer certain (issue 29: on v6 a station never raised and a
       loose-aggressive player bet every flop, so a memoryless line that read the kind off one hand's
       betting beat the learning reference): each kind plays a drawn share of its hands with another
@@ -238,7 +243,7 @@ class PokerEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/Poker-v7"
+    env_id = "clbench/Poker-v8"
     #: modules a scripted agent may import (game mechanics, cards, hand strength and the opponent archetypes with their parameter ranges: what a poker player knows, no world's values; tests/test_reference_imports.py)
     public_modules = ("betting", "cards", "opponents", "policy", "strength", "table")
     reward_unit = "BB per hand"
