@@ -6,17 +6,25 @@ each family is scored on the benchmark (selection on the scored instances measur
 
 Real envs, played through the runner. Short grids by default; every family's full grid with
 CLBENCH_SLOW=1. CodeRepair runs a sandbox per instance: it is played with CLBENCH_SLOW=1 only.
+SalesForecast's family points run a sandboxed command per instance each, and tests/test_salesforecast.py
+scores every one of them in process: by default each family's best point there is played here
+(IN_PROCESS_GRIDS), every point with CLBENCH_SLOW=1.
 """
 from __future__ import annotations
 
 import pytest
 
 from clbench import redteam
+from clbench.agent import load_object
 from clbench.cli import main
 from clbench.redteam import FeedbackMemorizer, PolicyFamily, Policy, ReplayAgent, as_family
 from clbench.registry import clbench_env_ids, env_class
 
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
+#: tasks whose family points each run a sandboxed command per instance (seconds each) and whose own tests score
+#: every point of the grid in process, on the real data (the function named): the default run plays, per family,
+#: the point scored best there through the runner; the whole grid with CLBENCH_SLOW=1
+IN_PROCESS_GRIDS = {"salesforecast": "tests.test_salesforecast:canonical_red_team_scores"}
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
 OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail); none today
@@ -51,9 +59,25 @@ def test_no_red_team_policy_reaches_r_reference(env_id):
         ok, why = bwrap_works()
         if not ok:
             pytest.skip(f"bwrap: {why}")
-    report = redteam.run(env_id, workers=2)
+    task = env_class(env_id).task
+    policies = None if task not in IN_PROCESS_GRIDS or redteam.slow() else \
+        strongest_points(env_id, load_object(IN_PROCESS_GRIDS[task])())
+    report = redteam.run(env_id, workers=2, policies=policies)
     assert report["families"], f"{env_id} declares no policy family"
     assert not report["failures"], "\n" + redteam.format_table(report)
+
+
+def strongest_points(env_id: str, scores: dict[tuple[str, str], float]) -> list[Policy]:
+    """The red team's plan with each family's grid cut to its point of best `scores` ((family, "family {params}")
+    -> stateless mean, every point of the grid)."""
+    best: dict[str, str] = {}
+    for (fam, label), mean in scores.items():
+        if fam not in best or mean > scores[(fam, best[fam])]:
+            best[fam] = label
+    plan = redteam.plan(env_id)
+    points = [p for p in plan if p.family in best]
+    assert {(p.family, f"{p.family} {p.params}") for p in points} == set(scores), "the scores miss a point of the grid"
+    return [p for p in plan if p.family not in best or best[p.family] == f"{p.family} {p.params}"]
 
 
 def test_train_learned_applies_what_the_train_split_taught():

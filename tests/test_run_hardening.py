@@ -81,7 +81,9 @@ def test_workers_die_with_a_sigkilled_run_and_one_resume_writes_at_a_time(tmp_pa
     out = tmp_path / "run"
     workers = _start_killed_run(out)
     assert len(workers) >= 2  # the pool (and its resource tracker)
-    time.sleep(3)
+    deadline = time.monotonic() + 3  # each must be gone within 3 s of its parent's death
+    while [w for w in workers if _running(w)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert [w for w in workers if _running(w)] == []
     written = _lines(out / "results.jsonl")
     time.sleep(2)
