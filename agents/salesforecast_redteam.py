@@ -372,7 +372,8 @@ class SalesFreshWorlds(redteam.FreshWorldJudge):
             for slot, (preds, actual, visible) in zip(env.schedule.order(0), train_forecasts(world_seed)):
                 if isinstance(agent, StoreShrink):
                     first = min(y for _, _, y in preds)
-                    f = agent.unseen_factor(np.log(np.mean([u for (_, s, y), u in preds.items() if s == visible and y == first])))
+                    seen = [u for (_, s, y), u in preds.items() if s == visible and y == first]
+                    f = agent.unseen_factor(np.log(np.mean(seen)))
                     preds = {c: u * (1.0 if c[1] == visible else f) for c, u in preds.items()}
                 else:
                     preds = agent.predictions(*inbox_view(env, slot))
@@ -382,8 +383,8 @@ class SalesFreshWorlds(redteam.FreshWorldJudge):
 
     @staticmethod
     def point_mean(env, path: str, params: dict) -> float:
-        """A family point's stateless mean over `env`'s schedule without a sandbox: a Forecaster on `inbox_view`, a point
-        built on the reference's script (StoreShrink) played as `reference_rewards` plays it (`stateless_rewards`)."""
+        """A family point's stateless mean over `env`'s schedule without a sandbox: a Forecaster on `inbox_view`, a
+        point built on the reference's script (StoreShrink) played as `reference_rewards` plays it (`stateless_rewards`)."""
         from clbench.agent import load_object
         from clbench.envs.salesforecast.scoring import skill, wape
 

@@ -386,8 +386,10 @@ class SpectrumFreshWorlds(redteam.FreshWorldJudge):
 
     def choose(self, full: bool = False) -> dict[str, dict]:
         worlds = self.choose_on(full)
-        return {fam: max(f.points(full=full), key=lambda kw: np.mean([world_mean("train", w, f.cls, kw) for w in worlds]))
-                for fam, f in self.families(full).items()}
+        def train_mean(cls: str, kw: dict) -> float:
+            return float(np.mean([world_mean("train", w, cls, kw) for w in worlds]))
+
+        return {fam: max(f.points(full=full), key=lambda kw: train_mean(f.cls, kw)) for fam, f in self.families(full).items()}
 
     def leads(self, world: int, chosen: dict[str, dict], full: bool = False) -> dict[str, float]:
         fams, ref = self.families(full), world_mean("test", world, "reference")

@@ -313,9 +313,11 @@ def pooled_verdict(env_id: str, worlds, full: bool = False, judge: FreshWorldJud
 def format_pooled(report: dict) -> str:
     """The pooled verdict's table as markdown, the worst-leading family first."""
     worlds = report["worlds"]
-    span = f"{worlds[0]}-{worlds[-1]}" if worlds == list(range(worlds[0], worlds[-1] + 1)) else ",".join(map(str, worlds))
+    contiguous = worlds == list(range(worlds[0], worlds[-1] + 1))
+    span = f"{worlds[0]}-{worlds[-1]}" if contiguous else ",".join(map(str, worlds))
     lines = [f"{report['env_id']}, fresh worlds {span}: {report['rule']}",
-             "| family | train-chosen point | pooled lead (mean +- se, worlds leading) | verdict |", "|---|---|---|---|"]
+             "| family | train-chosen point | pooled lead (mean +- se, worlds leading) | verdict |",
+             "|---|---|---|---|"]
     for r in sorted(report["rows"], key=lambda r: -r["pooled"].mean):
         params = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"
         lines.append(f"| {r['family']} | {params} | {r['pooled']} | {r['verdict']} |")

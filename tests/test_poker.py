@@ -984,8 +984,9 @@ def pooled_frozen() -> dict:
 def test_train_chosen_frozen_points_do_not_lead_the_reference_pooled_over_fresh_worlds(family):
     """issue 29: the threat a fresh world must hold against is a memoryless policy written without it. Each
     family's point (and `FRESH_WORLD_FAMILIES`') is chosen on the train split (`poker_redteam.train_choice`: 25 train
-    worlds x 2 deals, never a test world), frozen and played on every fresh world; its per-world lead over the stateless reference on
-    `poker_redteam.frozen_deals` held-out deals (200 with CLBENCH_SLOW=1, else 40), pooled over the worlds (mean, standard error across worlds), must not be above 0
+    worlds x 2 deals, never a test world), frozen and played on every fresh world; its per-world lead over the
+    stateless reference on `poker_redteam.frozen_deals` held-out deals (200 with CLBENCH_SLOW=1, else 40), pooled over
+    the worlds (mean, standard error across worlds; `clbench.redteam.pooled_verdict`), must not be above 0
     by two standard errors (`clbench.redteam.PooledLead`), but in FROZEN_FAILS. Measured with full grids
     (CLBENCH_SLOW=1, 200 deals per world), each family's frozen point: mean lead +- SE over worlds 1-20 (worlds where
     it leads), canonical world:

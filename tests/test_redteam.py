@@ -259,8 +259,8 @@ def test_cli_pooled_verdict_fails_a_family_that_leads(monkeypatch, capsys):
 
     class Leaky(SpectrumFreshWorlds):
         def families(self, full=False):
-            return {**super().families(full), "leaky": redteam.as_family(("clbench.agents.spectrummonitor:SpectrumOracle",
-                                                                          {}))}
+            leaky = redteam.as_family(("clbench.agents.spectrummonitor:SpectrumOracle", {}))
+            return {**super().families(full), "leaky": leaky}
 
     monkeypatch.setattr(redteam, "fresh_world_judge", lambda env_id: Leaky())
     code = main(["redteam", "--env", SPECTRUM, "--pooled-worlds", "1,2"])

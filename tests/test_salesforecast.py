@@ -590,8 +590,8 @@ def test_the_best_point_chosen_on_a_fresh_worlds_own_years_stays_within_a_band_o
 
 def test_train_chosen_frozen_forecasters_do_not_lead_the_reference_pooled_over_fresh_worlds():
     """issue 29: the threat a fresh world must hold against is a memoryless forecaster written without it. Each
-    family's point is chosen on the train split (`SalesFreshWorlds.choose`) and played, frozen, on every fresh world; its lead
-    over the stateless reference (its mean over the world's 12 years minus r_reference), pooled over the worlds
+    family's point is chosen on the train split (`SalesFreshWorlds.choose`) and played, frozen, on every fresh world;
+    its lead over the stateless reference (its mean over the world's 12 years minus r_reference), pooled over the worlds
     (mean, standard error across worlds), must not be above 0 by two standard errors (clbench.redteam.PooledLead).
     Measured (CLBENCH_SLOW=1: chosen on the 41 train worlds, full grids; lead +- SE over worlds 1-20, worlds where it
     leads, canonical):
