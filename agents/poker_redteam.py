@@ -43,7 +43,8 @@ for measuring the red team, never an agent. `hands(env, k)` is the world's k-th 
 seats and opponents with other cards, so `replay`/`search` can measure a point's expected play apart
 from its luck on the benchmark's hands; `choose` picks each family's point on held-out deals (the red
 team's choice, never on the scored hands); `train_choice` picks it on the train worlds and freezes it, the
-memoryless policy a fresh world is judged against (issue 29); `selection` splits a grid's best benchmark mean into that
+memoryless policy a fresh world is judged against (issue 29: `PokerFreshWorlds`, the pooled verdict of
+`clbench redteam --pooled-worlds`); `selection` splits a grid's best benchmark mean into that
 play and the selection gain of picking the luckiest point on the hands it is scored on.
 
 `deal_env(k)` makes the registered env that plays deal k through the runner (where `clbench.runner`'s
@@ -60,9 +61,10 @@ from typing import Iterator
 import gymnasium as gym
 import numpy as np
 
+from clbench import redteam
 from clbench.agent import Agent
-from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLAYBOOKS, UNIFORM, ReadingPlay, action_text, bet_share,
-                                  book_for, posterior, table_spot)
+from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLAYBOOKS, STATELESS, UNIFORM, ReadingPlay, action_text,
+                                  bet_share, book_for, posterior, table_spot)
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
 
@@ -437,12 +439,63 @@ def train_choice(full: bool = False, deals: int = TRAIN_CHOICE_DEALS) -> dict[st
     writes it down and freezes it: the best mean over deals 0..deals-1 of every train world (`train_worlds`, the
     split's own and train worlds 1-24), never a test-split world. What a memoryless policy written without a fresh
     world plays there (issue 29)."""
-    from clbench import redteam
     from clbench.registry import env_class, env_id_for
 
     families = {**redteam.families(env_class(env_id_for("poker"))),
                 **{name: redteam.as_family(entry) for name, entry in FRESH_WORLD_FAMILIES.items()}}
     return choose(train_worlds(), families, full, range(deals))
+
+
+@lru_cache(maxsize=None)
+def world_env(world):
+    """The registered Poker env's test split in world `world` (None: the canonical one), unwrapped, once per process."""
+    from clbench.registry import env_class, env_id_for
+
+    return env_class(env_id_for("poker"))(world_seed=world)
+
+
+@lru_cache(maxsize=None)
+def held_out_per_deal(world, policy: Policy, count: int = 40) -> np.ndarray:
+    """`policy`'s mean per hand on each of `count` held-out deals of `world` (from the benchmark's deals' second
+    copy on: never a deal the benchmark scores or `choose` looks at), played on the betting model."""
+    base = world_env(world)
+    return np.array([np.mean(list(replay(base, policy, d).values())) for d in held_out_deals(base, start=2, count=count)])
+
+
+def frozen_deals(full: bool = False) -> int:
+    """Held-out deals per world a frozen point's lead is judged on: 200 for the full verdict (40 leave
+    kind_thresholds' +0.016 lead at z 1.6), 40 by default (the per-world verdict's own, whose reference replays
+    `held_out_per_deal` keeps)."""
+    return 200 if full else 40
+
+
+class PokerFreshWorlds(redteam.FreshWorldJudge):
+    """Poker's fresh-world verdict: each family's point (the declared ones and `FRESH_WORLD_FAMILIES`) chosen on the
+    train worlds (`train_choice`), frozen, and its lead per hand over the stateless reference on `frozen_deals`
+    held-out deals of each fresh world (`held_out_per_deal`)."""
+
+    task = "poker"
+    #: a point chosen on a fresh world's own re-deals: its lead over r_reference at most this (bb/hand): the canonical
+    #: world's best lead in expectation (-0.16) plus the top of tests/test_poker.py's BEST_LEAD_BAND (0.75)
+    world_band = 0.59
+
+    def families(self, full: bool = False) -> dict[str, redteam.PolicyFamily]:
+        return {**super().families(full),
+                **{name: redteam.as_family(entry) for name, entry in FRESH_WORLD_FAMILIES.items()}}
+
+    def choose(self, full: bool = False) -> dict[str, dict]:
+        return {name: params for name, (params, _) in train_choice(full).items()}
+
+    def policy(self, family: str, params: dict) -> Policy:
+        from clbench.agent import load_object
+
+        return load_object(self.families()[family].cls).policy_class(**params)
+
+    def leads(self, world: int, chosen: dict[str, dict], full: bool = False) -> dict[str, float]:
+        count = frozen_deals(full)
+        ref = held_out_per_deal(world, STATELESS, count)
+        return {name: float((held_out_per_deal(world, self.policy(name, params), count) - ref).mean())
+                for name, params in chosen.items()}
 
 
 def selection(env, families: dict, reference: Policy, redeals: int = 8, full: bool = True) -> dict:
@@ -529,3 +582,6 @@ class SizeReaderAgent(FamilyAgent):
 
 class KindThresholdsAgent(FamilyAgent):
     policy_class = KindThresholds
+
+
+FRESH_WORLD_JUDGE = PokerFreshWorlds()

@@ -27,18 +27,23 @@ It beat the reference's constant factor 0.7; the reference now scales by a smoot
 
 On fresh worlds (issue 29) the threat is a forecaster written without the world: each family's point chosen on the
 train split's worlds, frozen, and played on worlds 1-20 must not lead the stateless reference pooled over them by two
-standard errors (tests/test_salesforecast.py; volume-shrink's frozen point trails by 0.010 +- 0.005). A point chosen on
+standard errors (`SalesFreshWorlds`, the pooled verdict of `clbench redteam --pooled-worlds`;
+tests/test_salesforecast.py; volume-shrink's frozen point trails by 0.010 +- 0.005). A point chosen on
 a fresh world's own scored years learns that world from its answers: its lead (up to +0.059) is held to a band
 around the canonical world's, not to 0.
 """
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
 from statistics import mean
 
+import numpy as np
+
+from clbench import redteam
 from clbench.agent import Agent
 from clbench.agents.salesforecast import SalesForecastReference
 
@@ -188,3 +193,253 @@ class VolumeShrink(StoreShrink):
 
     def factor(self) -> str:
         return f"({self.hi!r} if level < {self.threshold!r} else {self.lo!r})"
+
+
+# ---------------------------------------------------------------- measuring: points without a sandbox (issue 29)
+# Tools for the red team's measurements, never agents: they read the env's instances and realised units.
+def inbox_view(env, slot) -> tuple[str, str]:
+    """What a Forecaster reads of an instance without a sandbox: the observation's lines naming the export and the
+    requested cells, and what its one read (`read_command`) prints, from the instance's files
+    (tests/test_salesforecast.py checks it gives the sandboxed read's forecasts)."""
+    u, data = env.unwrapped, slot.instance.payload
+    years = sorted({y for _, _, y in data.cells})
+    obs = (f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for {data.year - 1}\n"
+           f"Requested products: {' '.join(sorted({p for p, _, _ in data.cells}))}; "
+           f"stores: {' '.join(s['id'] for s in u.spec_data['stores'])}; years: {years[0]}-{years[-1]}")
+    return obs, data.files["inbox/catalog.csv"] + SEP + "\n" + data.files[data.export]
+
+
+@functools.lru_cache(maxsize=None)
+def world_env(split: str, world):
+    """The registered SalesForecast env (unwrapped: no sandbox is started) of `split` in world `world`."""
+    from clbench.registry import env_class, env_id_for
+
+    return env_class(env_id_for("salesforecast"))(split=split, world_seed=world)
+
+
+@functools.lru_cache(maxsize=None)
+def _stateless_rewards(split: str, world, agent_name: str, params: tuple) -> tuple[float, ...]:
+    return tuple(reference_rewards(world_env(split, world), agent_name=agent_name, **dict(params)))
+
+
+def stateless_rewards(split: str, world, agent_name: str = "reference", **params) -> list[float]:
+    """`reference_rewards` played stateless in one world, once per process (the fresh-world tests and the pooled
+    verdict play the same worlds)."""
+    return list(_stateless_rewards(split, world, agent_name, tuple(sorted(params.items()))))
+
+
+@functools.lru_cache(maxsize=None)
+def train_forecasts(world_seed) -> list:
+    """`factor_one_forecasts` of a train world, once per process."""
+    return factor_one_forecasts(world_env("train", world_seed))
+
+
+def point_label(family: str, params: dict) -> str:
+    return f"{family} {params}"
+
+
+#: what the reference's script wrote, by the sha256 of its workspace's files and its arguments (run_script_once)
+_SCRIPT_OUTPUTS: dict[str, dict] = {}
+
+
+def run_script_once(ws, argv: list[str]) -> None:
+    """`run_script` (the reference's forecast.py in process), run once per distinct input: the script is a pure
+    function of the workspace's files and its arguments, and the red team's points built on it (store-shrink,
+    volume-shrink) run it on the very inputs of the stateless reference or of each other, then rescale its output
+    by their own command. A repeat writes back the files the first run wrote."""
+    import hashlib
+
+    from clbench.agents.salesforecast import run_script
+
+    def files() -> dict[str, bytes]:
+        return {str(p.relative_to(ws)): p.read_bytes() for p in sorted(ws.rglob("*")) if p.is_file()}
+
+    before = files()
+    digest = hashlib.sha256(repr((sorted(before.items()), argv)).encode()).hexdigest()
+    if digest not in _SCRIPT_OUTPUTS:
+        run_script(ws, argv)
+        _SCRIPT_OUTPUTS[digest] = {rel: data for rel, data in files().items() if before.get(rel) != data}
+        if not _SCRIPT_OUTPUTS[digest]:
+            raise RuntimeError(f"the reference's script wrote nothing in {ws} (arguments {argv})")
+    for rel, data in _SCRIPT_OUTPUTS[digest].items():
+        (ws / rel).write_bytes(data)
+
+
+def run_after_script(ws, command: str) -> None:
+    """A command a plan runs after the script (StoreShrink's rescaling of predictions.json): a `python3 -c` one-liner
+    in this process, in folder `ws`, as `run_script` runs forecast.py (no python3 start per forecast), else bash."""
+    import contextlib
+    import shlex
+    import subprocess
+
+    if command.startswith("python3 -c "):
+        _, _, code = shlex.split(command)
+        with contextlib.chdir(ws):
+            exec(compile(code, "<python3 -c>", "exec"), {"__name__": "__main__"})
+    else:
+        subprocess.run(["bash", "-c", command], cwd=ws, check=True)
+
+
+class SalesFreshWorlds(redteam.FreshWorldJudge):
+    """SalesForecast's fresh-world verdict: each family's point chosen by its mean over the train worlds
+    `choose_on` (train split only), frozen, and its stateless mean over a fresh world's years minus the stateless
+    reference's there."""
+
+    task = "salesforecast"
+    #: it reads the worlds' realised units and scores forecasts as the env does (its scoring module): a measuring
+    #: tool of the red team that may read the truth, never an agent
+    privileged = True
+    #: a point chosen on a fresh world's own scored years: how far above r_reference it may come; the canonical world's
+    #: best point minus r_reference (-0.0064) plus the top of tests/test_salesforecast.py's RED_BAND (0.08)
+    world_band = 0.0736
+
+    @staticmethod
+    def choose_on(full: bool = False) -> tuple:
+        """The train worlds each family's point is chosen on: fit_reference.TRAIN_WORLDS' 41 for the full verdict, by
+        default the train split's own world and train world 1."""
+        return (None, *range(1, 41)) if full else (None, 1)
+
+    def choose(self, full: bool = False) -> dict[str, dict]:
+        worlds = self.choose_on(full)
+        means: dict[tuple[str, str], float] = {}
+        for w in worlds:
+            for key, m in train_scores(w, full).items():
+                means[key] = means.get(key, 0.0) + m / len(worlds)
+        params = {(fam, point_label(fam, kw)): kw for fam, _, kw in redteam.family_points(self.env_id, full)}
+        best: dict[str, tuple[str, str]] = {}
+        for key, m in means.items():
+            if key[0] not in best or m > means[best[key[0]]]:
+                best[key[0]] = key
+        return {fam: params[key] for fam, key in best.items()}
+
+    def leads(self, world: int, chosen: dict[str, dict], full: bool = False) -> dict[str, float]:
+        env, fams = world_env("test", world), self.families(full)
+        ref = float(np.mean(stateless_rewards("test", world)))
+        return {fam: point_mean(env, fams[fam].cls, params) - ref for fam, params in chosen.items()}
+
+    @staticmethod
+    def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None, agent_name: str = "reference",
+                          **kwargs) -> list[float]:
+        """The reference's rewards in schedule order, its own script (FORECAST_SCRIPT, with the arguments the agent
+        gives it) run in this process on each instance's inbox files, in a folder standing in for the workspace (one
+        for the whole rollout when `stateful`, inbox/ replaced every year, the feedback passed to the agent; a new one
+        and a new agent per instance otherwise), once per distinct input (run_script_once). The heredocs of its
+        plan run with bash; a red-team `agent_name` built on the reference's plan with `kwargs` rescales the forecast
+        with a python3 one-liner, run in process (run_after_script). The sandboxed run gives the same forecasts
+        (tests/test_salesforecast.py) at a fraction of the cost: no python3 start and import of pandas and
+        scikit-learn per forecast."""
+        import shlex
+        import shutil
+        import subprocess
+        import tempfile
+        from pathlib import Path
+
+        from clbench.agent import make_agent
+        from clbench.envs.salesforecast.scoring import parse_predictions, skill, wape
+
+        u = env.unwrapped
+        kwargs = kwargs or {"freeze_at": freeze_at}
+        agent = make_agent(agent_name, env, seed=0, **kwargs)
+        rewards = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for pos, slot in enumerate(u.schedule.order(0)):
+                data = slot.instance.payload
+                ws = Path(tmp) / ("ws" if stateful else f"ws{pos}")
+                shutil.rmtree(ws / "inbox", ignore_errors=True)
+                for rel, text in data.files.items():
+                    (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (ws / rel).write_text(text)
+                if not stateful:  # a fresh agent per instance, as the runner's stateless pass plays it
+                    agent = make_agent(agent_name, env, seed=0, **kwargs)
+                # the observation's line naming the visible export (StoreShrink reads its store)
+                agent.begin_instance(f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for "
+                                     f"{data.year - 1}", {"position": pos})
+                *commands, submit = agent.plan
+                at = next(i for i, c in enumerate(commands) if c.startswith("python3 forecast.py"))
+                command = shlex.split(commands[at])
+                if command[:2] != ["python3", "forecast.py"] or not submit.startswith("SUBMIT"):
+                    raise ValueError(f"{agent_name}'s plan is not the reference's: {commands[at]!r}, {submit[:40]!r}")
+                for other in commands[:at]:  # heredocs writing books.csv and forecast.py: cheap, run by bash
+                    subprocess.run(["bash", "-c", other], cwd=ws, check=True)
+                run_script_once(ws, command[2:])
+                for other in commands[at + 1:]:
+                    run_after_script(ws, other)
+                preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
+                actual = {c: u.world.sales[c] for c in data.cells}
+                w = wape(preds, actual)
+                rewards.append(skill(w))
+                agent.end_instance(rewards[-1], {"position": pos}, u._feedback(data.year, skill(w), w, preds, actual))
+        return rewards
+
+    @staticmethod
+    def factor_one_forecasts(env) -> list[tuple[dict, dict, str]]:
+        """(the stateless reference's forecast with factor 1 on unseen stores, the realised units, the visible store)
+        of every instance of `env` (unwrapped), in schedule order: its script run once per instance, in process."""
+        import shlex
+        import tempfile
+        from pathlib import Path
+
+        from clbench.agents.salesforecast import run_script
+        from clbench.envs.salesforecast.scoring import parse_predictions
+
+        agent = SalesForecastReference(None, unseen=(1.0, 0.0))
+        out = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for pos, slot in enumerate(env.schedule.order(0)):
+                data = slot.instance.payload
+                ws = Path(tmp) / f"ws{pos}"  # a fresh workspace: stateless
+                for rel, text in data.files.items():
+                    (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (ws / rel).write_text(text)
+                agent.begin_instance("", {"position": pos})
+                command = next(c for c in agent.plan if c.startswith("python3 forecast.py"))
+                run_script(ws, shlex.split(command)[2:])
+                preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
+                out.append((preds, {c: env.world.sales[c] for c in data.cells}, data.store["id"]))
+        return out
+
+    @staticmethod
+    def train_scores(world_seed, full: bool = False) -> dict[tuple[str, str], float]:
+        """Every family point's stateless mean on a train world by (family, `point_label`), without a sandbox: a
+        Forecaster on `inbox_view`, a point built on the reference's script (StoreShrink) as the reference's factor-1
+        forecasts (`train_forecasts`) with the unseen stores' cells times its `unseen_factor`."""
+        from clbench.agent import load_object
+        from clbench.envs.salesforecast.scoring import skill, wape
+
+        env = world_env("train", world_seed)
+        out = {}
+        for fam, path, kw in redteam.family_points(env.env_id, full):
+            agent = load_object(path)(env.agent_card, **kw)
+            rewards = []
+            for slot, (preds, actual, visible) in zip(env.schedule.order(0), train_forecasts(world_seed)):
+                if isinstance(agent, StoreShrink):
+                    first = min(y for _, _, y in preds)
+                    seen = [u for (_, s, y), u in preds.items() if s == visible and y == first]
+                    f = agent.unseen_factor(np.log(np.mean(seen)))
+                    preds = {c: u * (1.0 if c[1] == visible else f) for c, u in preds.items()}
+                else:
+                    preds = agent.predictions(*inbox_view(env, slot))
+                rewards.append(skill(wape(preds, actual)))
+            out[(fam, point_label(fam, kw))] = float(np.mean(rewards))
+        return out
+
+    @staticmethod
+    def point_mean(env, path: str, params: dict) -> float:
+        """A family point's stateless mean over `env`'s schedule without a sandbox: a Forecaster on `inbox_view`, a
+        point built on the reference's script (StoreShrink) played as `reference_rewards` plays it (`stateless_rewards`)."""
+        from clbench.agent import load_object
+        from clbench.envs.salesforecast.scoring import skill, wape
+
+        u = env.unwrapped
+        cls = load_object(path)
+        if not issubclass(cls, Forecaster):
+            return float(np.mean(stateless_rewards(u.split, u.world_seed, path, **params)))
+        agent = cls(u.agent_card, **params)
+        return float(np.mean([skill(wape(agent.predictions(*inbox_view(env, slot)),
+                                         {c: u.world.sales[c] for c in slot.instance.payload.cells}))
+                              for slot in u.schedule.order(0)]))
+
+
+FRESH_WORLD_JUDGE = SalesFreshWorlds()
+reference_rewards, factor_one_forecasts = SalesFreshWorlds.reference_rewards, SalesFreshWorlds.factor_one_forecasts
+train_scores, point_mean = SalesFreshWorlds.train_scores, SalesFreshWorlds.point_mean

@@ -26,6 +26,10 @@ r_reference (the stateless `SpectrumReference`, whose single-scan rule is the be
   power and scan number: whatever single-scan signal holds from world to world, position included, it can learn.
 - `ShrunkReference` (red team rt9): the reference's own peaks, wide ones reported a few percent narrower and
   narrow ones' widths pooled: a noisy centre makes a full-width report stick out of its channel.
+
+Fresh worlds (issue 29): `SpectrumFreshWorlds` chooses each family's point (and `LEARNED_FILTER`'s) on the train
+split's worlds, freezes it and measures its lead over the stateless reference in each fresh world: the pooled verdict
+of `clbench redteam --pooled-worlds` (clbench.redteam.pooled_verdict).
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clbench import redteam
 from clbench.agent import Agent
 from clbench.agents.spectrummonitor import (NARROW, SPIKE_WIDTH, Peaks, drop_overlapping, on_channel, parse_peaks,
                                             peak_features,
@@ -328,3 +333,68 @@ class ShrunkReference(Agent):
                 w += self.narrow_snap * (mid - w)
             out.append(transmitter(c, w, p))
         return report(out)
+
+
+# ---------------------------------------------------------------- fresh worlds: the pooled verdict (issue 29)
+def stateless_mean(env, agent: str, **kwargs) -> float:
+    """Mean reward of `agent` (a name or "module:Class") played stateless on every instance of `env`."""
+    from clbench.agent import make_agent
+    from clbench.runner import play_instance
+
+    rewards = []
+    for slot in env.unwrapped.schedule.order(0):
+        a = make_agent(agent, env, **kwargs)
+        obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+        rewards.append(play_instance(env, a, obs, info, [])["reward"])
+    return float(np.mean(rewards))
+
+
+@functools.lru_cache(maxsize=None)
+def _world_env(split: str, world):
+    import gymnasium as gym
+
+    return gym.make(FRESH_WORLD_JUDGE.env_id, split=split, world_seed=world)
+
+
+@functools.lru_cache(maxsize=None)
+def _world_mean(split: str, world, agent: str, params: tuple) -> float:
+    """`stateless_mean` in one world, once per process (the train choice and every verdict replay the same points)."""
+    return stateless_mean(_world_env(split, world), agent, **dict(params))
+
+
+def world_mean(split: str, world, agent: str, params: dict | None = None) -> float:
+    return _world_mean(split, world, agent, tuple(sorted((params or {}).items())))
+
+
+class SpectrumFreshWorlds(redteam.FreshWorldJudge):
+    """SpectrumMonitor's fresh-world verdict: each family's point (the declared ones and `LEARNED_FILTER`) chosen by
+    its mean over the train split's worlds `choose_on` (never a test world), frozen, and its stateless mean in a
+    fresh world minus the stateless reference's there."""
+
+    task = "spectrummonitor"
+    #: a point chosen on a fresh world's own re-deals: how far above the world's stateless reference it may come
+    #: (IoU; tests/test_spectrummonitor.py's WORLD_RED_BAND)
+    world_band = 0.01
+
+    @staticmethod
+    def choose_on(full: bool = False) -> tuple:
+        """The train split's worlds a family's point is chosen on: its own world, and drawn ones 1-6 for the full
+        verdict."""
+        return (None, *range(1, 7)) if full else (None,)
+
+    def families(self, full: bool = False) -> dict[str, redteam.PolicyFamily]:
+        return {**super().families(full), "learned-filter": redteam.as_family(LEARNED_FILTER)}
+
+    def choose(self, full: bool = False) -> dict[str, dict]:
+        worlds = self.choose_on(full)
+        def train_mean(cls: str, kw: dict) -> float:
+            return float(np.mean([world_mean("train", w, cls, kw) for w in worlds]))
+
+        return {fam: max(f.points(full=full), key=lambda kw: train_mean(f.cls, kw)) for fam, f in self.families(full).items()}
+
+    def leads(self, world: int, chosen: dict[str, dict], full: bool = False) -> dict[str, float]:
+        fams, ref = self.families(full), world_mean("test", world, "reference")
+        return {fam: world_mean("test", world, fams[fam].cls, params) - ref for fam, params in chosen.items()}
+
+
+FRESH_WORLD_JUDGE = SpectrumFreshWorlds()

@@ -35,17 +35,24 @@ chosen on); it fails unless it falls below the reference there (`luck`: its lead
 the table). Envs without re-deals keep the stricter rule: every point of every grid is played on the
 benchmark and none may reach r_reference.
 
-On a fresh world (`world_seed=N`) this rule chooses on the world's own re-deals, which learns that world from far
-more of it than a stateful agent sees. The tests (tests/test_poker.py, tests/test_salesforecast.py) judge fresh worlds
-by `PooledLead` instead: each family's point chosen on the train split and frozen must not lead the stateless
-reference pooled over fresh worlds 1-20; the per-world choice's lead is held to a band around the canonical world's.
+On a fresh world (`world_seed=N`) this rule chooses on the world's own re-deals (or scored years), which learns that
+world from far more of it than a stateful agent sees: its lead is held to a band, not to 0 (`world_band`). Fresh
+worlds are judged by the pooled verdict instead (`pooled_verdict`, `clbench redteam --pooled-worlds 1-20`): each
+family's point chosen on the train split's worlds and frozen (`train_choice`) must not lead the stateless reference
+pooled over the fresh worlds (`PooledLead`). An env opts in through its red-team module's `FRESH_WORLD_JUDGE` (a
+`FreshWorldJudge`: how it chooses on the train split and measures a frozen point's lead in one world).
 
 Each is played through the runner (the process pool) into a temporary run directory; a policy
 whose benchmark mean reaches r_reference fails the env (tests/test_redteam.py).
 """
 from __future__ import annotations
 
+import abc
+import hashlib
+import importlib
+import inspect
 import itertools
+import json
 import math
 import os
 import tempfile
@@ -106,6 +113,15 @@ def as_family(entry) -> PolicyFamily:
 def families(env_cls) -> dict[str, PolicyFamily]:
     """The env class's declared policy families by name."""
     return {name: as_family(entry) for name, entry in (env_cls.policy_families or {}).items()}
+
+
+def family_points(env_id: str, full: bool = False):
+    """(family, class path, params) for every point of every declared family's grid (the full grid when `full`)."""
+    from clbench.registry import env_class
+
+    for fam, f in families(env_class(env_id)).items():
+        for params in f.points(full=full):
+            yield fam, f.cls, params
 
 
 @dataclass
@@ -190,6 +206,134 @@ class PooledLead:
 
     def __str__(self) -> str:
         return f"{self.mean:+.4f} +- {self.se:.4f} (leads in {self.leading} of {self.worlds})"
+
+
+class FreshWorldJudge(abc.ABC):
+    """How an env's red-team module judges fresh worlds (its module attribute `FRESH_WORLD_JUDGE`; issue 29).
+
+    Subclasses give `task` and implement `choose` (each family's point, {family: params}, chosen on the train split's
+    worlds only, never a test-split world) and `leads` (each frozen point's lead over the stateless reference in one
+    fresh world, {family: lead} in the env's reward unit). `world_band`: how far above r_reference a family point
+    chosen on a fresh world's own data may come in `run` (None: held to r_reference)."""
+
+    task: str = ""
+    world_band: float | None = None
+
+    @property
+    def env_id(self) -> str:
+        from clbench.registry import env_id_for
+
+        return env_id_for(self.task)
+
+    def families(self, full: bool = False) -> dict[str, PolicyFamily]:
+        """The families judged: the env's declared ones (a judge may add attacks it does not declare)."""
+        from clbench.registry import env_class
+
+        return families(env_class(self.env_id))
+
+    @abc.abstractmethod
+    def choose(self, full: bool = False) -> dict[str, dict]:
+        """Each family's point chosen on the train split's worlds: {family: params}."""
+
+    @abc.abstractmethod
+    def leads(self, world: int, chosen: dict[str, dict], full: bool = False) -> dict[str, float]:
+        """Each frozen point's (`chosen`) lead over the stateless reference in fresh world `world`: {family: lead}."""
+
+    def fingerprint(self, full: bool = False) -> str:
+        """16 hex digits naming the code and spec a train choice comes from (the env's code and train-split spec,
+        the judge's and the families' modules) and the grids asked for."""
+        from clbench.calibration import world_fingerprint
+        from clbench.registry import env_class
+
+        env = env_class(self.env_id)(split="train")
+        modules = {f.cls.partition(":")[0] for f in self.families(full).values()}
+        files = {inspect.getfile(type(self)), *(inspect.getfile(importlib.import_module(m)) for m in modules)}
+        digest = hashlib.sha256(f"{world_fingerprint(env)} full={bool(full)}".encode())
+        for path in sorted(files):
+            digest.update(Path(path).name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+        return digest.hexdigest()[:16]
+
+
+def fresh_world_judge(env_id: str) -> FreshWorldJudge | None:
+    """The env's `FRESH_WORLD_JUDGE`, from the module of its declared families that defines one (None: none does)."""
+    from clbench.registry import env_class
+
+    for module in sorted({f.cls.partition(":")[0] for f in families(env_class(env_id)).values()}):
+        judge = getattr(importlib.import_module(module), "FRESH_WORLD_JUDGE", None)
+        if judge is not None:
+            return judge
+    return None
+
+
+_TRAIN_CHOICES: dict[str, dict[str, dict]] = {}
+
+
+def train_choice(judge: FreshWorldJudge, full: bool = False) -> dict[str, dict]:
+    """`judge.choose(full)`, kept in this process and in clbench's cache (named by `judge.fingerprint`): a search
+    over the train split's worlds takes seconds to minutes and every fresh-world verdict reuses it."""
+    from clbench.calibration import cache_root
+
+    key = f"{judge.task}-train-choice-{judge.fingerprint(full)}"
+    if key in _TRAIN_CHOICES:
+        return _TRAIN_CHOICES[key]
+    path = cache_root().parent / "redteam" / f"{key}.json"
+    try:
+        chosen = json.loads(path.read_text())
+    except (OSError, ValueError):
+        chosen = judge.choose(full)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(chosen))
+        os.replace(tmp, path)  # whole or absent, whichever of two writers finishes last
+    _TRAIN_CHOICES[key] = chosen
+    return chosen
+
+
+def pooled_verdict(env_id: str, worlds, full: bool = False, judge: FreshWorldJudge | None = None) -> dict:
+    """The fresh-world verdict (issue 29): each family's point chosen on the train split (`train_choice`), frozen and
+    played on every world of `worlds`; its per-world leads over the stateless reference pooled (`PooledLead`), and
+    a failure where the pooled lead is above 0 by two standard errors. Returns {"env_id", "worlds", "rule",
+    "rows": [{"family", "params", "pooled", "leads", "verdict"}], "failures"} (`pooled`: a PooledLead; `leads`:
+    {world: lead})."""
+    judge = judge or fresh_world_judge(env_id)
+    if judge is None:
+        raise ValueError(f"{env_id} has no fresh-world judge (FRESH_WORLD_JUDGE in its red-team module)")
+    worlds = [int(w) for w in worlds]
+    chosen = train_choice(judge, full)
+    by_world = {w: judge.leads(w, chosen, full) for w in worlds}
+    rows = []
+    for fam, params in chosen.items():
+        pooled = PooledLead.of(by_world[w][fam] for w in worlds)
+        rows.append({"family": fam, "params": params, "pooled": pooled, "leads": {w: by_world[w][fam] for w in worlds},
+                     "verdict": "LEADS the stateless reference pooled" if pooled.leads else "ok"})
+    return {"env_id": env_id, "worlds": worlds, "rows": rows, "failures": [r for r in rows if r["pooled"].leads],
+            "rule": "each family's point chosen on the train split's worlds, frozen, played on every world; fails when "
+                    "its mean lead over the stateless reference is above 0 by two standard errors across worlds"}
+
+
+def format_pooled(report: dict) -> str:
+    """The pooled verdict's table as markdown, the worst-leading family first."""
+    worlds = report["worlds"]
+    contiguous = worlds == list(range(worlds[0], worlds[-1] + 1))
+    span = f"{worlds[0]}-{worlds[-1]}" if contiguous else ",".join(map(str, worlds))
+    lines = [f"{report['env_id']}, fresh worlds {span}: {report['rule']}",
+             "| family | train-chosen point | pooled lead (mean +- se, worlds leading) | verdict |",
+             "|---|---|---|---|"]
+    for r in sorted(report["rows"], key=lambda r: -r["pooled"].mean):
+        params = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"
+        lines.append(f"| {r['family']} | {params} | {r['pooled']} | {r['verdict']} |")
+    return "\n".join(lines)
+
+
+def parse_worlds(text: str) -> list[int]:
+    """World seeds from "1-20", "1,2,5" or a mix ("1-3,7")."""
+    out: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, sep, hi = part.partition("-")
+        out += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+    if not out or any(w < 1 for w in out):
+        raise ValueError(f"fresh worlds are seeds >= 1, e.g. 1-20 or 1,2,5; got {text!r}")
+    return out
 
 
 def reaches(mean: float | None, r_reference: float | None, tie_passes: bool = False) -> bool:
@@ -398,10 +542,30 @@ def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers
     rows = [p.row(r_ref, r_max) for p in policies]
     rule = (f"each family's point chosen on re-deals {', '.join(map(str, selection_deals(env_kwargs, k)))} (best mean), "
             "then played on the benchmark" if redealable else "every point played on the benchmark")
+    band = world_band(env_id, env_kwargs)
+    if band is not None:
+        rule += (f"; a fresh world: a family point chosen on the world's own data may lead r_reference by up to "
+                 f"{band:+.4g} (its band; the memoryless verdict is --pooled-worlds)")
+        for r in rows:
+            if r["family"] not in NOT_FAMILIES and r["mean"] is not None and not r["luck"] \
+                    and reaches(r["mean"], r_ref, r["tie_passes"]):
+                r["verdict"] = (f"within the fresh world's band ({r['mean'] - r_ref:+.4g} <= {band:+.4g})"
+                                if r["mean"] - r_ref <= band else f"ABOVE the fresh world's band ({r['mean'] - r_ref:+.4g})")
     return {"env_id": env_id, "world": world_label(base), "r_reference": r_ref, "r_max": r_max, "rule": rule,
             "redeals": k if redealable else 0, "selection": selection, "rows": rows,
-            "families": sorted(families(type(base))),
-            "failures": [r for r in rows if reaches(r["mean"], r_ref, r["tie_passes"]) and not r["luck"]]}
+            "families": sorted(families(type(base))), "world_band": band,
+            "failures": [r for r in rows if reaches(r["mean"], r_ref, r["tie_passes"]) and not r["luck"]
+                         and not r["verdict"].startswith("within")]}
+
+
+def world_band(env_id: str, env_kwargs: dict) -> float | None:
+    """How far above r_reference a family point chosen on a fresh world's own data may come (the env's
+    `FreshWorldJudge.world_band`), on a fresh world (`world_seed`) of an env that has a judge; None otherwise (the
+    canonical world, or no judge: every point is held to r_reference)."""
+    if env_kwargs.get("world_seed") is None:
+        return None
+    judge = fresh_world_judge(env_id)
+    return None if judge is None else judge.world_band
 
 
 def format_table(report: dict) -> str:

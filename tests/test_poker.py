@@ -19,8 +19,7 @@ from clbench.agent import make_agent
 from clbench.env import load_task_spec
 from clbench.metrics import estimate
 from clbench import redteam
-from clbench.agents.poker_redteam import FRESH_WORLD_FAMILIES
-from clbench.redteam import PooledLead
+from clbench.agents.poker_redteam import FRESH_WORLD_FAMILIES, held_out_per_deal
 from clbench.runner import play_instance
 from clbench.agents.poker import STATELESS, PokerReference, hand_cards
 from clbench.envs.poker.betting import Betting
@@ -874,34 +873,16 @@ FRESH_WORLDS = [w for w in RED_TEAM_WORLDS if w is not None]
 
 
 @functools.lru_cache(maxsize=None)
-def poker_env(world):
-    from clbench.envs.poker.poker_env import PokerEnv
-
-    return PokerEnv(world_seed=world)
-
-
-@functools.lru_cache(maxsize=None)
-def held_out_per_deal(world, policy, count: int = 40) -> np.ndarray:
-    """`policy`'s mean per hand on each of `count` held-out deals of `world` (from the benchmark's deals' second
-    copy on: never a deal the benchmark scores or `choose` looks at), played on the betting model."""
-    from clbench.agents.poker_redteam import held_out_deals, replay
-
-    base = poker_env(world)
-    return np.array([np.mean(list(replay(base, policy, d).values()))
-                     for d in held_out_deals(base, start=2, count=count)])
-
-
-@functools.lru_cache(maxsize=None)
 def red_team_verdict(world) -> tuple[float, dict, float, dict]:
     """The red team's verdict in one world: each family's point chosen by its mean over five held-out deals
     (never the benchmark's hands; full grids with CLBENCH_SLOW=1), then played on the benchmark's five deals
     and on 40 other held-out deals. Returns (reference on the benchmark, {family: its benchmark mean},
     reference over the held-out deals, {family: (its mean there, its paired lead's standard error)})."""
     from clbench import redteam
-    from clbench.agents.poker_redteam import benchmark_deals, choose, held_out_deals, mean_over
+    from clbench.agents.poker_redteam import benchmark_deals, choose, held_out_deals, mean_over, world_env
     from clbench.envs.poker.poker_env import PokerEnv
 
-    base = poker_env(world)
+    base = world_env(world)
     chosen = choose(base, redteam.families(PokerEnv), full=FULL)
     assert list(held_out_deals(base)) == [5, 6, 7, 8, 9]  # what `choose` looks at: no benchmark deal
     bench = benchmark_deals(base)
@@ -988,22 +969,16 @@ def test_points_chosen_on_a_fresh_worlds_redeals_stay_within_a_band_of_the_canon
         (world, best_lead(world), best_lead(None), red_team_verdict(world))
 
 
-#: held-out deals per world a frozen point's lead is judged on: 200 with CLBENCH_SLOW=1 (40 leave kind_thresholds'
-#: +0.016 lead at z 1.6), 40 by default (the per-world verdict's own, whose reference replays are cached)
-FROZEN_DEALS = 200 if FULL else 40
 #: families whose train-chosen frozen point leads pooled over fresh worlds 1-20 (CLBENCH_SLOW=1; measured below):
 #: none since v8 (v7: kind_thresholds)
 FROZEN_FAILS: set[str] = set()
 
 
-def frozen_leads(world) -> dict[str, float]:
-    """Each family's train-chosen frozen point (`poker_redteam.train_choice`) in `world`: its mean lead per hand over
-    the stateless reference on FROZEN_DEALS held-out deals (`held_out_per_deal`)."""
-    from clbench.agents.poker_redteam import train_choice
-
-    ref = held_out_per_deal(world, STATELESS, FROZEN_DEALS)
-    return {name: float((held_out_per_deal(world, p, FROZEN_DEALS) - ref).mean())
-            for name, (_, p) in train_choice(FULL).items()}
+@functools.lru_cache(maxsize=1)
+def pooled_frozen() -> dict:
+    """The pooled verdict over FRESH_WORLDS (`clbench.redteam.pooled_verdict`, as `clbench redteam --pooled-worlds`),
+    by family: each family's train-chosen frozen point and its PooledLead."""
+    return {r["family"]: r for r in redteam.pooled_verdict(ENV_ID, FRESH_WORLDS, full=FULL)["rows"]}
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.xfail(
@@ -1012,8 +987,9 @@ def frozen_leads(world) -> dict[str, float]:
 def test_train_chosen_frozen_points_do_not_lead_the_reference_pooled_over_fresh_worlds(family):
     """issue 29: the threat a fresh world must hold against is a memoryless policy written without it. Each
     family's point (and `FRESH_WORLD_FAMILIES`') is chosen on the train split (`poker_redteam.train_choice`: 25 train
-    worlds x 2 deals, never a test world), frozen and played on every fresh world; its per-world lead over the stateless reference on
-    FROZEN_DEALS held-out deals, pooled over the worlds (mean, standard error across worlds), must not be above 0
+    worlds x 2 deals, never a test world), frozen and played on every fresh world; its per-world lead over the
+    stateless reference on `poker_redteam.frozen_deals` held-out deals (200 with CLBENCH_SLOW=1, else 40), pooled over
+    the worlds (mean, standard error across worlds; `clbench.redteam.pooled_verdict`), must not be above 0
     by two standard errors (`clbench.redteam.PooledLead`), but in FROZEN_FAILS. Measured with full grids
     (CLBENCH_SLOW=1, 200 deals per world), each family's frozen point: mean lead +- SE over worlds 1-20 (worlds where
     it leads), canonical world:
@@ -1031,8 +1007,8 @@ def test_train_chosen_frozen_points_do_not_lead_the_reference_pooled_over_fresh_
     from clbench.agents.poker_redteam import TRAIN_WORLDS, train_worlds
 
     assert all(env.split == "train" for env in train_worlds()) and len(TRAIN_WORLDS) == 25
-    pooled = PooledLead.of(frozen_leads(w)[family] for w in FRESH_WORLDS)
-    assert not pooled.leads, (family, str(pooled), {w: frozen_leads(w)[family] for w in FRESH_WORLDS})
+    row = pooled_frozen()[family]
+    assert not row["pooled"].leads, (family, row["params"], str(row["pooled"]), row["leads"])
 
 
 #: every fresh world on the slow run (v4's exploits left worlds 3, 10, 14 and 17 without learning headroom); in world

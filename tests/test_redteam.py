@@ -235,3 +235,69 @@ def test_cli_exits_non_zero_without_families_or_on_a_failure(capsys):
     out = capsys.readouterr().out
     assert "| policy | family | params | selection mean (re-deals) | benchmark mean | r_reference | r_max | verdict |" in out
     assert code == (0 if redteam.families(env_class(env_id)) else 1)
+
+
+# ---------------------------------------------------------------- fresh worlds (issue 29)
+SPECTRUM = "clbench/SpectrumMonitor-v6"
+
+
+def test_a_fresh_world_holds_points_chosen_on_it_to_the_envs_band_and_the_rest_to_r_reference():
+    """On a fresh world a family point chosen on the world's own re-deals is held to the env's band
+    (FreshWorldJudge.world_band), not to r_reference: the stateless reference played as a family ties r_reference
+    (a failure on the canonical world) and lies within the band; a planted oracle lies far above it and fails."""
+    from clbench.agents.spectrummonitor_redteam import FRESH_WORLD_JUDGE
+
+    assert redteam.world_band(SPECTRUM, {}) is None and redteam.world_band("clbench/DBExplore-v3", {"world_seed": 3}) \
+        is None
+    assert redteam.world_band(SPECTRUM, {"world_seed": 12}) == FRESH_WORLD_JUDGE.world_band > 0
+    report = redteam.run(SPECTRUM, {"world_seed": 12}, policies=[Policy("planted-oracle", "planted", "oracle", {}),
+                                                                  Policy("planted-reference", "echo", "reference", {})])
+    rows = {r["policy"]: r for r in report["rows"]}
+    assert rows["planted-reference"]["mean"] == pytest.approx(report["r_reference"])
+    assert rows["planted-reference"]["verdict"].startswith("within the fresh world's band"), rows
+    assert rows["planted-oracle"]["verdict"].startswith("ABOVE the fresh world's band"), rows
+    assert [r["policy"] for r in report["failures"]] == ["planted-oracle"]
+    assert "a fresh world" in report["rule"]
+
+
+def test_cli_pooled_verdict_prints_each_familys_train_chosen_point_and_pooled_lead(capsys):
+    """`clbench redteam --pooled-worlds`: each family's point chosen on the train split, its pooled lead over the
+    fresh worlds and a verdict; SpectrumMonitor's reference holds (exit 0), as tests/test_spectrummonitor.py's pooled
+    test finds over more worlds."""
+    code = main(["redteam", "--env", SPECTRUM, "--pooled-worlds", "1-2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"{SPECTRUM}, fresh worlds 1-2: each family's point chosen on the train split's worlds" in out
+    assert "| family | train-chosen point | pooled lead (mean +- se, worlds leading) | verdict |" in out
+    chosen = redteam.train_choice(redteam.fresh_world_judge(SPECTRUM))
+    for fam, params in chosen.items():
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"| {fam} |"))
+        assert ", ".join(f"{k}={v}" for k, v in params.items()) in line and line.endswith("| ok |") \
+            and "of 2)" in line, line
+    assert "FAIL" not in out
+
+
+def test_cli_pooled_verdict_fails_a_family_that_leads(monkeypatch, capsys):
+    """The pooled verdict can fail: a leaky memoryless family (the oracle, which reads the world's latent plan) leads
+    the stateless reference in every fresh world, and `clbench redteam --pooled-worlds` names it and exits 1."""
+    from clbench.agents.spectrummonitor_redteam import SpectrumFreshWorlds
+
+    class Leaky(SpectrumFreshWorlds):
+        def families(self, full=False):
+            leaky = redteam.as_family(("clbench.agents.spectrummonitor:SpectrumOracle", {}))
+            return {**super().families(full), "leaky": leaky}
+
+    monkeypatch.setattr(redteam, "fresh_world_judge", lambda env_id: Leaky())
+    code = main(["redteam", "--env", SPECTRUM, "--pooled-worlds", "1,2"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "| leaky | - |" in out and "(leads in 2 of 2) | LEADS the stateless reference pooled |" in out
+    assert [ln for ln in out.splitlines() if ln.startswith("FAIL")] == \
+        [next(ln for ln in out.splitlines() if ln.startswith("FAIL: leaky"))]
+
+
+def test_parse_worlds():
+    assert redteam.parse_worlds("1-3,7") == [1, 2, 3, 7] and redteam.parse_worlds("5") == [5]
+    for bad in ("", "0-2", "x"):
+        with pytest.raises(ValueError):
+            redteam.parse_worlds(bad)

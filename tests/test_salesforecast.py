@@ -26,6 +26,8 @@ from clbench.rollout import run
 from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
 from clbench.sandbox import SandboxUnavailable, choose_backend
+from clbench.agents.salesforecast_redteam import inbox_view, reference_rewards, stateless_rewards, train_forecasts
+from clbench.agents.salesforecast_redteam import FRESH_WORLD_JUDGE as JUDGE
 from tests.fit_scripts import fit_script
 
 ENV = "clbench/SalesForecast-v6"
@@ -312,20 +314,6 @@ def test_must_show_reference_rollout(tmp_path):
     assert means == sorted(means)
 
 
-def inbox_view(env, slot) -> tuple[str, str]:
-    """What a Forecaster reads of an instance without a sandbox: the observation's lines naming the export and the
-    requested cells, and what its one read (`read_command`) prints, from the instance's files (red_team_scores
-    checks it gives the sandboxed read's forecasts)."""
-    from clbench.agents.salesforecast_redteam import SEP
-
-    u, data = env.unwrapped, slot.instance.payload
-    years = sorted({y for _, _, y in data.cells})
-    obs = (f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for {data.year - 1}\n"
-           f"Requested products: {' '.join(sorted({p for p, _, _ in data.cells}))}; "
-           f"stores: {' '.join(s['id'] for s in u.spec_data['stores'])}; years: {years[0]}-{years[-1]}")
-    return obs, data.files["inbox/catalog.csv"] + SEP + "\n" + data.files[data.export]
-
-
 def red_team_scores(env) -> dict[tuple[str, str], float]:
     """Every memoryless family point's mean, stateless, by (family, label): each Forecaster is a pure function of
     the first observation and one read of the inbox, so one read per instance scores the whole grid (as submitting
@@ -339,7 +327,7 @@ def red_team_scores(env) -> dict[tuple[str, str], float]:
     forecasters = [i for i, (_, path, _) in enumerate(points) if path.endswith(":Forecaster")]
     for i, (_, path, kw) in enumerate(points):
         if i not in forecasters:  # built on the reference's script (StoreShrink): played as reference_rewards plays it
-            scores[i] = reference_rewards(env, agent_name=path, **kw)
+            scores[i] = stateless_rewards(u.split, u.world_seed, path, **kw)
     for j, slot in enumerate(u.schedule.order(0)):
         obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
         out, *_ = env.step(read_command(obs))
@@ -484,99 +472,6 @@ def test_no_memoryless_forecaster_reaches_the_reference(env):
     assert best < env.unwrapped.r_reference, (policy, best)
 
 
-#: what the reference's script wrote, by the sha256 of its workspace's files and its arguments
-_SCRIPT_OUTPUTS: dict[str, dict] = {}
-
-
-def run_script_once(ws, argv: list[str]) -> None:
-    """`run_script` (the reference's forecast.py in process), run once per distinct input: the script is a pure
-    function of the workspace's files and its arguments, and the red team's points built on it (store-shrink,
-    volume-shrink) run it on the very inputs of the stateless reference or of each other, then rescale its output
-    by their own command. A repeat writes back the files the first run wrote."""
-    import hashlib
-
-    from clbench.agents.salesforecast import run_script
-
-    def files() -> dict[str, bytes]:
-        return {str(p.relative_to(ws)): p.read_bytes() for p in sorted(ws.rglob("*")) if p.is_file()}
-
-    before = files()
-    digest = hashlib.sha256(repr((sorted(before.items()), argv)).encode()).hexdigest()
-    if digest not in _SCRIPT_OUTPUTS:
-        run_script(ws, argv)
-        _SCRIPT_OUTPUTS[digest] = {rel: data for rel, data in files().items() if before.get(rel) != data}
-        assert _SCRIPT_OUTPUTS[digest], "the script wrote nothing"
-    for rel, data in _SCRIPT_OUTPUTS[digest].items():
-        (ws / rel).write_bytes(data)
-
-
-def run_after_script(ws, command: str) -> None:
-    """A command a plan runs after the script (StoreShrink's rescaling of predictions.json): a `python3 -c` one-liner
-    in this process, in folder `ws`, as `run_script` runs forecast.py (no python3 start per forecast), else bash."""
-    import contextlib
-    import shlex
-    import subprocess
-
-    if command.startswith("python3 -c "):
-        _, _, code = shlex.split(command)
-        with contextlib.chdir(ws):
-            exec(compile(code, "<python3 -c>", "exec"), {"__name__": "__main__"})
-    else:
-        subprocess.run(["bash", "-c", command], cwd=ws, check=True)
-
-
-def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None, agent_name: str = "reference",
-                      **kwargs) -> list[float]:
-    """The reference's rewards in schedule order, its own script (FORECAST_SCRIPT, with the arguments the agent
-    gives it) run in this process on each instance's inbox files, in a folder standing in for the workspace (one
-    for the whole rollout when `stateful`, inbox/ replaced every year, the feedback passed to the agent; a new one
-    and a new agent per instance otherwise), once per distinct input (run_script_once). The heredocs of its plan
-    run with bash; a red-team `agent_name` built on the reference's plan with `kwargs` rescales the forecast with a
-    python3 one-liner, run in process (run_after_script). The sandboxed run gives the same forecasts
-    (test_in_process_reference_is_the_sandboxed_one) at a fraction of the cost: no python3 start and import of
-    pandas and scikit-learn per forecast."""
-    import shlex
-    import shutil
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    from clbench.envs.salesforecast.scoring import parse_predictions
-
-    u = env.unwrapped
-    kwargs = kwargs or {"freeze_at": freeze_at}
-    agent = make_agent(agent_name, env, seed=0, **kwargs)
-    rewards = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for pos, slot in enumerate(u.schedule.order(0)):
-            data = slot.instance.payload
-            ws = Path(tmp) / ("ws" if stateful else f"ws{pos}")
-            shutil.rmtree(ws / "inbox", ignore_errors=True)
-            for rel, text in data.files.items():
-                (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-                (ws / rel).write_text(text)
-            if not stateful:  # a fresh agent per instance, as the runner's stateless pass plays it
-                agent = make_agent(agent_name, env, seed=0, **kwargs)
-            # the observation's line naming the visible export (StoreShrink reads its store)
-            agent.begin_instance(f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for "
-                                 f"{data.year - 1}", {"position": pos})
-            *commands, submit = agent.plan
-            at = next(i for i, c in enumerate(commands) if c.startswith("python3 forecast.py"))
-            command = shlex.split(commands[at])
-            assert command[:2] == ["python3", "forecast.py"] and submit.startswith("SUBMIT"), command
-            for other in commands[:at]:  # heredocs writing books.csv and forecast.py: cheap, run by bash
-                subprocess.run(["bash", "-c", other], cwd=ws, check=True)
-            run_script_once(ws, command[2:])
-            for other in commands[at + 1:]:
-                run_after_script(ws, other)
-            preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
-            actual = {c: u.world.sales[c] for c in data.cells}
-            w = wape(preds, actual)
-            rewards.append(skill(w))
-            agent.end_instance(rewards[-1], {"position": pos}, u._feedback(data.year, skill(w), w, preds, actual))
-    return rewards
-
-
 def oracle_rewards(env) -> list[float]:
     """The oracle's rewards in schedule order: the true expected demand of every requested cell."""
     u = env.unwrapped
@@ -590,7 +485,7 @@ def fast_world_numbers(world_seed, drift_at: int = 4) -> dict:
     (unfrozen minus frozen at `drift_at`, after it), every red-team point's mean (red_team_scores) and the best."""
     env = gym.make(ENV, world_seed=world_seed)
     try:
-        r_max, stateless = float(np.mean(oracle_rewards(env))), reference_rewards(env)
+        r_max, stateless = float(np.mean(oracle_rewards(env))), stateless_rewards("test", world_seed)
         r_ref = float(np.mean(stateless))
         live, frozen = reference_rewards(env, stateful=True), reference_rewards(env, stateful=True, freeze_at=drift_at)
         assert live[:drift_at] == frozen[:drift_at]  # identical until the freeze
@@ -617,12 +512,6 @@ def test_in_process_reference_is_the_sandboxed_one(env):
 @functools.lru_cache(maxsize=1)
 def _fit_module():
     return fit_script("salesforecast")
-
-
-@functools.lru_cache(maxsize=None)
-def train_forecasts(world_seed) -> list:
-    """fit_reference.instances of a train world (the stateless reference's factor-1 forecasts), once per session."""
-    return _fit_module().instances(world_seed)
 
 
 def test_the_unseen_stores_factor_is_fitted_on_the_train_split():
@@ -704,55 +593,10 @@ def test_the_best_point_chosen_on_a_fresh_worlds_own_years_stays_within_a_band_o
     assert RED_BAND[0] <= n["red_team_best"] - n["r_reference"] - CANONICAL["red_minus_reference"] <= RED_BAND[1], n
 
 
-def train_scores(world_seed) -> dict[tuple[str, str], float]:
-    """Every family point's stateless mean on a train world (red_team_scores' keys), without a sandbox: a Forecaster
-    on `inbox_view`, a point built on the reference's script (StoreShrink) as the reference's factor-1 forecasts
-    (`train_forecasts`) with the unseen stores' cells times its `unseen_factor`."""
-    from clbench.agent import load_object
-    from clbench.agents.salesforecast_redteam import StoreShrink
-    from tests.test_spectrummonitor import family_points
-
-    env = _fit_module().train_env(world_seed)
-    out = {}
-    for fam, path, kw in family_points(ENV):
-        agent = load_object(path)(env.agent_card, **kw)
-        rewards = []
-        for slot, (preds, actual, visible) in zip(env.schedule.order(0), train_forecasts(world_seed)):
-            if isinstance(agent, StoreShrink):
-                first = min(y for _, _, y in preds)
-                f = agent.unseen_factor(np.log(np.mean([u for (_, s, y), u in preds.items() if s == visible and y == first])))
-                preds = {c: u * (1.0 if c[1] == visible else f) for c, u in preds.items()}
-            else:
-                preds = agent.predictions(*inbox_view(env, slot))
-            rewards.append(skill(wape(preds, actual)))
-        out[(fam, f"{fam} {kw}")] = float(np.mean(rewards))
-    return out
-
-
-#: the train worlds each family's point is chosen on (fit_reference.TRAIN_WORLDS, 41, with CLBENCH_SLOW=1; by default
-#: the two whose forecasts test_the_unseen_stores_factor_is_fitted_on_the_train_split computes anyway)
-TRAIN_CHOICE_WORLDS = (None, *range(1, 41)) if SLOW else (None, 1)
-
-
-@functools.lru_cache(maxsize=1)
-def frozen_points() -> dict[str, tuple[str, str]]:
-    """Each family's point as an attacker who studied the train split writes it down: the best mean over the
-    instances of TRAIN_CHOICE_WORLDS (train split only), by family."""
-    means: dict[tuple[str, str], float] = {}
-    for w in TRAIN_CHOICE_WORLDS:
-        for key, mean in train_scores(w).items():
-            means[key] = means.get(key, 0.0) + mean / len(TRAIN_CHOICE_WORLDS)
-    best: dict[str, tuple[str, str]] = {}
-    for key, mean in means.items():
-        if key[0] not in best or mean > means[best[key[0]]]:
-            best[key[0]] = key
-    return best
-
-
 def test_train_chosen_frozen_forecasters_do_not_lead_the_reference_pooled_over_fresh_worlds():
     """issue 29: the threat a fresh world must hold against is a memoryless forecaster written without it. Each
-    family's point is chosen on the train split (frozen_points) and played, frozen, on every fresh world; its lead
-    over the stateless reference (its mean over the world's 12 years minus r_reference), pooled over the worlds
+    family's point is chosen on the train split (`SalesFreshWorlds.choose`) and played, frozen, on every fresh world;
+    its lead over the stateless reference (its mean over the world's 12 years minus r_reference), pooled over the worlds
     (mean, standard error across worlds), must not be above 0 by two standard errors (clbench.redteam.PooledLead).
     Measured (CLBENCH_SLOW=1: chosen on the 41 train worlds, full grids; lead +- SE over worlds 1-20, worlds where it
     leads, canonical):
@@ -766,17 +610,19 @@ def test_train_chosen_frozen_forecasters_do_not_lead_the_reference_pooled_over_f
       volume-shrink {hi: 1.1, lo: 0.5, threshold: 4.24}  -0.010 +- 0.005 (5)  -0.007
     The train scores' shortcut for points built on the reference's script (train_scores) is checked against playing
     the point (reference_rewards) on train world 1: equal to 1e-6."""
-    from clbench.redteam import PooledLead
+    from clbench import redteam
+    from clbench.agents.salesforecast_redteam import point_label, train_scores
 
-    assert set(TRAIN_CHOICE_WORLDS) <= set(_fit_module().TRAIN_WORLDS)
-    (_, label), = [key for key in frozen_points().values() if key[0] == "volume-shrink"]
-    kw = {k: float(v) for k, v in re.findall(r"'(\w+)': ([\d.]+)", label)}
+    assert set(JUDGE.choose_on(SLOW)) <= set(_fit_module().TRAIN_WORLDS)
+    report = redteam.pooled_verdict(ENV, FRESH_WORLDS, full=SLOW)
+    chosen = {r["family"]: r["params"] for r in report["rows"]}
+    assert set(chosen) == set(redteam.families(gym.make(ENV).unwrapped.__class__))
+    kw = chosen["volume-shrink"]
     played = reference_rewards(gym.make(ENV, split="train", world_seed=1),
                                agent_name="clbench.agents.salesforecast_redteam:VolumeShrink", **kw)
-    assert train_scores(1)[("volume-shrink", label)] == pytest.approx(np.mean(played), abs=1e-6)
-    pooled = {fam: PooledLead.of(_world(w)["points"][key] - _world(w)["r_reference"] for w in FRESH_WORLDS)
-              for fam, key in frozen_points().items()}
-    assert not {fam: str(p) for fam, p in pooled.items() if p.leads}, {fam: str(p) for fam, p in pooled.items()}
+    shortcut = train_scores(1, SLOW)[("volume-shrink", point_label("volume-shrink", kw))]
+    assert shortcut == pytest.approx(np.mean(played), abs=1e-6)
+    assert not report["failures"], redteam.format_pooled(report)
 
 
 def test_the_sandbox_binds_site_folders_a_venv_pth_adds():

@@ -19,6 +19,7 @@ from clbench.registry import env_class
 from clbench.rollout import run
 from clbench.runcard import compute, validate_run_card
 from clbench.runner import RunConfig, play_instance
+from clbench.agents.spectrummonitor_redteam import stateless_mean
 from tests.fit_scripts import fit_script
 
 ENV = "clbench/SpectrumMonitor-v6"
@@ -260,20 +261,7 @@ def family_points(env_id: str, slow: bool = False):
     when `slow` or CLBENCH_SLOW=1), as the red team (clbench.redteam) searches them."""
     from clbench import redteam
 
-    full = slow or os.environ.get("CLBENCH_SLOW") == "1"
-    for fam, f in redteam.families(env_class(env_id)).items():
-        for params in f.points(full=full):
-            yield fam, f.cls, params
-
-
-def stateless_mean(env, agent: str, **kwargs) -> float:
-    """Mean reward of `agent` (a name or "module:Class") played stateless on every instance of `env`."""
-    rewards = []
-    for slot in env.unwrapped.schedule.order(0):
-        a = make_agent(agent, env, **kwargs)
-        obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
-        rewards.append(play_instance(env, a, obs, info, [])["reward"])
-    return float(np.mean(rewards))
+    return redteam.family_points(env_id, full=slow or os.environ.get("CLBENCH_SLOW") == "1")
 
 
 def world_numbers(env_id: str, world_seed, rollouts: int = 2, drift_at: int = 60, red_team=None) -> dict:
@@ -374,29 +362,21 @@ def test_red_team_points_chosen_on_a_worlds_re_deals_stay_within_a_band_of_the_r
     assert n["red_team_best"] - n["r_reference"] < WORLD_RED_BAND, n
 
 
-#: the train split's worlds a family's point is chosen on before it meets the fresh worlds
-CHOOSE_ON = (None,) if not os.environ.get("CLBENCH_SLOW") else (None, *range(1, 7))
+#: the fresh worlds the pooled verdict plays (the train worlds each point is chosen on: SpectrumFreshWorlds.choose_on)
 POOLED_WORLDS = range(1, 6) if not os.environ.get("CLBENCH_SLOW") else range(1, 21)
 
 
 def test_no_memoryless_policy_beats_the_reference_across_fresh_worlds():
     """The reference is as strong as any memoryless policy written without the world: each family's point, chosen
-    on the train split's worlds (CHOOSE_ON, never a test world) and then frozen, does not lead the stateless
-    reference over the fresh worlds POOLED_WORLDS by two standard errors (across worlds) of its mean lead. The
-    learned filter may read where each peak lies: position carries nothing that holds from world to world."""
+    on the train split's worlds (`SpectrumFreshWorlds.choose_on`, never a test world) and then frozen, does not lead
+    the stateless reference over the fresh worlds POOLED_WORLDS by two standard errors (across worlds) of its mean
+    lead (`clbench.redteam.pooled_verdict`, as `clbench redteam --pooled-worlds`). The learned filter may read where
+    each peak lies: position carries nothing that holds from world to world."""
     from clbench import redteam
 
-    train = [gym.make(ENV, split="train", world_seed=w) for w in CHOOSE_ON]
-    fresh = [gym.make(ENV, world_seed=w) for w in POOLED_WORLDS]
-    refs = np.array([stateless_mean(env, "reference") for env in fresh])
-    leads = {}
-    from clbench.agents.spectrummonitor_redteam import LEARNED_FILTER
-
-    for fam, f in {**redteam.families(env_class(ENV)), "learned-filter": redteam.as_family(LEARNED_FILTER)}.items():
-        points = list(f.points(full=bool(os.environ.get("CLBENCH_SLOW"))))
-        best = max(points, key=lambda kw: np.mean([stateless_mean(env, f.cls, **kw) for env in train]))
-        leads[fam] = (best, redteam.PooledLead.of(np.array([stateless_mean(env, f.cls, **best) for env in fresh]) - refs))
-    assert not {fam: v for fam, v in leads.items() if v[1].leads}, {fam: (b, str(p)) for fam, (b, p) in leads.items()}
+    report = redteam.pooled_verdict(ENV, POOLED_WORLDS, full=bool(os.environ.get("CLBENCH_SLOW")))
+    assert {r["family"] for r in report["rows"]} == {*redteam.families(env_class(ENV)), "learned-filter"}
+    assert not report["failures"], redteam.format_pooled(report)
 
 
 def test_train_and_fresh_worlds_differ_from_the_canonical_one():

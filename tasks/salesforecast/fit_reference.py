@@ -14,16 +14,11 @@ with factor 1 (in process, `run_script`), and each rule scales its unseen stores
 """
 from __future__ import annotations
 
-import json
-import shlex
-import tempfile
-from pathlib import Path
-
 import numpy as np
 
 import clbench  # noqa: F401  registers the envs
-from clbench.agents.salesforecast import SalesForecastReference, run_script
-from clbench.envs.salesforecast.scoring import parse_predictions, skill
+from clbench.agents.salesforecast_redteam import factor_one_forecasts
+from clbench.envs.salesforecast.scoring import skill
 
 TRAIN_WORLDS = (None, *range(1, 41))  # None: the train split's own world ("train-fyYYYY")
 GRID = tuple((round(0.1 * i, 2), round(-0.05 * j, 2)) for i in range(61) for j in range(25))  # A 0..6, B -1.2..0
@@ -42,21 +37,7 @@ def instances(world_seed) -> list[tuple[dict, dict, str]]:
     of every instance of a train world, in schedule order."""
     env = train_env(world_seed)
     assert env.split == "train"
-    agent = SalesForecastReference(None, unseen=(1.0, 0.0))
-    out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for pos, slot in enumerate(env.schedule.order(0)):
-            data = slot.instance.payload
-            ws = Path(tmp) / f"ws{pos}"  # a fresh workspace: stateless
-            for rel, text in data.files.items():
-                (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-                (ws / rel).write_text(text)
-            agent.begin_instance("", {"position": pos})
-            command = next(c for c in agent.plan if c.startswith("python3 forecast.py"))
-            run_script(ws, shlex.split(command)[2:])
-            preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
-            out.append((preds, {c: env.world.sales[c] for c in data.cells}, data.store["id"]))
-    return out
+    return factor_one_forecasts(env)
 
 
 def scores(insts, grid=GRID) -> np.ndarray:
