@@ -237,7 +237,7 @@ HAZARD = 0.15
 #: --reading). One per kind: a wrong exploit costs more against some kinds than against others, so the evidence
 #: worth acting on differs by kind (Poker-v7 used one threshold for all three, and the red team's per-kind reader,
 #: frozen on the train split, led it pooled over fresh worlds)
-CONFIDENT: tuple[float, float, float] = (0.8, 0.7, 0.7)
+CONFIDENT: tuple[float, float, float] = (0.8, 0.5, 0.7)
 
 
 def log_likelihood(acts) -> tuple[float, float, float]:

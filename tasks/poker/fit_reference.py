@@ -113,7 +113,8 @@ def stateful_mean(envs, hazard: float, confident, deals: int = DEALS) -> float:
 def reading(envs=None) -> tuple[tuple[float, float, float], float]:
     """The reference's reading: `CONFIDENT`, one threshold per kind, chosen for the best kind-balanced mean
     (`kind_mean`) of one hand's read from the uniform prior (the stateless reference): first one value for all
-    kinds over the grid, then coordinate search, kind by kind over the grid, until a pass changes nothing; then
+    kinds over the grid, then coordinate search, kind by kind over the grid, until a pass changes nothing (ties
+    to the lower threshold); then
     `HAZARD`, the grid value with the best mean of the stateful reference (`stateful_mean`). Each over
     `READ_DEALS` deals of the train worlds (on 3 the confidence fitted noise: 0.8, then 0.7 on 12)."""
     envs = envs or train_worlds()
@@ -121,7 +122,17 @@ def reading(envs=None) -> tuple[tuple[float, float, float], float]:
     def score(confident) -> float:
         return kind_mean(envs, ReadingPlay(confident=confident), deals=READ_DEALS)
 
-    best, common = max((score((c, c, c)), c) for c in CONFIDENT_GRID)
+    def better(mean: float, c: float, than: float, at: float) -> bool:
+        # a tie goes to the lower threshold: where the train worlds cannot tell two thresholds apart (no hand's read
+        # lands between them), the exploit is played on less evidence, as a memoryless policy written from the
+        # train split may play it (the red team's kind_thresholds takes the first, lowest, of tied grid points)
+        return mean > than + 1e-9 or (mean >= than - 1e-9 and c < at)
+
+    best, common = -np.inf, CONFIDENT_GRID[-1]
+    for c in CONFIDENT_GRID:
+        mean = score((c,) * len(KINDS))
+        if better(mean, c, best, common):
+            best, common = mean, c
     confident = (common,) * len(KINDS)
     for _ in range(ROUNDS):
         start = confident
@@ -131,7 +142,7 @@ def reading(envs=None) -> tuple[tuple[float, float, float], float]:
                     continue
                 trial = (*confident[:i], c, *confident[i + 1:])
                 mean = score(trial)
-                if mean > best + 1e-9:
+                if better(mean, c, best, confident[i]):
                     best, confident = mean, trial
         if confident == start:
             break
