@@ -990,20 +990,18 @@ def test_train_chosen_frozen_points_do_not_lead_the_reference_pooled_over_fresh_
     worlds x 2 deals, never a test world), frozen and played on every fresh world; its per-world lead over the
     stateless reference on `poker_redteam.frozen_deals` held-out deals (200 with CLBENCH_SLOW=1, else 40), pooled over
     the worlds (mean, standard error across worlds; `clbench.redteam.pooled_verdict`), must not be above 0
-    by two standard errors (`clbench.redteam.PooledLead`), but in FROZEN_FAILS. Measured with full grids
-    (CLBENCH_SLOW=1, 200 deals per world), each family's frozen point: mean lead +- SE over worlds 1-20 (worlds where
-    it leads), canonical world:
-      card_blind_sizing    -3.558 +- 0.491 (0)   -4.74     strength_thresholds  -1.044 +- 0.066 (0)   -1.04
-      check_call           -3.783 +- 0.504 (0)   -4.55     bet_give_up          -3.097 +- 0.485 (0)   -3.85
-      value_bluff          -1.142 +- 0.222 (1)   -1.44     hand_reader          -0.183 +- 0.099 (9)   -0.19
-      likelihood_reader    +0.001 +- 0.003 (11)  +0.005    size_reader          -0.017 +- 0.002 (0)   -0.05
-      push_fold            -3.237 +- 0.523 (0)   -3.94
-      kind_thresholds      +0.016 +- 0.004 (18)  +0.006    (FROZEN_FAILS)
-    kind_thresholds' point (a belief threshold per kind: calling station 0.8, fit-or-fold 0.5, loose-aggressive 0.7;
-    the reference reads every kind at 0.7) is a real hole, if a small one: 2.5% of the reference's +0.62 gain
-    (red team rt7 found it: +0.019 +- 0.007). Closing it means a stateless read with per-kind thresholds fitted on
-    the train split: a new reference, so a Poker-v8 with every fit and calibration redone. Over 40 deals per world
-    it was +0.009 +- 0.006 (z 1.6), hence 200 here. Default grids (3 worlds, 40 deals): every family below 2 SE."""
+    by two standard errors (`clbench.redteam.PooledLead`), but in FROZEN_FAILS. Measured on Poker-v8 with full grids
+    (`clbench redteam --pooled-worlds 1-20 --full`: 200 deals per world), each family's frozen point: mean lead +- SE
+    over worlds 1-20 (worlds where it leads):
+      card_blind_sizing    -3.574 +- 0.492 (0)     strength_thresholds  -1.059 +- 0.067 (0)
+      check_call           -3.799 +- 0.505 (0)     bet_give_up          -3.113 +- 0.486 (0)
+      value_bluff          -1.158 +- 0.223 (1)     hand_reader          -0.199 +- 0.100 (8)
+      likelihood_reader    -0.015 +- 0.005 (5)     size_reader          -0.033 +- 0.004 (0)
+      push_fold            -3.253 +- 0.524 (0)     kind_thresholds      +0.000 +- 0.000 (0)
+    On v7 kind_thresholds' point (a belief threshold per kind: calling station 0.8, fit-or-fold 0.5, loose-aggressive
+    0.7, where v7's reference read every kind at 0.7) led by +0.016 +- 0.004 in 18 of 20 worlds (red team rt7). v8's
+    reference fits a threshold per kind on the train split (agents/poker.py CONFIDENT) and lands on that very point,
+    so it plays as the reference on every hand. Default grids (3 worlds, 40 deals): every family below 2 SE."""
     from clbench.agents.poker_redteam import TRAIN_WORLDS, train_worlds
 
     assert all(env.split == "train" for env in train_worlds()) and len(TRAIN_WORLDS) == 25
