@@ -197,13 +197,18 @@ class VolumeShrink(StoreShrink):
 
 # ---------------------------------------------------------------- measuring: points without a sandbox (issue 29)
 # Tools for the red team's measurements, never agents: they read the env's instances and realised units.
+def export_line(data) -> str:
+    """The observation's line naming an instance's visible export (`data`: its payload), as the env writes it."""
+    return f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for {data.year - 1}"
+
+
 def inbox_view(env, slot) -> tuple[str, str]:
     """What a Forecaster reads of an instance without a sandbox: the observation's lines naming the export and the
     requested cells, and what its one read (`read_command`) prints, from the instance's files
     (tests/test_salesforecast.py checks it gives the sandboxed read's forecasts)."""
     u, data = env.unwrapped, slot.instance.payload
     years = sorted({y for _, _, y in data.cells})
-    obs = (f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for {data.year - 1}\n"
+    obs = (f"{export_line(data)}\n"
            f"Requested products: {' '.join(sorted({p for p, _, _ in data.cells}))}; "
            f"stores: {' '.join(s['id'] for s in u.spec_data['stores'])}; years: {years[0]}-{years[-1]}")
     return obs, data.files["inbox/catalog.csv"] + SEP + "\n" + data.files[data.export]
@@ -352,8 +357,7 @@ class SalesFreshWorlds(redteam.FreshWorldJudge):
                 if not stateful:  # a fresh agent per instance, as the runner's stateless pass plays it
                     agent = make_agent(agent_name, env, seed=0, **kwargs)
                 # the observation's line naming the visible export (StoreShrink reads its store)
-                agent.begin_instance(f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for "
-                                     f"{data.year - 1}", {"position": pos})
+                agent.begin_instance(export_line(data), {"position": pos})
                 *commands, submit = agent.plan
                 at = next(i for i, c in enumerate(commands) if c.startswith("python3 forecast.py"))
                 command = shlex.split(commands[at])

@@ -240,15 +240,15 @@ class FreshWorldJudge(abc.ABC):
         """Each frozen point's (`chosen`) lead over the stateless reference in fresh world `world`: {family: lead}."""
 
     def fingerprint(self, full: bool = False) -> str:
-        """16 hex digits naming the code and spec a train choice comes from (the env's code and train-split spec,
-        the judge's and the families' modules) and the grids asked for."""
-        from clbench.calibration import world_fingerprint
+        """16 hex digits naming the code and spec a train choice comes from (the env's code and task spec, the
+        judge's and the families' modules) and the grids asked for."""
+        from clbench.calibration import class_fingerprint
         from clbench.registry import env_class
 
-        env = env_class(self.env_id)(split="train")
         modules = {f.cls.partition(":")[0] for f in self.families(full).values()}
         files = {inspect.getfile(type(self)), *(inspect.getfile(importlib.import_module(m)) for m in modules)}
-        digest = hashlib.sha256(f"{world_fingerprint(env)} full={bool(full)}".encode())
+        # the env's code and task spec, from which its train worlds are drawn, without building one
+        digest = hashlib.sha256(f"{class_fingerprint(env_class(self.env_id))} full={bool(full)}".encode())
         for path in sorted(files):
             digest.update(Path(path).name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
         return digest.hexdigest()[:16]
