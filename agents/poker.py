@@ -269,7 +269,7 @@ def book_for(belief, confident=CONFIDENT) -> Policy:
     kind's threshold in `confident` (one per kind, in `KINDS` order, or one number for all), else the line."""
     top = max(belief)
     i = belief.index(top)
-    return PLAYBOOKS[KINDS[i]] if top >= (confident if isinstance(confident, float) else confident[i]) \
+    return PLAYBOOKS[KINDS[i]] if top >= (confident if isinstance(confident, (int, float)) else confident[i]) \
         else PLAYBOOKS["default"]
 
 
@@ -281,7 +281,7 @@ class ReadingPlay(Policy):
     model makes, so a learner must out-earn what one hand's betting tells."""
 
     prior: tuple = UNIFORM
-    confident: float | tuple = CONFIDENT
+    confident: float | tuple = CONFIDENT  # one threshold for every kind, or one per kind (`book_for`)
 
     def decide(self, s: Spot) -> Decision:
         return book_for(posterior(self.prior, s.history), self.confident).decide(s)
