@@ -469,10 +469,52 @@ def frozen_deals(full: bool = False) -> int:
     return 200 if full else 40
 
 
+#: the test split's world seeds a generator-tuned prior is counted on: never a world a verdict judges
+GENERATOR_WORLDS = range(1001, 1401)
+
+
+@lru_cache(maxsize=None)
+def place_priors(worlds: tuple = tuple(GENERATOR_WORLDS)) -> tuple[tuple[float, ...], ...]:
+    """For each place of the default schedule (its variants in order), how often the world generator seats a player
+    of each kind there (`KINDS` order, add-one smoothed) over the test split's `worlds`: the prior of a memoryless
+    policy that knows the public generator and reads a hand's place off its number (issue 29). A place whose kinds
+    the generator does not draw alike tells such a policy something the uniform prior of the stateless reference
+    does not know."""
+    counts = np.ones((len(world_env(None).schedule.variants), len(KINDS)))
+    for w in worlds:
+        base = world_env(w)
+        for i, variant in enumerate(base.schedule.variants):
+            counts[i, KINDS.index(base.opponents[variant.instances[0].payload.policy].style)] += 1
+    return tuple(tuple(float(x) for x in row / row.sum()) for row in counts)
+
+
+def placed_per_deal(world, policies: tuple, count: int = 40) -> np.ndarray:
+    """Like `held_out_per_deal`, with each hand played by `policies[i]` for the schedule's i-th variant (place)."""
+    base = world_env(world)
+    place = {inst.instance_id: i for i, v in enumerate(base.schedule.variants) for inst in v.instances}
+    out = []
+    for d in held_out_deals(base, start=2, count=count):  # a re-deal keeps the hand ids
+        out.append(np.mean([play_hand(base, cards, button, policies[place[iid]], opponent)[0]
+                            for iid, cards, button, opponent in hands(base, d)]))
+    return np.array(out)
+
+
+def place_policies() -> tuple[Policy, ...]:
+    """The one-hand read from `place_priors`, one per place: `PLACE_PRIOR`'s play."""
+    return tuple(ReadingPlay(prior=p) for p in place_priors())
+
+
+#: the pooled verdict's generator-tuned row (issue 29): the reference's own one-hand read, each place's hands read from
+#: `place_priors` instead of the uniform prior. Not a train-chosen family: its prior is counted on other test worlds
+PLACE_PRIOR = "place_prior"
+
+
 class PokerFreshWorlds(redteam.FreshWorldJudge):
     """Poker's fresh-world verdict: each family's point (the declared ones and `FRESH_WORLD_FAMILIES`) chosen on the
     train worlds (`train_choice`), frozen, and its lead per hand over the stateless reference on `frozen_deals`
-    held-out deals of each fresh world (`held_out_per_deal`)."""
+    held-out deals of each fresh world (`held_out_per_deal`); and `PLACE_PRIOR`, the read whose prior knows how the
+    public generator seats the kinds (`place_priors`), which the train split, drawn apart from the canonical world,
+    cannot teach."""
 
     task = "poker"
     #: a point chosen on a fresh world's own re-deals: its lead over r_reference at most this (bb/hand): the canonical
@@ -484,7 +526,9 @@ class PokerFreshWorlds(redteam.FreshWorldJudge):
                 **{name: redteam.as_family(entry) for name, entry in FRESH_WORLD_FAMILIES.items()}}
 
     def choose(self, full: bool = False) -> dict[str, dict]:
-        return {name: params for name, (params, _) in train_choice(full).items()}
+        chosen = {name: params for name, (params, _) in train_choice(full).items()}
+        return {**chosen, PLACE_PRIOR: {"prior": f"each place's kinds over test worlds {GENERATOR_WORLDS.start}-"
+                                                 f"{GENERATOR_WORLDS.stop - 1}"}}
 
     def policy(self, family: str, params: dict) -> Policy:
         from clbench.agent import load_object
@@ -494,8 +538,9 @@ class PokerFreshWorlds(redteam.FreshWorldJudge):
     def leads(self, world: int, chosen: dict[str, dict], full: bool = False) -> dict[str, float]:
         count = frozen_deals(full)
         ref = held_out_per_deal(world, STATELESS, count)
-        return {name: float((held_out_per_deal(world, self.policy(name, params), count) - ref).mean())
-                for name, params in chosen.items()}
+        played = {name: (placed_per_deal(world, place_policies(), count) if name == PLACE_PRIOR else
+                         held_out_per_deal(world, self.policy(name, params), count)) for name, params in chosen.items()}
+        return {name: float((per_deal - ref).mean()) for name, per_deal in played.items()}
 
 
 def selection(env, families: dict, reference: Policy, redeals: int = 8, full: bool = True) -> dict:
