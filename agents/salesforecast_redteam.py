@@ -39,6 +39,11 @@ import functools
 import io
 import json
 import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 from statistics import mean
 
 import numpy as np
@@ -196,7 +201,8 @@ class VolumeShrink(StoreShrink):
 
 
 # ---------------------------------------------------------------- measuring: points without a sandbox (issue 29)
-# Tools for the red team's measurements, never agents: they read the env's instances and realised units.
+# Tools for the red team's measurements, never agents: they read the env's instances and realised units; those that
+# import the env's scoring say so (redteam.privileged), as an oracle class does (tests/test_reference_imports.py).
 def export_line(data) -> str:
     """The observation's line naming an instance's visible export (`data`: its payload), as the env writes it."""
     return f"  {data.export} - {data.store['name']} ({data.store['id']}) sales export for {data.year - 1}"
@@ -274,8 +280,6 @@ def run_after_script(ws, command: str) -> None:
     """A command a plan runs after the script (StoreShrink's rescaling of predictions.json): a `python3 -c` one-liner
     in this process, in folder `ws`, as `run_script` runs forecast.py (no python3 start per forecast), else bash."""
     import contextlib
-    import shlex
-    import subprocess
 
     if command.startswith("python3 -c "):
         _, _, code = shlex.split(command)
@@ -285,15 +289,145 @@ def run_after_script(ws, command: str) -> None:
         subprocess.run(["bash", "-c", command], cwd=ws, check=True)
 
 
+@redteam.privileged
+def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None, agent_name: str = "reference",
+                      **kwargs) -> list[float]:
+    """The reference's rewards in schedule order, its own script (FORECAST_SCRIPT, with the arguments the agent gives
+    it) run in this process on each instance's inbox files, in a folder standing in for the workspace (one for the
+    whole rollout when `stateful`, inbox/ replaced every year, the feedback passed to the agent; a new one and a new
+    agent per instance otherwise), once per distinct input (run_script_once). The heredocs of its plan run with bash;
+    a red-team `agent_name` built on the reference's plan with `kwargs` rescales the forecast with a python3
+    one-liner, run in process (run_after_script). The sandboxed run gives the same forecasts
+    (tests/test_salesforecast.py) at a fraction of the cost: no python3 start and import of pandas and scikit-learn
+    per forecast."""
+    from clbench.agent import make_agent
+    from clbench.envs.salesforecast.scoring import parse_predictions, skill, wape
+
+    u = env.unwrapped
+    kwargs = kwargs or {"freeze_at": freeze_at}
+    agent = make_agent(agent_name, env, seed=0, **kwargs)
+    rewards = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pos, slot in enumerate(u.schedule.order(0)):
+            data = slot.instance.payload
+            ws = Path(tmp) / ("ws" if stateful else f"ws{pos}")
+            put_inbox(ws, data)
+            if not stateful:  # a fresh agent per instance, as the runner's stateless pass plays it
+                agent = make_agent(agent_name, env, seed=0, **kwargs)
+            # the observation's line naming the visible export (StoreShrink reads its store)
+            agent.begin_instance(export_line(data), {"position": pos})
+            *commands, submit = agent.plan
+            at = next(i for i, c in enumerate(commands) if c.startswith("python3 forecast.py"))
+            command = shlex.split(commands[at])
+            if command[:2] != ["python3", "forecast.py"] or not submit.startswith("SUBMIT"):
+                raise ValueError(f"{agent_name}'s plan is not the reference's: {commands[at]!r}, {submit[:40]!r}")
+            for other in commands[:at]:  # heredocs writing books.csv and forecast.py: cheap, run by bash
+                subprocess.run(["bash", "-c", other], cwd=ws, check=True)
+            run_script_once(ws, command[2:])
+            for other in commands[at + 1:]:
+                run_after_script(ws, other)
+            preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
+            actual = {c: u.world.sales[c] for c in data.cells}
+            w = wape(preds, actual)
+            rewards.append(skill(w))
+            agent.end_instance(rewards[-1], {"position": pos}, u._feedback(data.year, skill(w), w, preds, actual))
+    return rewards
+
+
+def put_inbox(ws: Path, data) -> None:
+    """Writes an instance's files (`data`: its payload) into folder `ws`, which stands in for its workspace; an earlier
+    year's inbox/ is removed first, as the env replaces it every year."""
+    shutil.rmtree(ws / "inbox", ignore_errors=True)
+    for rel, text in data.files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+
+
+@redteam.privileged
+def factor_one_forecasts(env) -> list[tuple[dict, dict, str]]:
+    """(the stateless reference's forecast with factor 1 on unseen stores, the realised units, the visible store) of
+    every instance of `env` (unwrapped), in schedule order: its script run once per instance, in process."""
+    from clbench.agents.salesforecast import run_script
+    from clbench.envs.salesforecast.scoring import parse_predictions
+
+    agent = SalesForecastReference(None, unseen=(1.0, 0.0))
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pos, slot in enumerate(env.schedule.order(0)):
+            data = slot.instance.payload
+            ws = Path(tmp) / f"ws{pos}"  # a fresh workspace: stateless
+            put_inbox(ws, data)
+            agent.begin_instance("", {"position": pos})
+            command = next(c for c in agent.plan if c.startswith("python3 forecast.py"))
+            run_script(ws, shlex.split(command)[2:])
+            preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
+            out.append((preds, {c: env.world.sales[c] for c in data.cells}, data.store["id"]))
+    return out
+
+
+@redteam.privileged
+def train_scores(world_seed, full: bool = False) -> dict[tuple[str, str], float]:
+    """Every family point's stateless mean on a train world by (family, `point_label`), without a sandbox: a
+    Forecaster on `inbox_view`, a point built on the reference's script (StoreShrink) as the reference's factor-1
+    forecasts (`train_forecasts`) with the unseen stores' cells times its `unseen_factor`."""
+    from clbench.agent import load_object
+    from clbench.envs.salesforecast.scoring import skill, wape
+
+    env = world_env("train", world_seed)
+    out = {}
+    for fam, path, kw in redteam.family_points(env.env_id, full):
+        agent = load_object(path)(env.agent_card, **kw)
+        rewards = []
+        for slot, (preds, actual, visible) in zip(env.schedule.order(0), train_forecasts(world_seed)):
+            if isinstance(agent, StoreShrink):
+                first = min(y for _, _, y in preds)
+                seen = [u for (_, s, y), u in preds.items() if s == visible and y == first]
+                f = agent.unseen_factor(np.log(np.mean(seen)))
+                preds = {c: u * (1.0 if c[1] == visible else f) for c, u in preds.items()}
+            else:
+                preds = agent.predictions(*inbox_view(env, slot))
+            rewards.append(skill(wape(preds, actual)))
+        out[(fam, point_label(fam, kw))] = float(np.mean(rewards))
+    return out
+
+
+@redteam.privileged
+def point_mean(env, path: str, params: dict) -> float:
+    """A family point's stateless mean over `env`'s schedule without a sandbox: a Forecaster on `inbox_view`, a point
+    built on the reference's script (StoreShrink) played as `reference_rewards` plays it (`stateless_rewards`)."""
+    from clbench.agent import load_object
+    from clbench.envs.salesforecast.scoring import skill, wape
+
+    u = env.unwrapped
+    cls = load_object(path)
+    if not issubclass(cls, Forecaster):
+        return float(np.mean(stateless_rewards(u.split, u.world_seed, path, **params)))
+    agent = cls(u.agent_card, **params)
+    return float(np.mean([skill(wape(agent.predictions(*inbox_view(env, slot)),
+                                     {c: u.world.sales[c] for c in slot.instance.payload.cells}))
+                          for slot in u.schedule.order(0)]))
+
+
+def point_means(env, full: bool = False) -> dict[tuple[str, str], float]:
+    """Every declared family point's stateless mean on `env`'s schedule (`point_mean`) by (family, `point_label`):
+    the whole grid (the full one when `full`) from one read of each instance's files."""
+    return {(fam, point_label(fam, kw)): point_mean(env, path, kw)
+            for fam, path, kw in redteam.family_points(env.unwrapped.env_id, full)}
+
+
+@functools.lru_cache(maxsize=None)
+def canonical_point_means(full: bool = False) -> dict[tuple[str, str], float]:
+    """`point_means` on the canonical world, once per process: tests/test_salesforecast.py's verdict on every point,
+    and tests/test_redteam.py plays each family's best of them through the runner."""
+    return point_means(world_env("test", None), full)
+
+
 class SalesFreshWorlds(redteam.FreshWorldJudge):
     """SalesForecast's fresh-world verdict: each family's point chosen by its mean over the train worlds
     `choose_on` (train split only), frozen, and its stateless mean over a fresh world's years minus the stateless
     reference's there."""
 
     task = "salesforecast"
-    #: it reads the worlds' realised units and scores forecasts as the env does (its scoring module): a measuring
-    #: tool of the red team that may read the truth, never an agent
-    privileged = True
     #: a point chosen on a fresh world's own scored years: how far above r_reference it may come; the canonical world's
     #: best point minus r_reference (-0.0064) plus the top of tests/test_salesforecast.py's RED_BAND (0.08)
     world_band = 0.0736
@@ -322,128 +456,5 @@ class SalesFreshWorlds(redteam.FreshWorldJudge):
         ref = float(np.mean(stateless_rewards("test", world)))
         return {fam: point_mean(env, fams[fam].cls, params) - ref for fam, params in chosen.items()}
 
-    @staticmethod
-    def reference_rewards(env, stateful: bool = False, freeze_at: int | None = None, agent_name: str = "reference",
-                          **kwargs) -> list[float]:
-        """The reference's rewards in schedule order, its own script (FORECAST_SCRIPT, with the arguments the agent
-        gives it) run in this process on each instance's inbox files, in a folder standing in for the workspace (one
-        for the whole rollout when `stateful`, inbox/ replaced every year, the feedback passed to the agent; a new one
-        and a new agent per instance otherwise), once per distinct input (run_script_once). The heredocs of its
-        plan run with bash; a red-team `agent_name` built on the reference's plan with `kwargs` rescales the forecast
-        with a python3 one-liner, run in process (run_after_script). The sandboxed run gives the same forecasts
-        (tests/test_salesforecast.py) at a fraction of the cost: no python3 start and import of pandas and
-        scikit-learn per forecast."""
-        import shlex
-        import shutil
-        import subprocess
-        import tempfile
-        from pathlib import Path
-
-        from clbench.agent import make_agent
-        from clbench.envs.salesforecast.scoring import parse_predictions, skill, wape
-
-        u = env.unwrapped
-        kwargs = kwargs or {"freeze_at": freeze_at}
-        agent = make_agent(agent_name, env, seed=0, **kwargs)
-        rewards = []
-        with tempfile.TemporaryDirectory() as tmp:
-            for pos, slot in enumerate(u.schedule.order(0)):
-                data = slot.instance.payload
-                ws = Path(tmp) / ("ws" if stateful else f"ws{pos}")
-                shutil.rmtree(ws / "inbox", ignore_errors=True)
-                for rel, text in data.files.items():
-                    (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (ws / rel).write_text(text)
-                if not stateful:  # a fresh agent per instance, as the runner's stateless pass plays it
-                    agent = make_agent(agent_name, env, seed=0, **kwargs)
-                # the observation's line naming the visible export (StoreShrink reads its store)
-                agent.begin_instance(export_line(data), {"position": pos})
-                *commands, submit = agent.plan
-                at = next(i for i, c in enumerate(commands) if c.startswith("python3 forecast.py"))
-                command = shlex.split(commands[at])
-                if command[:2] != ["python3", "forecast.py"] or not submit.startswith("SUBMIT"):
-                    raise ValueError(f"{agent_name}'s plan is not the reference's: {commands[at]!r}, {submit[:40]!r}")
-                for other in commands[:at]:  # heredocs writing books.csv and forecast.py: cheap, run by bash
-                    subprocess.run(["bash", "-c", other], cwd=ws, check=True)
-                run_script_once(ws, command[2:])
-                for other in commands[at + 1:]:
-                    run_after_script(ws, other)
-                preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
-                actual = {c: u.world.sales[c] for c in data.cells}
-                w = wape(preds, actual)
-                rewards.append(skill(w))
-                agent.end_instance(rewards[-1], {"position": pos}, u._feedback(data.year, skill(w), w, preds, actual))
-        return rewards
-
-    @staticmethod
-    def factor_one_forecasts(env) -> list[tuple[dict, dict, str]]:
-        """(the stateless reference's forecast with factor 1 on unseen stores, the realised units, the visible store)
-        of every instance of `env` (unwrapped), in schedule order: its script run once per instance, in process."""
-        import shlex
-        import tempfile
-        from pathlib import Path
-
-        from clbench.agents.salesforecast import run_script
-        from clbench.envs.salesforecast.scoring import parse_predictions
-
-        agent = SalesForecastReference(None, unseen=(1.0, 0.0))
-        out = []
-        with tempfile.TemporaryDirectory() as tmp:
-            for pos, slot in enumerate(env.schedule.order(0)):
-                data = slot.instance.payload
-                ws = Path(tmp) / f"ws{pos}"  # a fresh workspace: stateless
-                for rel, text in data.files.items():
-                    (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (ws / rel).write_text(text)
-                agent.begin_instance("", {"position": pos})
-                command = next(c for c in agent.plan if c.startswith("python3 forecast.py"))
-                run_script(ws, shlex.split(command)[2:])
-                preds = parse_predictions(json.loads((ws / "predictions.json").read_text()), data.cells)
-                out.append((preds, {c: env.world.sales[c] for c in data.cells}, data.store["id"]))
-        return out
-
-    @staticmethod
-    def train_scores(world_seed, full: bool = False) -> dict[tuple[str, str], float]:
-        """Every family point's stateless mean on a train world by (family, `point_label`), without a sandbox: a
-        Forecaster on `inbox_view`, a point built on the reference's script (StoreShrink) as the reference's factor-1
-        forecasts (`train_forecasts`) with the unseen stores' cells times its `unseen_factor`."""
-        from clbench.agent import load_object
-        from clbench.envs.salesforecast.scoring import skill, wape
-
-        env = world_env("train", world_seed)
-        out = {}
-        for fam, path, kw in redteam.family_points(env.env_id, full):
-            agent = load_object(path)(env.agent_card, **kw)
-            rewards = []
-            for slot, (preds, actual, visible) in zip(env.schedule.order(0), train_forecasts(world_seed)):
-                if isinstance(agent, StoreShrink):
-                    first = min(y for _, _, y in preds)
-                    seen = [u for (_, s, y), u in preds.items() if s == visible and y == first]
-                    f = agent.unseen_factor(np.log(np.mean(seen)))
-                    preds = {c: u * (1.0 if c[1] == visible else f) for c, u in preds.items()}
-                else:
-                    preds = agent.predictions(*inbox_view(env, slot))
-                rewards.append(skill(wape(preds, actual)))
-            out[(fam, point_label(fam, kw))] = float(np.mean(rewards))
-        return out
-
-    @staticmethod
-    def point_mean(env, path: str, params: dict) -> float:
-        """A family point's stateless mean over `env`'s schedule without a sandbox: a Forecaster on `inbox_view`, a
-        point built on the reference's script (StoreShrink) played as `reference_rewards` plays it (`stateless_rewards`)."""
-        from clbench.agent import load_object
-        from clbench.envs.salesforecast.scoring import skill, wape
-
-        u = env.unwrapped
-        cls = load_object(path)
-        if not issubclass(cls, Forecaster):
-            return float(np.mean(stateless_rewards(u.split, u.world_seed, path, **params)))
-        agent = cls(u.agent_card, **params)
-        return float(np.mean([skill(wape(agent.predictions(*inbox_view(env, slot)),
-                                         {c: u.world.sales[c] for c in slot.instance.payload.cells}))
-                              for slot in u.schedule.order(0)]))
-
 
 FRESH_WORLD_JUDGE = SalesFreshWorlds()
-reference_rewards, factor_one_forecasts = SalesFreshWorlds.reference_rewards, SalesFreshWorlds.factor_one_forecasts
-train_scores, point_mean = SalesFreshWorlds.train_scores, SalesFreshWorlds.point_mean

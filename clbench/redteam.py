@@ -76,6 +76,14 @@ def slow() -> bool:
     return os.environ.get("CLBENCH_SLOW", "") not in ("", "0")
 
 
+def privileged(tool):
+    """Marks a red-team measuring function that reads an env's ground truth (its realised outcomes, its scoring
+    module): a tool of the red team, never an agent. tests/test_reference_imports.py allows env imports in the body
+    of a function so marked (`@redteam.privileged`), as in an oracle class's (`privileged = True`), and nowhere else."""
+    tool.privileged = True
+    return tool
+
+
 @dataclass(frozen=True)
 class PolicyFamily:
     """One family of `policy_families`: the agent class ("module:Class"), its parameter grid
@@ -159,6 +167,8 @@ class Policy:
                 "selection_mean": self.selection_mean, "selection": dict(self.selection), "chosen": self.chosen,
                 "mean": self.mean, "r_reference": r_reference, "r_max": r_max,
                 "tie_passes": self.tie_passes, "held_out_lead": self.held_out_lead, "luck": self.luck,
+                # set by `run` on a fresh world: a family point chosen on the world's own data that lies in its band
+                "within_band": False,
                 "verdict": ("not chosen on the re-deals" if self.chosen is False and not self.skipped
                             else f"ok: the benchmark's luck ({self.held_out_lead:+.3g} against the stateless "
                                  "reference on other re-deals)" if self.luck
@@ -549,13 +559,14 @@ def run(env_id: str, env_kwargs: dict | None = None, full: bool = False, workers
         for r in rows:
             if r["family"] not in NOT_FAMILIES and r["mean"] is not None and not r["luck"] \
                     and reaches(r["mean"], r_ref, r["tie_passes"]):
+                r["within_band"] = r["mean"] - r_ref <= band
                 r["verdict"] = (f"within the fresh world's band ({r['mean'] - r_ref:+.4g} <= {band:+.4g})"
-                                if r["mean"] - r_ref <= band else f"ABOVE the fresh world's band ({r['mean'] - r_ref:+.4g})")
+                                if r["within_band"] else f"ABOVE the fresh world's band ({r['mean'] - r_ref:+.4g})")
     return {"env_id": env_id, "world": world_label(base), "r_reference": r_ref, "r_max": r_max, "rule": rule,
             "redeals": k if redealable else 0, "selection": selection, "rows": rows,
             "families": sorted(families(type(base))), "world_band": band,
             "failures": [r for r in rows if reaches(r["mean"], r_ref, r["tie_passes"]) and not r["luck"]
-                         and not r["verdict"].startswith("within")]}
+                         and not r["within_band"]]}
 
 
 def world_band(env_id: str, env_kwargs: dict) -> float | None:

@@ -6,9 +6,9 @@ each family is scored on the benchmark (selection on the scored instances measur
 
 Real envs, played through the runner. Short grids by default; every family's full grid with
 CLBENCH_SLOW=1. CodeRepair runs a sandbox per instance: it is played with CLBENCH_SLOW=1 only.
-SalesForecast's family points run a sandboxed command per instance each, and tests/test_salesforecast.py
-scores every one of them in process: by default each family's best point there is played here
-(IN_PROCESS_GRIDS), every point with CLBENCH_SLOW=1.
+SalesForecast's family points run a sandboxed command per instance each, and its red-team module scores
+every one of them in process (canonical_point_means, checked against the sandbox in tests/test_salesforecast.py):
+by default each family's best point there is played here (IN_PROCESS_GRIDS), every point with CLBENCH_SLOW=1.
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from clbench.redteam import FeedbackMemorizer, PolicyFamily, Policy, ReplayAgent
 from clbench.registry import clbench_env_ids, env_class
 
 SLOW_TASKS = {"coderepair"}  # a sandbox per instance
-#: tasks whose family points each run a sandboxed command per instance (seconds each) and whose own tests score
+#: tasks whose family points each run a sandboxed command per instance (seconds each) and whose red-team module scores
 #: every point of the grid in process, on the real data (the function named): the default run plays, per family,
 #: the point scored best there through the runner; the whole grid with CLBENCH_SLOW=1
-IN_PROCESS_GRIDS = {"salesforecast": "tests.test_salesforecast:canonical_red_team_scores"}
+IN_PROCESS_GRIDS = {"salesforecast": "clbench.agents.salesforecast_redteam:canonical_point_means"}
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
 OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail); none today
@@ -254,6 +254,7 @@ def test_a_fresh_world_holds_points_chosen_on_it_to_the_envs_band_and_the_rest_t
                                                                   Policy("planted-reference", "echo", "reference", {})])
     rows = {r["policy"]: r for r in report["rows"]}
     assert rows["planted-reference"]["mean"] == pytest.approx(report["r_reference"])
+    assert rows["planted-reference"]["within_band"] and not rows["planted-oracle"]["within_band"], rows
     assert rows["planted-reference"]["verdict"].startswith("within the fresh world's band"), rows
     assert rows["planted-oracle"]["verdict"].startswith("ABOVE the fresh world's band"), rows
     assert [r["policy"] for r in report["failures"]] == ["planted-oracle"]

@@ -1,7 +1,9 @@
 """Scripted reference and red-team agents use only what an agent could have: no agent module may
 import a module of an env package (clbench.envs.<task>...) that the env does not declare public
 (`public_modules`). Privileged agents (oracles, `privileged = True`) may read truth: imports inside
-their class bodies are allowed; everything at module level, or in any other class or function, counts.
+their class bodies are allowed, and so are those inside the red team's measuring functions marked
+`@redteam.privileged` (clbench.redteam.privileged: tools, never agents); everything at module level, or in
+any other class or function, counts.
 
 A static walk (ast) of agents/**/*.py, following imports of other agent modules (clbench.agents.*)."""
 from __future__ import annotations
@@ -27,7 +29,16 @@ def public_modules() -> set[str]:
     return out
 
 
-def _privileged(node: ast.ClassDef) -> bool:
+#: the decorator that marks a red-team measuring function privileged, as it may be written
+PRIVILEGED_MARKS = {"privileged", "redteam.privileged", "clbench.redteam.privileged"}
+
+
+def _privileged(node: ast.AST) -> bool:
+    """A class whose body says `privileged = True`, or a function decorated with clbench.redteam.privileged."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return any(ast.unparse(d) in PRIVILEGED_MARKS for d in node.decorator_list)
+    if not isinstance(node, ast.ClassDef):
+        return False
     for stmt in node.body:
         if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "privileged" for t in stmt.targets):
             return isinstance(stmt.value, ast.Constant) and stmt.value.value is True
@@ -35,12 +46,12 @@ def _privileged(node: ast.ClassDef) -> bool:
 
 
 def imports(source: str, module: str) -> list[tuple[int, str]]:
-    """(line, imported module) of every import outside a privileged class's body. `module` is the
-    dotted name of the file (for relative imports)."""
+    """(line, imported module) of every import outside a privileged class's or function's body. `module`
+    is the dotted name of the file (for relative imports)."""
     tree = ast.parse(source)
     skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and _privileged(node):
+        if _privileged(node):
             skip.update(id(n) for n in ast.walk(node))
     package = module.rsplit(".", 1)[0]
     found = []
@@ -110,7 +121,21 @@ def violations() -> dict[str, list[str]]:
 def test_agents_import_no_ground_truth(module):
     bad = violations().get(module)
     assert not bad, (f"{module} imports env modules that hold ground truth (declare them in the env's "
-                     f"public_modules if they hold none, or import them inside the oracle class): {bad}")
+                     f"public_modules if they hold none, or import them inside the oracle class or a measuring "
+                     f"function marked @redteam.privileged): {bad}")
+
+
+def test_a_function_marked_privileged_reads_truth():
+    """The mark says a measuring function imports env modules an agent may not: one that imports none has no
+    business carrying it (it would hide nothing today and whatever is imported there tomorrow)."""
+    public, idle = public_modules(), []
+    for module, path in agent_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _privileged(node):
+                body = ast.unparse(ast.Module(body=node.body, type_ignores=[]))
+                if not truth_imports(body, module, public):
+                    idle.append(f"{module}.{node.name}")
+    assert not idle, f"marked @redteam.privileged but importing no ground truth: {idle}"
 
 
 PLANTED = '''
@@ -132,12 +157,25 @@ class Reference(Agent):
     def act(self, obs, info):
         from clbench.envs.poker.table import STREETS
         return ""
+
+
+@redteam.privileged
+def measure(env):
+    from clbench.envs.poker.betting import Betting  # a red-team measuring tool may read truth
+    return 0
+
+
+@functools.cache
+def helper(env):
+    from clbench.envs.poker.policy import Spot  # another decorator marks nothing
+    return 0
 '''
 
 
 def test_the_walk_finds_planted_truth_imports():
     found = {name for _, name in truth_imports(PLANTED, "clbench.agents.planted", {"clbench.envs.poker.cards"})}
-    assert found == {"clbench.envs.poker.opponents", "clbench.envs.poker.strength", "clbench.envs.poker.table"}
+    assert found == {"clbench.envs.poker.opponents", "clbench.envs.poker.strength", "clbench.envs.poker.table",
+                     "clbench.envs.poker.policy"}
     # what an env declares public is allowed, and so is everything once all of it is public
-    everything = {f"clbench.envs.poker.{m}" for m in ("cards", "opponents", "strength", "table")}
+    everything = {f"clbench.envs.poker.{m}" for m in ("cards", "opponents", "strength", "table", "policy")}
     assert truth_imports(PLANTED, "clbench.agents.planted", everything) == []

@@ -26,7 +26,8 @@ from clbench.rollout import run
 from clbench.runcard import validate_run_card
 from clbench.runner import RunConfig, play_instance
 from clbench.sandbox import SandboxUnavailable, choose_backend
-from clbench.agents.salesforecast_redteam import inbox_view, reference_rewards, stateless_rewards, train_forecasts
+from clbench.agents.salesforecast_redteam import canonical_point_means, inbox_view, point_means, reference_rewards
+from clbench.agents.salesforecast_redteam import stateless_rewards, train_forecasts
 from clbench.agents.salesforecast_redteam import FRESH_WORLD_JUDGE as JUDGE
 from tests.fit_scripts import fit_script
 
@@ -314,42 +315,6 @@ def test_must_show_reference_rollout(tmp_path):
     assert means == sorted(means)
 
 
-def red_team_scores(env) -> dict[tuple[str, str], float]:
-    """Every memoryless family point's mean, stateless, by (family, label): each Forecaster is a pure function of
-    the first observation and one read of the inbox, so one read per instance scores the whole grid (as submitting
-    would); a point built on the reference's script is played in process (reference_rewards)."""
-    from clbench.agents.salesforecast_redteam import Forecaster, read_command
-    from tests.test_spectrummonitor import family_points
-
-    u = env.unwrapped
-    points = list(family_points(u.env_id))
-    scores = np.zeros((len(points), len(u.schedule)))
-    forecasters = [i for i, (_, path, _) in enumerate(points) if path.endswith(":Forecaster")]
-    for i, (_, path, kw) in enumerate(points):
-        if i not in forecasters:  # built on the reference's script (StoreShrink): played as reference_rewards plays it
-            scores[i] = stateless_rewards(u.split, u.world_seed, path, **kw)
-    for j, slot in enumerate(u.schedule.order(0)):
-        obs, info = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
-        out, *_ = env.step(read_command(obs))
-        assert Forecaster(u.agent_card).predictions(*inbox_view(env, slot)) == \
-            Forecaster(u.agent_card).predictions(obs, out)  # the sandbox-free view train_scores reads
-        actual = {c: u.world.sales[c] for c in slot.instance.payload.cells}
-        for i in forecasters:
-            scores[i, j] = skill(wape(Forecaster(u.agent_card, **points[i][2]).predictions(obs, out), actual))
-    return {(fam, f"{fam} {kw}"): float(row.mean()) for (fam, _, kw), row in zip(points, scores)}
-
-
-@functools.lru_cache(maxsize=1)
-def canonical_red_team_scores() -> dict[tuple[str, str], float]:
-    """red_team_scores on the canonical world, once per session: the verdict on every point here, and
-    tests/test_redteam.py plays each family's best of them through the runner."""
-    env = gym.make(ENV)
-    try:
-        return red_team_scores(env)
-    finally:
-        env.close()
-
-
 def test_feedback_shows_the_forecast_year_only(env):
     """issue 28: v1 gave the 5-year sum of actual units (a coming drop, asked for later). Two forecasts that
     differ only in the later years get the same feedback apart from the score and the overall WAPE."""
@@ -468,7 +433,7 @@ def test_a_world_reusing_a_canonical_value_fails_the_check():
 def test_no_memoryless_forecaster_reaches_the_reference(env):
     """issue 28: every point of every declared family (naive, price-adjusted, trend, seasonal, shrinkage),
     stateless, stays below r_reference on the canonical world."""
-    (_, policy), best = max(canonical_red_team_scores().items(), key=lambda kv: kv[1])
+    (_, policy), best = max(canonical_point_means(SLOW).items(), key=lambda kv: kv[1])
     assert best < env.unwrapped.r_reference, (policy, best)
 
 
@@ -482,14 +447,14 @@ def oracle_rewards(env) -> list[float]:
 def fast_world_numbers(world_seed, drift_at: int = 4) -> dict:
     """tests/test_spectrummonitor.world_numbers for SalesForecast without a sandboxed python3 per forecast: r_max,
     r_reference, the reference's normalized gain (one stateful rollout: it is deterministic), the drift cost
-    (unfrozen minus frozen at `drift_at`, after it), every red-team point's mean (red_team_scores) and the best."""
+    (unfrozen minus frozen at `drift_at`, after it), every red-team point's mean (point_means) and the best."""
     env = gym.make(ENV, world_seed=world_seed)
     try:
         r_max, stateless = float(np.mean(oracle_rewards(env))), stateless_rewards("test", world_seed)
         r_ref = float(np.mean(stateless))
         live, frozen = reference_rewards(env, stateful=True), reference_rewards(env, stateful=True, freeze_at=drift_at)
         assert live[:drift_at] == frozen[:drift_at]  # identical until the freeze
-        points = red_team_scores(env)
+        points = point_means(env, SLOW)
         (_, label), best = max(points.items(), key=lambda kv: kv[1])
         return {"world": world_seed, "r_max": r_max, "r_reference": r_ref,
                 "normalized_gain": (np.mean(live) - r_ref) / (r_max - r_ref),
@@ -546,6 +511,30 @@ DRIFT_BAND = (1 / 3, 3)  # the drift cost within these multiples of the canonica
 #: the best red-team point chosen on a fresh world's own years minus r_reference, minus the canonical world's (issue 29's
 #: band; measured -0.025..+0.066 over worlds 1-20)
 RED_BAND = (-0.05, 0.08)
+
+
+@pytest.mark.parametrize("world_seed", [None, *FRESH_WORLDS])
+def test_the_sandbox_free_inbox_view_reads_what_the_sandboxed_read_prints(world_seed):
+    """point_means scores the Forecaster points from `inbox_view` (the instance's files, no sandbox): on every
+    instance, every Forecaster point of the grid forecasts from it what it forecasts from the observation and its one
+    read (`read_command`) run in the sandbox, as the red team plays it."""
+    from clbench import redteam
+    from clbench.agents.salesforecast_redteam import Forecaster, read_command
+
+    env = gym.make(ENV, world_seed=world_seed)
+    try:
+        u = env.unwrapped
+        grid = [kw for _, path, kw in redteam.family_points(u.env_id, SLOW) if path.endswith(":Forecaster")]
+        assert len(grid) > 10, grid
+        for slot in u.schedule.order(0):
+            obs, _ = env.reset(seed=0, options={"instance": slot.instance_id, "stateless": True})
+            out, *_ = env.step(read_command(obs))
+            view = inbox_view(env, slot)
+            for kw in grid:
+                assert Forecaster(u.agent_card, **kw).predictions(*view) == \
+                    Forecaster(u.agent_card, **kw).predictions(obs, out), (slot.instance_id, kw)
+    finally:
+        env.close()
 
 
 @functools.lru_cache(maxsize=None)
