@@ -850,6 +850,23 @@ def test_the_reference_reads_with_what_the_train_worlds_fit():
         assert np.allclose(np.sum(moves, axis=0), 1, atol=1e-3), situation
 
 
+def test_the_reference_reads_an_unmet_player_from_the_generators_place_priors():
+    """v9: the prior an unmet player is read from (`PLACE_PRIORS`) is what `fit_reference.py --places` counts, how
+    often the world generator seats each kind at each place, over test worlds 1001-1400 (never one a verdict judges:
+    `poker_redteam.GENERATOR_WORLDS`), and it is used at the place the hand's number tells, on the default schedule
+    only. No kind's prior is 0 (the changing player is never drawn fit-or-fold, yet a read can still find one)."""
+    from clbench.agents import poker
+    from clbench.agents.poker_redteam import GENERATOR_WORLDS, place_priors
+
+    assert min(GENERATOR_WORLDS) > max(RED_TEAM_WORLDS[1:] or [0]) and min(GENERATOR_WORLDS) > 20
+    assert tuple(tuple(round(x, 4) for x in p) for p in place_priors()) == poker.PLACE_PRIORS
+    assert all(0 < x < 1 for p in poker.PLACE_PRIORS for x in p)
+    assert [poker.place_of(h, 120) for h in (1, 40, 41, 60, 61, 70, 71, 110, 111, 120)] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert poker.place_of(3, 12) is None and poker.prior_at(None) == poker.UNIFORM
+    with pytest.raises(TypeError, match="place"):
+        STATELESS.decide(None)  # a placed read cannot be played without its place
+
+
 def test_fitted_reference_is_a_coordinate_optimum_of_its_train_fit():
     """REFERENCE_PARAMS come from tasks/poker/fit_reference.py on train-split worlds only: no grid value of a
     few parameters improves the fit's objective (all of them, and the whole refit, with CLBENCH_SLOW=1)."""
