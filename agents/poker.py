@@ -1,4 +1,4 @@
-"""Scripted agents for Poker-v8: `PokerReference` (learns each named opponent) and `PokerOracle`.
+"""Scripted agents for Poker-v9: `PokerReference` (learns each named opponent) and `PokerOracle`.
 
 Both read `info["table"]` (the public state the observation shows) and play `PLAYBOOKS`: one
 parametric line (`DefaultPlay`: preflop ranges, value and bluff shares, bet sizes, calling
@@ -28,6 +28,7 @@ loose-aggressive player bet, and calling its barrels, pays only against it: a st
 """
 from __future__ import annotations
 
+import bisect
 import math
 import zlib
 from dataclasses import dataclass
@@ -287,8 +288,50 @@ class ReadingPlay(Policy):
         return book_for(posterior(self.prior, s.history), self.confident).decide(s)
 
 
-#: the stateless reference's play (a fresh agent per hand, which has met no opponent): one hand's read
-STATELESS = ReadingPlay()
+#: the last hand of each place of the default schedule (its five variants in order; every world plays these counts,
+#: and the observation numbers each hand, so a memoryless policy knows a hand's place)
+PLACE_ENDS = (40, 60, 70, 110, 120)
+#: P(kind) (`KINDS` order) of the player the world generator seats at each place of the default schedule, over the
+#: test split's worlds (tasks/poker/fit_reference.py --places: counted on test worlds 1001-1400, never a world a
+#: verdict judges). The generator does not seat the kinds alike by place, and its code is public, so a memoryless
+#: policy may know this: the reference reads an opponent it has not met from its place's prior (Poker-v9; on v8 a
+#: read from these priors led the stateless reference's uniform prior pooled over fresh worlds: red team s22)
+PLACE_PRIORS: tuple[tuple[float, float, float], ...] = (
+    (0.5682, 0.0025, 0.4293),
+    (0.2556, 0.5831, 0.1613),
+    (0.4293, 0.0025, 0.5682),
+    (0.1588, 0.67, 0.1712),
+    (0.2556, 0.5831, 0.1613),
+)
+
+
+def place_of(hand: int, hands: int) -> int | None:
+    """The place (0 .. 4) of hand number `hand` (1-based) in a run of `hands` hands; None off the default schedule."""
+    return bisect.bisect_left(PLACE_ENDS, hand) if hands == PLACE_ENDS[-1] else None
+
+
+def prior_at(place: int | None) -> tuple:
+    """What the reference knows of a player it has not met at `place` (`PLACE_PRIORS`; uniform off the schedule)."""
+    return UNIFORM if place is None else PLACE_PRIORS[place]
+
+
+@dataclass(frozen=True)
+class PlacedReading(Policy):
+    """The stateless reference's play: one hand's read (`ReadingPlay`) from the prior of the hand's place. A hand's
+    play needs its place: `at(place)` gives the policy for it (`poker_redteam.replay` resolves it per hand)."""
+
+    confident: float | tuple = CONFIDENT
+
+    def at(self, place: int | None) -> ReadingPlay:
+        return ReadingPlay(prior=prior_at(place), confident=self.confident)
+
+    def decide(self, s: Spot) -> Decision:
+        raise TypeError("PlacedReading plays a hand at a place of the schedule: play `at(place)`")
+
+
+#: the stateless reference's play (a fresh agent per hand, which has met no opponent): one hand's read from the prior
+#: of the hand's place
+STATELESS = PlacedReading()
 
 
 class Belief:
@@ -332,7 +375,8 @@ class PokerReference(Agent):
             return CHECK
         spot = table_spot(table)
         belief = self.beliefs.get(table["opponent"])
-        book = book_for(posterior(UNIFORM if belief is None else belief.p, spot.history))
+        prior = prior_at(place_of(table["hand"], table["hands"])) if belief is None else belief.p
+        book = book_for(posterior(prior, spot.history))
         d = spot.legalize(book.decide(spot))
         return f"RAISE {d.total}" if d.kind == RAISE else d.kind  # = action_text(d)
 
@@ -342,7 +386,7 @@ class PokerReference(Agent):
             return
         belief = self.beliefs.get(table["opponent"])
         if belief is None:
-            belief = self.beliefs[table["opponent"]] = Belief()
+            belief = self.beliefs[table["opponent"]] = Belief(prior_at(place_of(table["hand"], table["hands"])))
         belief.observe(table_spot(table).history)
 
     def state_dict(self) -> dict:

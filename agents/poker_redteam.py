@@ -63,8 +63,8 @@ import numpy as np
 
 from clbench import redteam
 from clbench.agent import Agent
-from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLAYBOOKS, STATELESS, UNIFORM, ReadingPlay, action_text,
-                                  bet_share, book_for, posterior, table_spot)
+from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLACE_ENDS, PLAYBOOKS, STATELESS, UNIFORM, ReadingPlay,
+                                  action_text, bet_share, book_for, posterior, table_spot)
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
 
@@ -355,8 +355,24 @@ def replay(env, policy: Policy, deal: int = 0, style: str | None = None) -> dict
     """`policy`'s reward (big blinds) on every hand of `env`'s schedule in deal `deal` (`hands`), played on
     the betting model against the env's opponents (`env` unwrapped); `style`: only the hands against
     opponents of that kind."""
-    return {iid: play_hand(env, cards, button, policy, opponent)[0] for iid, cards, button, opponent in hands(env, deal)
-            if style is None or opponent.style == style}
+    place = places(env)
+    return {iid: play_hand(env, cards, button, hero_at(policy, place[iid]), opponent)[0]
+            for iid, cards, button, opponent in hands(env, deal) if style is None or opponent.style == style}
+
+
+@lru_cache(maxsize=256)
+def places(env) -> dict[str, int | None]:
+    """Each hand id of `env`'s schedule (every deal keeps the ids) to its place (`poker.place_of`)."""
+    ends = tuple(int(x) for x in np.cumsum([len(v.instances) for v in env.schedule.variants]))
+    on_schedule = ends == PLACE_ENDS
+    return {inst.instance_id: i if on_schedule else None
+            for i, v in enumerate(env.schedule.variants) for inst in v.instances}
+
+
+def hero_at(policy: Policy, place: int | None) -> Policy:
+    """`policy`'s play at a place of the schedule: a placed policy's (`PlacedReading.at`), else the policy itself."""
+    at = getattr(policy, "at", None)
+    return policy if at is None else at(place)
 
 
 def play_hand(env, cards, button: bool, hero: Policy, opponent: Policy) -> tuple[float, tuple]:
@@ -491,12 +507,10 @@ def place_priors(worlds: tuple = tuple(GENERATOR_WORLDS)) -> tuple[tuple[float, 
 def placed_per_deal(world, policies: tuple, count: int = 40) -> np.ndarray:
     """Like `held_out_per_deal`, with each hand played by `policies[i]` for the schedule's i-th variant (place)."""
     base = world_env(world)
-    place = {inst.instance_id: i for i, v in enumerate(base.schedule.variants) for inst in v.instances}
-    out = []
-    for d in held_out_deals(base, start=2, count=count):  # a re-deal keeps the hand ids
-        out.append(np.mean([play_hand(base, cards, button, policies[place[iid]], opponent)[0]
-                            for iid, cards, button, opponent in hands(base, d)]))
-    return np.array(out)
+    place = places(base)
+    return np.array([np.mean([play_hand(base, cards, button, policies[place[iid]], opponent)[0]
+                              for iid, cards, button, opponent in hands(base, d)])
+                     for d in held_out_deals(base, start=2, count=count)])
 
 
 def place_policies() -> tuple[Policy, ...]:

@@ -130,7 +130,7 @@ def load() -> str:
 
 
 def env_id(name: str) -> str:
-    """The registered id of env `name` (e.g. "Poker" -> "clbench/Poker-v8"), whatever its version."""
+    """The registered id of env `name` (e.g. "Poker" -> "clbench/Poker-v9"), whatever its version."""
     from clbench import clbench_env_ids
 
     return max(i for i in clbench_env_ids() if i.startswith(f"clbench/{name}-v"))

@@ -1,4 +1,4 @@
-"""Poker-v8 speed: hands per second of the env with scripted agents vs a bare texasholdem loop.
+"""Poker-v9 speed: hands per second of the env with scripted agents vs a bare texasholdem loop.
 
     python benchmarks/bench_poker.py [--quick]
 

@@ -116,7 +116,7 @@ def clbench_env_ids() -> list[str]:
 
 
 def env_id_for(task: str) -> str:
-    """The registered env id of `task` ("poker" -> "clbench/Poker-v8"), whatever its version."""
+    """The registered env id of `task` ("poker" -> "clbench/Poker-v9"), whatever its version."""
     ids = [e for e in clbench_env_ids() if env_class(e).task == task]
     if len(ids) != 1:
         raise KeyError(f"{len(ids)} registered env ids for task {task!r}")

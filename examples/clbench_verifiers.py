@@ -5,7 +5,7 @@ this module next to the `clbench` package (setup.py's py_modules) and verifiers'
 after `pip install clbench[verifiers]`:
 
     vf-eval clbench-verifiers -m MODEL --client.base-url URL --no-push \
-        --env.taskset.env-id clbench/Poker-v8 --env.taskset.split train -n 8
+        --env.taskset.env-id clbench/Poker-v9 --env.taskset.split train -n 8
 """
 import sys
 

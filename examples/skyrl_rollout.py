@@ -7,7 +7,7 @@
 endpoint. The train split is the default: its instances never appear in the benchmark.
 
     python examples/skyrl_rollout.py --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B \
-        --env clbench/Poker-v8 --instances 0 1 2 3
+        --env clbench/Poker-v9 --instances 0 1 2 3
     python examples/skyrl_rollout.py ... --write-parquet train.parquet   # the dataset for SkyRL
 """
 from __future__ import annotations

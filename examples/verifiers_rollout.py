@@ -6,7 +6,7 @@ and the trace's reward is clbench's instance reward. The train split is the defa
 instances come from other seeds and never appear in the benchmark.
 
     python examples/verifiers_rollout.py --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B \
-        --env clbench/Poker-v8 --instances 0 1 2 3
+        --env clbench/Poker-v9 --instances 0 1 2 3
     python examples/verifiers_rollout.py ... --env clbench/SpectrumMonitor-v6 --schedule short --unit schedule
 
 For RL training, point prime-rl (or any verifiers trainer) at the same env:

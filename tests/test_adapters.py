@@ -24,7 +24,7 @@ from clbench.runner import make_env, play_instance
 from tests.openai_server import ScriptedServer
 
 #: two tasks x two instances (positions in rollout 0's order of the train split)
-CASES = {"clbench/SpectrumMonitor-v6": [0, 5], "clbench/Poker-v8": [2, 4]}
+CASES = {"clbench/SpectrumMonitor-v6": [0, 5], "clbench/Poker-v9": [2, 4]}
 SPLIT = "train"
 MODEL = "scripted"
 
@@ -47,7 +47,7 @@ def runner_results() -> dict[str, dict]:
             out[env_id][info["instance_id"]] = {"reward": result["reward"], "actions": actions, "observation": obs}
         env.close()
     # the cases are worth comparing: several steps in a poker hand, rewards that differ
-    assert all(len(r["actions"]) > 1 for r in out["clbench/Poker-v8"].values())
+    assert all(len(r["actions"]) > 1 for r in out["clbench/Poker-v9"].values())
     return out
 
 
@@ -296,12 +296,12 @@ def test_adapters_do_not_load_with_clbench():
 def test_verifiers_taskset_is_the_train_split_by_default(need_verifiers):
     from clbench.adapters.verifiers_env import PLUGIN_ID, load_environment
 
-    env = load_environment("clbench/Poker-v8", schedule="short")
+    env = load_environment("clbench/Poker-v9", schedule="short")
     tasks = list(env.taskset)
     assert env.config.taskset.id == PLUGIN_ID and len(tasks) == 12
     assert all(t.data.info["instance_id"].startswith("train-") and t.data.prompt is None for t in tasks)
     assert "heads-up no-limit" in tasks[0].data.system_prompt
-    (schedule_task,) = list(load_environment("clbench/Poker-v8", schedule="short", unit="schedule").taskset)
+    (schedule_task,) = list(load_environment("clbench/Poker-v9", schedule="short", unit="schedule").taskset)
     assert schedule_task.data.info["unit"] == "schedule" and schedule_task.data.info["instance_id"] is None
 
 
@@ -312,7 +312,7 @@ def test_skyrl_turn_cap_ends_the_instance_with_zero(need_skyrl):
     from clbench.adapters.skyrl import dataset_rows, register
 
     register()
-    (row,) = dataset_rows("clbench/Poker-v8", instances=[8])
+    (row,) = dataset_rows("clbench/Poker-v9", instances=[8])
     env = skyrl_gym.make("clbench", env_config={}, extras={**row, "max_turns": 1})
     chat, meta = env.init(row["prompt"])
     assert [m["role"] for m in chat] == ["system", "user"] and meta["instance_id"] == "train-1-Oda-h09"

@@ -98,7 +98,7 @@ def test_the_probe_ladder_runs_the_scripted_strategies(tmp_path, capsys):
     assert main(["probe-ladder", "--env", ENV, "--agent", "memory-bank", "--out", str(tmp_path / "pl"),
                  "--quiet"]) == 0
     assert "write share" in capsys.readouterr().out
-    assert main(["aging-card", "--env", "clbench/Poker-v8"]) == 1
+    assert main(["aging-card", "--env", "clbench/Poker-v9"]) == 1
 
 
 def test_the_docs_show_the_numbers_the_code_computes():

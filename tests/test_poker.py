@@ -1,4 +1,4 @@
-"""Poker-v8: the library as referee, dealing, hidden cards, opponents, agents. The env contract
+"""Poker-v9: the library as referee, dealing, hidden cards, opponents, agents. The env contract
 (check_env, reset modes, determinism whatever the global random state, info keys, spec card, r_max
 and r_reference) is checked for every env in tests/test_contract.py."""
 from __future__ import annotations
@@ -30,7 +30,7 @@ from clbench.envs.poker.strength import preflop_pct, strength
 from clbench.envs.poker.table import HandTable
 from tests.fit_scripts import fit_script
 
-ENV_ID = "clbench/Poker-v8"
+ENV_ID = "clbench/Poker-v9"
 SPEC = load_task_spec("poker")
 
 
@@ -850,6 +850,23 @@ def test_the_reference_reads_with_what_the_train_worlds_fit():
         assert np.allclose(np.sum(moves, axis=0), 1, atol=1e-3), situation
 
 
+def test_the_reference_reads_an_unmet_player_from_the_generators_place_priors():
+    """v9: the prior an unmet player is read from (`PLACE_PRIORS`) is what `fit_reference.py --places` counts, how
+    often the world generator seats each kind at each place, over test worlds 1001-1400 (never one a verdict judges:
+    `poker_redteam.GENERATOR_WORLDS`), and it is used at the place the hand's number tells, on the default schedule
+    only. No kind's prior is 0 (the changing player is never drawn fit-or-fold, yet a read can still find one)."""
+    from clbench.agents import poker
+    from clbench.agents.poker_redteam import GENERATOR_WORLDS, place_priors
+
+    assert min(GENERATOR_WORLDS) > max(RED_TEAM_WORLDS[1:] or [0]) and min(GENERATOR_WORLDS) > 20
+    assert tuple(tuple(round(x, 4) for x in p) for p in place_priors()) == poker.PLACE_PRIORS
+    assert all(0 < x < 1 for p in poker.PLACE_PRIORS for x in p)
+    assert [poker.place_of(h, 120) for h in (1, 40, 41, 60, 61, 70, 71, 110, 111, 120)] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert poker.place_of(3, 12) is None and poker.prior_at(None) == poker.UNIFORM
+    with pytest.raises(TypeError, match="place"):
+        STATELESS.decide(None)  # a placed read cannot be played without its place
+
+
 def test_fitted_reference_is_a_coordinate_optimum_of_its_train_fit():
     """REFERENCE_PARAMS come from tasks/poker/fit_reference.py on train-split worlds only: no grid value of a
     few parameters improves the fit's objective (all of them, and the whole refit, with CLBENCH_SLOW=1)."""
@@ -969,9 +986,9 @@ def test_points_chosen_on_a_fresh_worlds_redeals_stay_within_a_band_of_the_canon
         (world, best_lead(world), best_lead(None), red_team_verdict(world))
 
 
-#: families whose frozen point leads pooled over fresh worlds 1-20 (CLBENCH_SLOW=1; measured below): of the train-chosen
-#: ones none since v8 (v7: kind_thresholds); the generator-tuned place prior (`poker_redteam.PLACE_PRIOR`) leads on v8
-FROZEN_FAILS: set[str] = {PLACE_PRIOR}
+#: families whose frozen point leads pooled over fresh worlds 1-20 (CLBENCH_SLOW=1; measured below): none since v9
+#: (v7: kind_thresholds; v8: the generator-tuned place prior, `poker_redteam.PLACE_PRIOR`)
+FROZEN_FAILS: set[str] = set()
 
 
 @functools.lru_cache(maxsize=1)
@@ -1025,14 +1042,15 @@ def kind_aware(base, line, deals, variant: str | None = None) -> float:
     """Mean big blinds per hand over re-deals `deals` of `base`'s schedule (or of one variant) when each hand is
     played by `line(opponent)`: what a player who knows (or guesses) each opponent's kind can earn."""
     from clbench.agents.poker import BOARD_LEN
-    from clbench.agents.poker_redteam import hands
+    from clbench.agents.poker_redteam import hands, hero_at, places
 
-    out = []
+    out, place = [], places(base)
     for k in deals:
         for iid, deal, button, opponent in hands(base, k):
             if variant and f"{variant}-h" not in iid:
                 continue
-            b, holes, players = Betting(0 if button else 1, 1000, 5, 10), (deal.agent, deal.opponent), (line(opponent), opponent)
+            hero = hero_at(line(opponent), place[iid])  # the stateless reference reads from the hand's place
+            b, holes, players = Betting(0 if button else 1, 1000, 5, 10), (deal.agent, deal.opponent), (hero, opponent)
             while not b.over:
                 spot = b.spot(holes[b.to_act], deal.board[:BOARD_LEN[b.street]])
                 b.apply(spot.legalize(players[b.to_act].decide(spot)))

@@ -55,7 +55,7 @@ def test_the_stakes_are_the_library_pots_on_a_real_rollout():
     """On every hand of a real Poker rollout that reached a showdown, the chips at stake read from the move log
     times the showdown's result are the library's settlement; a folded hand's luck counts only the cards that
     came before the fold."""
-    env = gym.make("clbench/Poker-v8")
+    env = gym.make("clbench/Poker-v9")
     agent = make_agent("reference", env, seed=0)
     poker = env.unwrapped
     showdowns = folds = 0

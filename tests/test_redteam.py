@@ -176,7 +176,7 @@ def test_a_point_that_reaches_the_reference_by_the_benchmarks_luck_is_confirmed_
     the betting model), so the table
     names it the benchmark's luck and the env passes. The reference's own play, planted as a family point, ties
     r_reference on the benchmark and on the other re-deals alike: a tie is never luck, and fails."""
-    env_id = "clbench/Poker-v8"
+    env_id = "clbench/Poker-v9"
     lucky = Policy("likelihood_reader(confident=0.75)", "likelihood_reader",
                    "clbench.agents.poker_redteam:LikelihoodReaderAgent", {"confident": 0.75})
     planted = Policy("planted-reference", "planted", "reference", {})

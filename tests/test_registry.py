@@ -47,7 +47,7 @@ def test_a_broken_env_package_is_reported_and_the_others_still_register(broken_e
 
     assert main(["list", "--ids-only"]) == 0
     out = capsys.readouterr().out
-    assert "clbench/SpectrumMonitor-v6" in out and "clbench/Poker-v8" in out
+    assert "clbench/SpectrumMonitor-v6" in out and "clbench/Poker-v9" in out
     for name in BROKEN_PACKAGES:
         line = next(line for line in out.splitlines() if line.startswith(f"| {name} "))
         assert "not registered:" in line
@@ -68,4 +68,4 @@ def test_python_m_clbench_from_the_folder_holding_a_checkout_named_clbench_says_
     # from anywhere else the same command is the CLI
     ok = subprocess.run([sys.executable, "-m", "clbench", "list", "--ids-only"], cwd=REPO.parent / "..",
                         capture_output=True, text=True, timeout=60)
-    assert ok.returncode == 0 and "clbench/Poker-v8" in ok.stdout
+    assert ok.returncode == 0 and "clbench/Poker-v9" in ok.stdout

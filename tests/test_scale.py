@@ -93,16 +93,16 @@ def test_the_dearest_jobs_start_first(tmp_path):
     from clbench.runner import cached_env, plan_jobs
 
     jobs = []
-    for eid in ("clbench/Poker-v8", "clbench/CodeRepair-v6"):
+    for eid in ("clbench/Poker-v9", "clbench/CodeRepair-v6"):
         cfg = RunConfig(eid, "reference", str(tmp_path / eid.split("/")[1]), rollouts=2, workers=2)
         base = cached_env(eid, cfg.env_kwargs).unwrapped
         jobs += plan_jobs(cfg, base.task, base.schedule, resumable=base.resumable)
     order = [(j.config.env_id, j.mode, j.remaining) for j in dearest_first(jobs)]
     envs = [e for e, _, _ in order]
-    first_poker = envs.index("clbench/Poker-v8")
-    assert set(envs[:first_poker]) == {"clbench/CodeRepair-v6"} and set(envs[first_poker:]) == {"clbench/Poker-v8"}
+    first_poker = envs.index("clbench/Poker-v9")
+    assert set(envs[:first_poker]) == {"clbench/CodeRepair-v6"} and set(envs[first_poker:]) == {"clbench/Poker-v9"}
     assert order[:2] == [("clbench/CodeRepair-v6", "stateful", 26)] * 2  # the rollouts, then the passes' chunks
-    assert order[first_poker] == ("clbench/Poker-v8", "stateful", 120)
+    assert order[first_poker] == ("clbench/Poker-v9", "stateful", 120)
 
 
 def test_suite_command_prints_summary(tmp_path, capsys):

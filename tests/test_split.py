@@ -114,7 +114,7 @@ def test_first_observations_disjoint(env_id):
     assert not shared, f"{env_id}: {len(shared)} first observations appear in both splits"
 
 
-@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v6", "clbench/Poker-v8"])
+@pytest.mark.parametrize("env_id", ["clbench/SpectrumMonitor-v6", "clbench/Poker-v9"])
 def test_train_split_is_deterministic_and_playable(env_id):
     a, b = gym.make(env_id, split="train").unwrapped, gym.make(env_id, split="train").unwrapped
     assert problem_fingerprints(a) == problem_fingerprints(b)
@@ -154,11 +154,11 @@ def test_every_env_declares_its_train_split():
 
 def test_unknown_split_refused():
     with pytest.raises(ValueError, match="split must be one of"):
-        gym.make("clbench/Poker-v8", split="validation")
+        gym.make("clbench/Poker-v9", split="validation")
 
 
 def test_split_seed():
-    test, train = gym.make("clbench/Poker-v8").unwrapped, gym.make("clbench/Poker-v8", split="train").unwrapped
+    test, train = gym.make("clbench/Poker-v9").unwrapped, gym.make("clbench/Poker-v9", split="train").unwrapped
     assert test.split_seed(50501) == 50501
     seeds = [train.split_seed(s) for s in range(50500, 50540)]
     assert len(set(seeds)) == len(seeds) and not set(seeds) & set(range(50500, 50540))

@@ -86,7 +86,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("redteam", help="play non-learning adversaries (degenerate agents, the env's policy "
                                        "families, train-split answers, a feedback memorizer) against r_reference")
-    p.add_argument("--env", required=True, help="env id, e.g. clbench/Poker-v8")
+    p.add_argument("--env", required=True, help="env id, e.g. clbench/Poker-v9")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
     add_world_arguments(p, calibrate=False)
     p.add_argument("--full", action="store_true", help="the full search (as with CLBENCH_SLOW=1): every family's "

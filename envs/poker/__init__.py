@@ -1,5 +1,5 @@
 """Heads-up no-limit hold'em against deterministic, exploitable opponents (texasholdem)."""
 
 REGISTRATIONS = [
-    {"id": "clbench/Poker-v8", "entry_point": "clbench.envs.poker.poker_env:PokerEnv"},
+    {"id": "clbench/Poker-v9", "entry_point": "clbench.envs.poker.poker_env:PokerEnv"},
 ]

@@ -1,4 +1,4 @@
-"""Poker-v8: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
+"""Poker-v9: heads-up no-limit hold'em hands against deterministic, exploitable opponents."""
 from __future__ import annotations
 
 import itertools
@@ -192,6 +192,12 @@ class PokerEnv(InstanceSequenceEnv):
     Seeds: `reset(seed=s)` starts rollout s: deal s % 5, hands permuted within variants by s.
 
     ## Version History
+    * v9: the reference reads a player it has not met from a prior of the hand's place in the schedule
+      (`agents/poker.py` `PLACE_PRIORS`: how often the world generator seats each kind there, counted on test
+      worlds no verdict judges; v8 read every unmet player from the uniform prior). The generator does not
+      seat the kinds alike by place and a hand's number tells its place, so a memoryless read from those priors
+      led v8's stateless reference pooled over fresh worlds (red team s22). r_reference recalibrated (the
+      stateless pass reads every hand as a first meeting); opponents, deals, the oracle and r_max are v8's.
     * v8: the reference reads each kind against a threshold of its own (`agents/poker.py`
       `CONFIDENT`, one per kind, fitted on the train worlds by coordinate search; v7 had one for
       all three): red team rt7's per-kind-threshold reader, chosen on the train split and frozen,
@@ -243,7 +249,7 @@ class PokerEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/Poker-v8"
+    env_id = "clbench/Poker-v9"
     #: modules a scripted agent may import (game mechanics, cards, hand strength and the opponent archetypes with their parameter ranges: what a poker player knows, no world's values; tests/test_reference_imports.py)
     public_modules = ("betting", "cards", "opponents", "policy", "strength", "table")
     reward_unit = "BB per hand"

@@ -4,6 +4,7 @@
     python tasks/poker/fit_reference.py --exploits [KIND ...]  # prints EXPLOIT_PARAMS (one line per opponent kind)
     python tasks/poker/fit_reference.py --tells     # prints TELLS: each kind's moves' shares by situation
     python tasks/poker/fit_reference.py --reading   # prints HAZARD, CONFIDENT: how the stateful reference reads
+    python tasks/poker/fit_reference.py --places    # prints PLACE_PRIORS: the kinds the generator seats by place
 
 The stateless reference plays one opponent-blind line against every opponent. Its parameters are
 chosen by coordinate search (each parameter over its grid in turn, until a pass changes nothing) for the mean
@@ -12,6 +13,11 @@ train split's own world and train worlds 1-24 (`poker_redteam.TRAIN_WORLDS`), ea
 exploit: the same search on the hands against opponents of that kind only, dealt `EXPLOIT_DEALS` times). No test-split
 world (canonical or fresh) is used: tests/test_poker.py checks that the constants reproduce from
 here and that the line stays above every red-team family on test worlds.
+
+One exception, `--places`: the priors an unmet player is read from are the test split's, how often the public
+world generator seats each kind at each place, counted on test worlds 1001-1400 (`poker_redteam.place_priors`),
+which no verdict judges. The train split is drawn apart from the canonical world's kinds place by place, so its own
+places point the other way, while any memoryless policy can count the generator (red team s22).
 """
 from __future__ import annotations
 
@@ -177,6 +183,14 @@ def tells(envs=None, deals: int = TELL_DEALS) -> dict[str, tuple[float, ...]]:
 if __name__ == "__main__":
     import sys
 
+    if "--places" in sys.argv:
+        from clbench.agents.poker_redteam import place_priors
+
+        print("PLACE_PRIORS: tuple[tuple[float, float, float], ...] = (")
+        for prior in place_priors():
+            print(f"    {tuple(round(x, 4) for x in prior)},")
+        print(")")
+        sys.exit()
     envs = train_worlds()
     if "--tells" in sys.argv:
         print("TELLS: dict[str, tuple[float, float, float]] = {")
