@@ -38,6 +38,9 @@ grouping the records), validation 0.7%, writing 0.9%, printing 0.1%. It is a fix
 system): 10,000 replicates of the paired bootstrap over the 120 instances, whatever the number of
 rollouts; numpy's draws alone (the generator's stream, which fixes the CIs) are 2.3%. A breakdown
 that counted only the draws (~5 ms) missed the rest of the card (~18 ms CPU).
+The same counts: SpectrumMonitor 1.036 (run card 1.7%, the rest 1.8%), MemoryProbe 1.076 (run
+card 5.4%, the rest 2.2%): their CPU-time ratios on a loaded machine (1.01 +- 0.09, 1.22 +- 0.19) are
+noise around those.
 
 `ratios()` returns rows {"measure", "anchor", "value", "spread", "target", "definition"} for
 benchmarks/run_all.py.
