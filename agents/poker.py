@@ -317,13 +317,15 @@ def prior_at(place: int | None) -> tuple:
 
 @dataclass(frozen=True)
 class PlacedReading(Policy):
-    """The stateless reference's play: one hand's read (`ReadingPlay`) from the prior of the hand's place. A hand's
-    play needs its place: `at(place)` gives the policy for it (`poker_redteam.replay` resolves it per hand)."""
+    """The stateless reference's play: one hand's read (`ReadingPlay`) from the prior of the hand's place (`priors`,
+    one per place; uniform off the default schedule). A hand's play needs its place: `at(place)` gives the policy
+    for it (`poker_redteam.replay` resolves it per hand)."""
 
+    priors: tuple = PLACE_PRIORS
     confident: float | tuple = CONFIDENT
 
     def at(self, place: int | None) -> ReadingPlay:
-        return ReadingPlay(prior=prior_at(place), confident=self.confident)
+        return ReadingPlay(prior=UNIFORM if place is None else self.priors[place], confident=self.confident)
 
     def decide(self, s: Spot) -> Decision:
         raise TypeError("PlacedReading plays a hand at a place of the schedule: play `at(place)`")

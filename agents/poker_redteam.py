@@ -63,8 +63,8 @@ import numpy as np
 
 from clbench import redteam
 from clbench.agent import Agent
-from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLACE_ENDS, PLAYBOOKS, STATELESS, UNIFORM, ReadingPlay,
-                                  action_text, bet_share, book_for, posterior, table_spot)
+from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLACE_ENDS, PLAYBOOKS, STATELESS, UNIFORM, PlacedReading,
+                                  ReadingPlay, action_text, bet_share, book_for, posterior, table_spot)
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
 
@@ -504,18 +504,9 @@ def place_priors(worlds: tuple = tuple(GENERATOR_WORLDS)) -> tuple[tuple[float, 
     return tuple(tuple(float(x) for x in row / row.sum()) for row in counts)
 
 
-def placed_per_deal(world, policies: tuple, count: int = 40) -> np.ndarray:
-    """Like `held_out_per_deal`, with each hand played by `policies[i]` for the schedule's i-th variant (place)."""
-    base = world_env(world)
-    place = places(base)
-    return np.array([np.mean([play_hand(base, cards, button, policies[place[iid]], opponent)[0]
-                              for iid, cards, button, opponent in hands(base, d)])
-                     for d in held_out_deals(base, start=2, count=count)])
-
-
-def place_policies() -> tuple[Policy, ...]:
-    """The one-hand read from `place_priors`, one per place: `PLACE_PRIOR`'s play."""
-    return tuple(ReadingPlay(prior=p) for p in place_priors())
+def place_policy() -> PlacedReading:
+    """The one-hand read from `place_priors` at each hand's place: `PLACE_PRIOR`'s play."""
+    return PlacedReading(priors=place_priors())
 
 
 #: the pooled verdict's generator-tuned row (issue 29): the reference's own one-hand read, each place's hands read from
@@ -552,9 +543,9 @@ class PokerFreshWorlds(redteam.FreshWorldJudge):
     def leads(self, world: int, chosen: dict[str, dict], full: bool = False) -> dict[str, float]:
         count = frozen_deals(full)
         ref = held_out_per_deal(world, STATELESS, count)
-        played = {name: (placed_per_deal(world, place_policies(), count) if name == PLACE_PRIOR else
-                         held_out_per_deal(world, self.policy(name, params), count)) for name, params in chosen.items()}
-        return {name: float((per_deal - ref).mean()) for name, per_deal in played.items()}
+        return {name: float((held_out_per_deal(world, place_policy() if name == PLACE_PRIOR else
+                                               self.policy(name, params), count) - ref).mean())
+                for name, params in chosen.items()}
 
 
 def selection(env, families: dict, reference: Policy, redeals: int = 8, full: bool = True) -> dict:
