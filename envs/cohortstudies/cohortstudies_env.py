@@ -1,4 +1,4 @@
-"""CohortStudies-v3: survival estimation across heterogeneous studies."""
+"""CohortStudies-v4: survival estimation across heterogeneous studies."""
 from __future__ import annotations
 
 import functools
@@ -180,7 +180,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/CohortStudies-v3"
+    env_id = "clbench/CohortStudies-v4"
     #: modules a scripted agent may import (parsers of the condition and tag notation the observations use; no world's codings; tests/test_reference_imports.py)
     public_modules = ("codings",)
     reward_unit = "bits"
