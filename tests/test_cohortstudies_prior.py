@@ -23,7 +23,7 @@ import pytest
 import clbench  # noqa: F401  registers the envs
 from clbench.env import load_task_spec
 from clbench.envs.cohortstudies import worlds
-from clbench.envs.cohortstudies.analyst import Analyst
+from clbench.envs.cohortstudies.analyst import Analyst, _expit
 from clbench.envs.cohortstudies.codings import coding_from_spec
 from clbench.envs.cohortstudies.scoring import information_gain_bits
 from clbench.redteam import PooledLead
@@ -38,10 +38,6 @@ AGREEMENT = (0.0, 1.0, 2.0, 3.0)
 def _logit(p):
     p = np.clip(p, 1e-3, 1 - 1e-3)
     return np.log(p / (1 - p))
-
-
-def _expit(x):
-    return 1 / (1 + np.exp(-x))
 
 
 def generator_prior(train: list[Analyst], z: float) -> np.ndarray:
