@@ -1,4 +1,4 @@
-"""Scripted agents for CohortStudies-v3: the reference (learns across studies) and the oracle.
+"""Scripted agents for CohortStudies-v4: the reference (learns across studies) and the oracle.
 
 CohortReference works only from what the tools show. Per instance it reads the standard
 variables and cohorts from the first observation, maps the study's columns to standard

@@ -1,4 +1,4 @@
-"""CohortStudies-v3 speed: study builds, tool-call latency and a whole reference instance.
+"""CohortStudies-v4 speed: study builds, tool-call latency and a whole reference instance.
 
     python benchmarks/bench_cohortstudies.py [--quick]
 

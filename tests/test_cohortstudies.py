@@ -1,4 +1,4 @@
-"""CohortStudies-v3: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth. The
+"""CohortStudies-v4: real DuckDB study databases, lifelines Kaplan-Meier, exact latent truth. The
 env contract (check_env, reset modes, determinism, info keys, the stateless jump showing the same
 study as the stateful position, spec card, r_max and r_reference) is checked for every env in
 tests/test_contract.py."""
@@ -20,7 +20,7 @@ from clbench.envs.cohortstudies.codings import CodeCoding, NumericCoding, parse_
 from clbench.envs.cohortstudies.scoring import binary_kl_bits, information_gain_bits
 from clbench.feedback import format_score
 
-ENV = "clbench/CohortStudies-v3"
+ENV = "clbench/CohortStudies-v4"
 
 
 @pytest.fixture(scope="module")

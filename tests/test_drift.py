@@ -178,7 +178,7 @@ def test_drift_check_runs_the_pipeline_on_the_short_poker_drift(tmp_path, monkey
 def test_cohort_recoding_misleads_the_frozen_reference(tmp_path):
     """Short schedule, one region per study: frozen before FORGE, the reference keeps MERIDIAN's
     coding of cog_score and applies it to CADENCE's untagged column; unfrozen it took FORGE's."""
-    env = gym.make("clbench/CohortStudies-v3", schedule="short", cache_dir=str(tmp_path))
+    env = gym.make("clbench/CohortStudies-v4", schedule="short", cache_dir=str(tmp_path))
     try:
         (drift,) = declared_drifts(env)
         p = env.unwrapped.schedule.variant_starts()[drift["variant"]]

@@ -2,5 +2,5 @@
 differently coded studies of one latent population (see cohortstudies_env.CohortStudiesEnv)."""
 
 REGISTRATIONS = [
-    {"id": "clbench/CohortStudies-v3", "entry_point": "clbench.envs.cohortstudies.cohortstudies_env:CohortStudiesEnv"},
+    {"id": "clbench/CohortStudies-v4", "entry_point": "clbench.envs.cohortstudies.cohortstudies_env:CohortStudiesEnv"},
 ]

@@ -1,4 +1,4 @@
-"""CohortStudies-v3: survival estimation across heterogeneous studies."""
+"""CohortStudies-v4: survival estimation across heterogeneous studies."""
 from __future__ import annotations
 
 import functools
@@ -108,9 +108,13 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     that replays the same 20 instances over and over, keeping the moves that lower the stated KL
     (agents/cohortstudies_redteam.py FeedbackSearch), passes r_reference on the 10th pass of the
     canonical world (0.0245 against 0.0197); it has learned that world's answers, not the skill, which
-    fresh worlds expose: the table it learned there scores -0.057 on average on worlds 1-20 (every one
-    below 0, the flat baseline), and the one it learns on world N's train split stays below world N's
-    r_reference (tests/test_cohortstudies.py).
+    fresh worlds expose: the table it learned there scored -0.057 on average on v3's worlds 1-20 (every
+    one below 0, the flat baseline), and the one it learns on world N's train split stays below world N's
+    r_reference (tests/test_cohortstudies.py). A table read off the generator itself (each cohort's mean
+    offset from its region's overall survival over train worlds) earned +0.0034 +- 0.0015 bits over the
+    regions' overall survival on v3's fresh worlds 1-30 (above 0 in 23), as v3 fixed which way the
+    re-coded variable's standout profile moves survival; since v4 it earns +0.0005 +- 0.0011 (15 of 30),
+    and added to the stateless reference it does not lead it (tests/test_cohortstudies_prior.py).
 
     ## Rewards
     Information gain in bits over the flat baseline that reports the study's overall Kaplan-Meier
@@ -148,6 +152,18 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     is kept in `cache_dir`/worlds (keyed by the spec and the drawing code), so workers do not redraw it.
 
     ## Version History
+    * v4 (the canonical world, its data and its r_max / r_reference unchanged): in drawn worlds the profile
+      that stands out on the re-coded variable goes to one of the two longest-lived or one of the two
+      shortest-lived types, even odds drawn once per world (v3: always a short-lived one, so cohorts on
+      that variable lay below their region's survival in 73-83% of worlds). A memoryless policy that adds
+      the generator's mean answers (over train worlds 1-30) to the stateless reference's partial cohorts
+      led it on v3's fresh worlds 1-30 by +0.0013 +- 0.0006 bits (23 of 30; x0.75) and, at the point surest
+      on the train worlds, +0.0007 +- 0.0001 (24 of 30); on v4's, -0.0003 +- 0.0004 (13 of 30) and
+      +0.00003 +- 0.00004 (16 of 30), analytic model of the reference. The drift keeps its weight (its
+      modelled share of the headroom on worlds 1-30: 0.38 [0.31, 0.48], v3 0.39 [0.32, 0.49], canonical
+      0.39). Open: the re-coding is the same kind of map in every drawn world, so a memoryless read of the
+      untagged column as that kind leads the stateless reference (tests/test_cohortstudies_prior.py, a
+      strict xfail).
     * v3, drawn worlds held to the reference's difficulty (the canonical world unchanged): a draw is
       taken only when the analytic model of the reference puts its share of r_max, the drift's share
       of the headroom and its normalized gain near the canonical world's (the re-coding's scale is
@@ -180,7 +196,7 @@ class CohortStudiesEnv(InstanceSequenceEnv):
     * v0: initial release.
     """
 
-    env_id = "clbench/CohortStudies-v3"
+    env_id = "clbench/CohortStudies-v4"
     #: modules a scripted agent may import (parsers of the condition and tag notation the observations use; no world's codings; tests/test_reference_imports.py)
     public_modules = ("codings",)
     reward_unit = "bits"

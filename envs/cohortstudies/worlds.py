@@ -85,8 +85,10 @@ def draw_world(spec: dict, rng_for: Callable[[str], np.random.Generator], avoid:
     canon = Analyst(canonical(spec), spec)
     target, model = difficulty(canon), canon.profile()
     others = [_tables(Analyst(other, spec)) for other in avoid]
+    # drawn once per world, not per attempt, so the acceptance tests cannot favour one side
+    longest = bool(rng_for("standout-side").integers(2))
     for attempt in range(MAX_ATTEMPTS):
-        world = _draw_once(spec, lambda purpose, a=attempt: rng_for(f"{purpose}/{a}"))
+        world = _draw_once(spec, lambda purpose, a=attempt: rng_for(f"{purpose}/{a}"), longest)
         scales = world.pop("scales")
         analyst = Analyst(world, spec)
         if not _within(difficulty(analyst), target, DIFFICULTY_RATIO):
@@ -138,12 +140,12 @@ def answer_share(mine: list, other: list, eps: float) -> float:
     return float(worst)
 
 
-def _draw_once(spec: dict, rng_for: Callable[[str], np.random.Generator]) -> dict:
+def _draw_once(spec: dict, rng_for: Callable[[str], np.random.Generator], longest: bool) -> dict:
     # a pickle round trip is a deep copy of plain data, several times faster than copy.deepcopy
     pop, studies = pickle.loads(pickle.dumps((spec["population"], spec["studies"])))
     _draw_survival(pop, rng_for("survival"))
     renamed = _draw_regions(pop, rng_for("regions"))
-    _draw_variables(pop, rng_for("variables"), _shared_var(studies))
+    _draw_variables(pop, rng_for("variables"), _shared_var(studies), longest)
     rng = rng_for("studies")
     for study in studies:
         weights = np.asarray(study["type_weights"], dtype=float) * np.exp(rng.normal(0.0, 0.15, len(pop["types"])))
@@ -179,21 +181,25 @@ def _draw_regions(pop: dict, rng: np.random.Generator) -> dict[str, str]:
     return dict(zip(old, names))
 
 
-def _draw_variables(pop: dict, rng: np.random.Generator, drifting: str | None) -> None:
+def _draw_variables(pop: dict, rng: np.random.Generator, drifting: str | None, longest: bool) -> None:
     """Which type has which distribution of each standard variable (one permutation of the per-type
     parameters per variable: which variables predict survival, and in which direction, change from
     world to world; the studies' enrollment biases and the regions' mixes stay with the survival
-    curves, so their size stays), each redrawn around it. As in the canonical world, the profile that
-    stands out on the re-coded variable belongs to one of the two shortest-lived types (so the
-    re-coding matters as much)."""
+    curves, so their size stays), each redrawn around it. The profile that stands out on the re-coded
+    variable goes to one of the two longest-lived types when `longest` (drawn once per world, even
+    odds), else to one of the two shortest-lived: either way its cohorts' survival lies far from
+    their region's (so the re-coding matters as much as in the canonical world), and whether it lies
+    above or below carries nothing from one world to another (always below, a prior read off the
+    generator led the stateless reference on fresh worlds)."""
     n = len(pop["types"])
-    short = set(np.argsort(pop["weibull_scale_months"])[:2].tolist())
+    by_life = np.argsort(pop["weibull_scale_months"])
+    side = set((by_life[-2:] if longest else by_life[:2]).tolist())
     for name, var in pop["variables"].items():
         order = rng.permutation(n)
         if name == drifting:
             means = np.asarray(var["mean"], dtype=float)
             standout = int(np.argmax(np.abs(means - means.mean())))
-            while int(np.flatnonzero(order == standout)[0]) not in short:
+            while int(np.flatnonzero(order == standout)[0]) not in side:
                 order = rng.permutation(n)
         for key in ("mean", "sd", "median", "sdlog", "probs"):
             if key in var:
