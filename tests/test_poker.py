@@ -1008,25 +1008,27 @@ def test_train_chosen_frozen_points_do_not_lead_the_reference_pooled_over_fresh_
     worlds x 2 deals, never a test world), frozen and played on every fresh world; its per-world lead over the
     stateless reference on `poker_redteam.frozen_deals` held-out deals (200 with CLBENCH_SLOW=1, else 40), pooled over
     the worlds (mean, standard error across worlds; `clbench.redteam.pooled_verdict`), must not be above 0
-    by two standard errors (`clbench.redteam.PooledLead`), but in FROZEN_FAILS. Measured on Poker-v8 with full grids
+    by two standard errors (`clbench.redteam.PooledLead`), but in FROZEN_FAILS. Measured on Poker-v9 with full grids
     (`clbench redteam --pooled-worlds 1-20 --full`: 200 deals per world), each family's frozen point: mean lead +- SE
     over worlds 1-20 (worlds where it leads):
-      card_blind_sizing    -3.574 +- 0.492 (0)     strength_thresholds  -1.059 +- 0.067 (0)
-      check_call           -3.799 +- 0.505 (0)     bet_give_up          -3.113 +- 0.486 (0)
-      value_bluff          -1.158 +- 0.223 (1)     hand_reader          -0.199 +- 0.100 (8)
-      likelihood_reader    -0.015 +- 0.005 (5)     size_reader          -0.033 +- 0.004 (0)
-      push_fold            -3.253 +- 0.524 (0)     kind_thresholds      +0.000 +- 0.000 (0)
+      card_blind_sizing    -3.639 +- 0.490 (0)     strength_thresholds  -1.124 +- 0.073 (0)
+      check_call           -3.864 +- 0.505 (0)     bet_give_up          -3.178 +- 0.483 (0)
+      value_bluff          -1.222 +- 0.224 (0)     hand_reader          -0.263 +- 0.105 (8)
+      likelihood_reader    -0.080 +- 0.022 (4)     size_reader          -0.098 +- 0.022 (3)
+      push_fold            -3.318 +- 0.525 (0)     kind_thresholds      -0.065 +- 0.023 (5)
+      place_prior          +0.000 +- 0.000 (0)
     On v7 kind_thresholds' point (a belief threshold per kind: calling station 0.8, fit-or-fold 0.5, loose-aggressive
     0.7, where v7's reference read every kind at 0.7) led by +0.016 +- 0.004 in 18 of 20 worlds (red team rt7). v8's
-    reference fits a threshold per kind on the train split (agents/poker.py CONFIDENT) and lands on that very point,
-    so it plays as the reference on every hand. Default grids (3 worlds, 40 deals): every family below 2 SE.
-    PLACE_PRIOR (red team s22) is not chosen on the train split: it is the reference's own one-hand read with, for each
+    reference fits a threshold per kind on the train split (agents/poker.py CONFIDENT) and lands on that very point.
+    PLACE_PRIOR (red team s22) is not chosen on the train split: it is the reference's one-hand read with, for each
     place of the schedule (read off the hand's number), the kinds the public world generator seats there, counted on
     test worlds 1001-1400. The generator draws the kinds of the test split's worlds unevenly by place (the changing
     player is never fit-or-fold; a test world must share a place's kind with the canonical world, which the train
     split never does), so such a prior knows what the uniform prior does not: it led v8 by +0.060 +- 0.025 over
-    worlds 1-20 (40 deals; 15 of 20 worlds) and +0.11 +- 0.11 on the canonical world. A strict xfail until a version
-    draws places that tell nothing (docs/poker-variance-levers.md)."""
+    worlds 1-20 (40 deals; 15 of 20 worlds; +0.11 +- 0.11 on the canonical world). v9's reference reads every unmet
+    player from its place's prior (`PLACE_PRIORS`), so PLACE_PRIOR plays as the reference, and the uniform-prior
+    readers (kind_thresholds, likelihood_reader, size_reader) trail it by more than on v8. Default grids (3 worlds,
+    40 deals): every family below 2 SE."""
     from clbench.agents.poker_redteam import TRAIN_WORLDS, train_worlds
 
     assert all(env.split == "train" for env in train_worlds()) and len(TRAIN_WORLDS) == 25
