@@ -8,12 +8,14 @@ functions given in `digests.json` beside this file (files larger than twice the 
 cannot be a copy and are only counted). A file is parsed only when it defines a release function's
 name and holds every identifier of a release function of that name, and only functions of the
 names that pass are unparsed: a function that matches does both, so this changes no match and
-saves most of the time (tests/test_copy_scan.py checks it). Prints nothing; writes the matches outside the checkout (`skip`) to `matches.json` beside this file.
+saves most of the time (tests/test_copy_scan.py checks it). Files are hashed by one worker per
+core, in the walk's order. Prints nothing; writes the matches outside the checkout (`skip`) to `matches.json` beside this file.
 """
 import ast
 import collections
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import stat
@@ -133,43 +135,68 @@ def members(path: str):
         return
 
 
+def scan(path: str, size: int) -> list[list[str]]:
+    """[path (or path!member), release module] for every digest of one regular file, or of the Python
+    members of an archive, that is a release's (JOB: the digests, needles and size limit)."""
+    wanted, needles = JOB["wanted"], JOB["needles"]
+    found = []
+    try:
+        if path.endswith(ARCHIVES) and size < MAX_FILE:
+            for inner, data in members(path):
+                found += [[f"{path}!{inner}", wanted[d]] for d in digests(data, needles=needles) if d in wanted]
+            return found
+        if size > JOB["largest"]:  # larger than any module (even with rewritten imports): no copy
+            return found
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return found
+    return [[path, wanted[d]] for d in digests(data, needles=needles) if d in wanted]
+
+
+def _scan(item: tuple[str, int]) -> list[list[str]]:
+    return scan(*item)
+
+
+#: what `scan` compares with, set by `main` before the workers fork
+JOB: dict = {}
+
+
+def regular_files(skip: str) -> list[tuple[str, int]]:
+    """(path, size) of every regular file the sandbox can read, outside `skip` and /proc, /sys, /dev."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk("/"):
+        if dirpath in ("/proc", "/sys", "/dev") or dirpath == skip or dirpath.startswith(skip + "/"):
+            dirnames[:] = []
+            continue
+        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in ("/proc", "/sys", "/dev")]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                info = os.lstat(path)  # one stat: links are not followed, only regular files read
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                files.append((path, info.st_size))
+    return files
+
+
 def main() -> None:
     with open(os.path.join(HERE, "digests.json")) as fh:
         job = json.load(fh)
-    wanted, skip, largest = job["digests"], job["skip"].rstrip("/"), job["largest"]
-    needles = needle_index(job["needles"])
-    found, scanned = [], 0
-    for top in ("/",):
-        for dirpath, dirnames, filenames in os.walk(top):
-            if dirpath in ("/proc", "/sys", "/dev") or dirpath == skip or dirpath.startswith(skip + "/"):
-                dirnames[:] = []
-                continue
-            dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in ("/proc", "/sys", "/dev")]
-            for name in filenames:
-                path = os.path.join(dirpath, name)
-                try:
-                    info = os.lstat(path)  # one stat: links are not followed, only regular files read
-                    if not stat.S_ISREG(info.st_mode):
-                        continue
-                    size = info.st_size
-                    scanned += 1
-                    if name.endswith(ARCHIVES) and size < MAX_FILE:
-                        for inner, data in members(path):
-                            for d in digests(data, needles=needles):
-                                if d in wanted:
-                                    found.append([f"{path}!{inner}", wanted[d]])
-                        continue
-                    if size > largest:  # larger than any module (even with rewritten imports): no copy
-                        continue
-                    with open(path, "rb") as fh:
-                        data = fh.read()
-                except OSError:
-                    continue
-                for d in digests(data, needles=needles):
-                    if d in wanted:
-                        found.append([path, wanted[d]])
+    JOB.update(wanted=job["digests"], largest=job["largest"], needles=needle_index(job["needles"]))
+    files = regular_files(job["skip"].rstrip("/"))
+    found = []
+    # hashing is CPU-bound: one worker per core the sandbox may use, in the walk's order (the same matches in the
+    # same order as one process); where no worker can start (no /dev/shm for its locks) one process scans it all
+    try:
+        with multiprocessing.get_context("fork").Pool(len(os.sched_getaffinity(0))) as pool:
+            for matches in pool.imap(_scan, files, chunksize=64):
+                found += matches
+    except OSError:
+        found = [m for item in files for m in _scan(item)]
     with open(os.path.join(HERE, "matches.json"), "w") as fh:
-        json.dump({"scanned": scanned, "matches": found, "python": sys.version}, fh)
+        json.dump({"scanned": len(files), "matches": found, "python": sys.version}, fh)
 
 
 if __name__ == "__main__":
