@@ -57,13 +57,12 @@ def test_random_agent_intervals_contain_zero(tmp_path):
     assert coverage >= 0.9
 
 
-def _poker_rewards(job: tuple[str, int, tuple[str, ...]]) -> list[float]:
-    """One agent's rewards on some hands of one of Poker's deals, as calibration plays them (each hand stateless,
-    by a fresh agent: what a hand gives depends on nothing else played)."""
+def _poker_deal_rewards(deal: int) -> dict[str, list[float]]:
+    """The oracle's and the stateless reference's rewards on every hand of one of Poker's deals, as
+    calibration plays them."""
     from clbench.commands.calibrate import stateless_rewards
 
-    agent, deal, hands = job
-    return stateless_rewards(resolve_tasks(["Poker"])[0], [agent], deals=[deal], instances=list(hands))[agent]
+    return stateless_rewards(resolve_tasks(["Poker"])[0], ["oracle", "reference"], deals=[deal])
 
 
 def test_poker_r_max_standard_error_matches_the_oracle_and_its_lead_is_real():  # 5 deals of 120 hands
@@ -76,16 +75,12 @@ def test_poker_r_max_standard_error_matches_the_oracle_and_its_lead_is_real():  
     from clbench.runner import make_env
 
     base = make_env(resolve_tasks(["Poker"])[0]).unwrapped
-    # rollout seed s plays deal s % deals: r_max is the mean over all of them. The oracle's simulations made this
-    # the suite's slowest test (~50 s): each agent's half deals play on both cores, the oracle's (the dear ones) first,
-    # so five deals do not leave one core idle for the last
-    ids = [slot.instance_id for slot in base.schedule.order(0)]
-    halves = (tuple(ids[:len(ids) // 2]), tuple(ids[len(ids) // 2:]))
-    jobs = [(agent, deal, hands) for agent in ("oracle", "reference") for deal in range(base.deals) for hands in halves]
+    # rollout seed s plays deal s % deals: r_max is the mean over all of them; the deals are independent,
+    # so they play on both cores (the oracle's simulations made this the suite's slowest test, ~50 s)
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        played = dict(zip(jobs, pool.map(_poker_rewards, jobs, chunksize=1)))
-    r, ref = (np.asarray([x for deal in range(base.deals) for hands in halves for x in played[agent, deal, hands]])
-              for agent in ("oracle", "reference"))
+        per_deal = pool.map(_poker_deal_rewards, range(base.deals))
+    r = np.asarray([x for d in per_deal for x in d["oracle"]])
+    ref = np.asarray([x for d in per_deal for x in d["reference"]])
     assert r.size == ref.size == base.deals * len(base.schedule.order(0))
     assert r.mean() == pytest.approx(base.r_max) and ref.mean() == pytest.approx(base.r_reference)
     assert base.spec_data["r_max_se"] == pytest.approx(r.std(ddof=1) / np.sqrt(r.size))
