@@ -1,8 +1,8 @@
-"""The copy scan's shortcuts (copy_scan.py parses a file only when it holds every identifier of some
-release function, and unparses only functions of a release function's name) change no match: the
-scan with and without them finds the same release digests in the releases themselves, in copies with
-rewritten imports and indentation, in another module carrying one release function, and in unrelated
-code."""
+"""The copy scan's shortcuts (copy_scan.py parses a file only when it defines a release function's name
+and holds every identifier of a release function of that name, unparses only functions of the names
+that pass, and looks for functions among statements only) change no match: the scan with and without
+them finds the same release digests in the releases themselves, in copies with rewritten imports and
+indentation, in another module carrying one release function, and in unrelated code."""
 import ast
 import os
 import sysconfig
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from clbench.envs.coderepair.copies import release_modules
-from clbench.envs.coderepair.copy_scan import digests
+from clbench.envs.coderepair.copy_scan import digests, needle_index, statements
 from clbench.envs.coderepair.sources import pristine_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +28,8 @@ def _shared_cache(monkeypatch):
 
 def test_the_scan_shortcuts_change_no_match():
     repos = yaml.safe_load((ROOT / "tasks/coderepair/default.yaml").read_text())["repos"]
-    wanted, _, needles, names = release_modules(repos)
-    needles, names = [frozenset(ids) for ids in needles], frozenset(names)
+    wanted, _, needles = release_modules(repos)
+    needles = needle_index(needles)
     samples = []
     for repo in repos.values():
         tree = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
@@ -48,7 +48,15 @@ def test_the_scan_shortcuts_change_no_match():
     samples += [p.read_bytes() for p in sorted(stdlib.glob("*.py"))[:20]]
     found = 0
     for data in samples:
+        try:  # the statement walk finds every function ast.walk finds, in its order
+            tree = ast.parse(data)
+        except SyntaxError:
+            tree = None
+        if tree is not None:
+            functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+            assert [n for n in statements(tree) if isinstance(n, functions)] == \
+                [n for n in ast.walk(tree) if isinstance(n, functions)]
         full = set(digests(data)) & set(wanted)
-        assert set(digests(data, needles=needles, names=names)) & set(wanted) == full
+        assert set(digests(data, needles=needles)) & set(wanted) == full
         found += any(d.startswith("f") for d in full)
     assert found > 5  # function matches were exercised, not only whole files

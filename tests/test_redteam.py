@@ -28,6 +28,12 @@ IN_PROCESS_GRIDS = {"salesforecast": "clbench.agents.salesforecast_redteam:canon
 #: holes the red team finds and no fix has closed yet: the test must keep failing on them (strict), so
 #: it flags the day a fix lands; each names its issue
 OPEN_HOLES: dict[str, str] = {}  # task -> issue text of a hole still open (strict xfail); none today
+POKER = "clbench/Poker-v9"
+#: the luck test's probes: Poker's likelihood reader at a threshold off its family's grid (its own family, so the
+#: plan's likelihood_reader points are chosen among themselves as in a run without it) and the reference's own play
+POKER_PROBES = {"probe-likelihood_reader(confident=0.75)": ("luck-probe", "clbench.agents.poker_redteam:LikelihoodReaderAgent",
+                                                            {"confident": 0.75}),
+                "planted-reference": ("planted", "reference", {})}
 
 
 def with_open_holes(env_id: str, *marks) -> "pytest.param":
@@ -52,19 +58,39 @@ def test_every_env_declares_a_policy_family(env_id):
 
 
 @pytest.mark.parametrize("env_id", env_params())
-def test_no_red_team_policy_reaches_r_reference(env_id):
+def test_no_red_team_policy_reaches_r_reference(env_id, red_team_reports):
     if env_class(env_id).task in SLOW_TASKS:
         from clbench.sandbox.bwrap import bwrap_works
 
         ok, why = bwrap_works()
         if not ok:
             pytest.skip(f"bwrap: {why}")
-    task = env_class(env_id).task
-    policies = None if task not in IN_PROCESS_GRIDS or redteam.slow() else \
-        strongest_points(env_id, load_object(IN_PROCESS_GRIDS[task])())
-    report = redteam.run(env_id, workers=2, policies=policies)
+    report = red_team_reports(env_id)["report"]
+    failures = [r for r in report["failures"] if r["policy"] not in POKER_PROBES]  # the luck test's rows
     assert report["families"], f"{env_id} declares no policy family"
-    assert not report["failures"], "\n" + redteam.format_table(report)
+    assert not failures, "\n" + redteam.format_table(report)
+
+
+@pytest.fixture(scope="module")
+def red_team_reports(tmp_path_factory):
+    """The generic red team's run on an env, once for every test that reads it ({"report", "out"}, by env id).
+    On Poker it plays POKER_PROBES beside the plan, for the luck test, on the same re-deals: each policy is its own
+    runner system with its own seeds, so a row is what a run of its policy alone gives, and the stateless reference
+    on the confirming re-deals is played once for both tests."""
+    reports = {}
+
+    def report(env_id: str) -> dict:
+        if env_id not in reports:
+            task, out = env_class(env_id).task, tmp_path_factory.mktemp("redteam")
+            policies = None if task not in IN_PROCESS_GRIDS or redteam.slow() else \
+                strongest_points(env_id, load_object(IN_PROCESS_GRIDS[task])())
+            if env_id == POKER:
+                policies = [*redteam.plan(POKER), *(Policy(name, family, agent, dict(params))
+                                                    for name, (family, agent, params) in POKER_PROBES.items())]
+            reports[env_id] = {"report": redteam.run(env_id, workers=2, policies=policies, out=str(out)), "out": out}
+        return reports[env_id]
+
+    return report
 
 
 def strongest_points(env_id: str, scores: dict[tuple[str, str], float]) -> list[Policy]:
@@ -80,13 +106,13 @@ def strongest_points(env_id: str, scores: dict[tuple[str, str], float]) -> list[
     return [p for p in plan if p.family not in best or best[p.family] == f"{p.family} {p.params}"]
 
 
-def test_train_learned_applies_what_the_train_split_taught():
+def test_train_learned_applies_what_the_train_split_taught(red_team_reports):
     """train-learned is not the stateless line in disguise: on DBExplore, whose train split has conventions of the
     same kind and other values, the frozen reference applies its train-split lessons, which are wrong on the test
-    split, so it earns less than r_reference; were its state ignored it would tie r_reference exactly."""
-    pols = [p for p in redteam.plan("clbench/DBExplore-v3") if p.name == redteam.TRAIN_LEARNED]
-    report = redteam.run("clbench/DBExplore-v3", policies=pols, workers=1)
-    (row,) = report["rows"]
+    split, so it earns less than r_reference; were its state ignored it would tie r_reference exactly. Its row of
+    the generic red team's run on DBExplore (the plan plays it as it would alone)."""
+    report = red_team_reports("clbench/DBExplore-v3")["report"]
+    (row,) = [r for r in report["rows"] if r["policy"] == redteam.TRAIN_LEARNED]
     assert row["tie_passes"] and row["mean"] < report["r_reference"] - 0.05, row
 
 
@@ -169,26 +195,23 @@ def test_selection_deals_skip_the_deal_under_test():
     assert redteam.confirm_deals({"redeal": 4}, 2, 3) == [3, 5, 6]
 
 
-def test_a_point_that_reaches_the_reference_by_the_benchmarks_luck_is_confirmed_on_other_re_deals(tmp_path):
+def test_a_point_that_reaches_the_reference_by_the_benchmarks_luck_is_confirmed_on_other_re_deals(red_team_reports):
     """Poker's likelihood reader at another threshold than the reference's plays as the stateless reference but
     where one hand's betting reads otherwise (a few hands in a hundred): it reaches r_reference on the benchmark's
     cards (v8: 4.266 vs 4.154 bb/hand) and falls below the reference on other re-deals (-0.10 on re-deals 1-8 by
     the betting model), so the table
     names it the benchmark's luck and the env passes. The reference's own play, planted as a family point, ties
     r_reference on the benchmark and on the other re-deals alike: a tie is never luck, and fails."""
-    env_id = "clbench/Poker-v9"
-    lucky = Policy("likelihood_reader(confident=0.75)", "likelihood_reader",
-                   "clbench.agents.poker_redteam:LikelihoodReaderAgent", {"confident": 0.75})
-    planted = Policy("planted-reference", "planted", "reference", {})
-    report = redteam.run(env_id, policies=[lucky, planted], k=2, workers=2, out=str(tmp_path))
+    report, out = red_team_reports(POKER)["report"], red_team_reports(POKER)["out"]
+    lucky, planted = POKER_PROBES
     rows = {r["policy"]: r for r in report["rows"]}
-    assert rows[lucky.name]["chosen"] and rows[lucky.name]["mean"] >= report["r_reference"]
-    assert rows[lucky.name]["luck"] and rows[lucky.name]["held_out_lead"] < 0
-    assert "the benchmark's luck" in rows[lucky.name]["verdict"]
-    assert rows[planted.name]["held_out_lead"] == pytest.approx(0, abs=1e-9) and not rows[planted.name]["luck"]
-    assert [r["policy"] for r in report["failures"]] == [planted.name]
-    assert sorted(p.name for p in (tmp_path / "confirm").iterdir()) == sorted(
-        f"redeal-{d}" for d in redteam.confirm_deals({}, 2, redteam.confirm_count()))
+    assert rows[lucky]["chosen"] and rows[lucky]["mean"] >= report["r_reference"]
+    assert rows[lucky]["luck"] and rows[lucky]["held_out_lead"] < 0
+    assert "the benchmark's luck" in rows[lucky]["verdict"]
+    assert rows[planted]["held_out_lead"] == pytest.approx(0, abs=1e-9) and not rows[planted]["luck"]
+    assert [r["policy"] for r in report["failures"] if r["policy"] in POKER_PROBES] == [planted]
+    assert sorted(p.name for p in (out / "confirm").iterdir()) == sorted(
+        f"redeal-{d}" for d in redteam.confirm_deals({}, report["redeals"], redteam.confirm_count()))
 
 
 def test_train_answers_replays_the_train_oracle_on_the_test_twin(tmp_path):

@@ -28,11 +28,11 @@ def release_digests(repos: dict) -> dict[str, str]:
     return release_modules(repos)[0]
 
 
-def release_modules(repos: dict) -> tuple[dict[str, str], int, list[list[str]], list[str]]:
+def release_modules(repos: dict) -> tuple[dict[str, str], int, dict[str, list[list[str]]]]:
     """(digest -> "pypi-version:path" for every Python module of every release, the largest one's size,
-    the identifiers of each function digested, those functions' names)."""
+    function name -> the identifiers of each function of that name digested)."""
     out: dict[str, str] = {}
-    largest, needles, names = 0, set(), set()
+    largest, needles = 0, {}
     for repo in repos.values():
         tree = pristine_tree(repo["pypi"], repo["version"], repo["sdist_sha256"])
         for path in sorted(tree.rglob("*.py")):
@@ -45,9 +45,8 @@ def release_modules(repos: dict) -> tuple[dict[str, str], int, list[list[str]], 
             for d in digests(data):
                 out.setdefault(d, f"{repo['pypi']}-{repo['version']}:{path.relative_to(tree)}")
             for node, _ in long_functions(data):
-                needles.add(tuple(identifiers(node)))
-                names.add(node.name)
-    return out, largest, [list(ids) for ids in sorted(needles)], sorted(names)
+                needles.setdefault(node.name, set()).add(tuple(identifiers(node)))
+    return out, largest, {name: [list(ids) for ids in sorted(found)] for name, found in sorted(needles.items())}
 
 
 def reachable_copies(env, repo_name: str, timeout: float = 900, plant: str = "", tree: Path | None = None) -> dict:
@@ -61,8 +60,8 @@ def reachable_copies(env, repo_name: str, timeout: float = 900, plant: str = "",
         tree = Path(tmp) / "tree"
         (tree / folder).mkdir(parents=True)
         shutil.copyfile(SCANNER, tree / folder / "copy_scan.py")
-        modules, largest, needles, names = release_modules(env.spec_data["repos"])
-        job = {"digests": modules, "skip": env.workdir, "largest": 2 * largest, "needles": needles, "names": names}
+        modules, largest, needles = release_modules(env.spec_data["repos"])
+        job = {"digests": modules, "skip": env.workdir, "largest": 2 * largest, "needles": needles}
         (tree / folder / "digests.json").write_text(json.dumps(job))
         with env.open_sandbox(tree, repo_name, timeout) as sandbox:
             if plant:
