@@ -310,9 +310,10 @@ def place_of(hand: int, hands: int) -> int | None:
     return bisect.bisect_left(PLACE_ENDS, hand) if hands == PLACE_ENDS[-1] else None
 
 
-def prior_at(place: int | None) -> tuple:
-    """What the reference knows of a player it has not met at `place` (`PLACE_PRIORS`; uniform off the schedule)."""
-    return UNIFORM if place is None else PLACE_PRIORS[place]
+def prior_at(place: int | None, priors: tuple = PLACE_PRIORS) -> tuple:
+    """What the reference knows of a player it has not met at `place` (`priors`, one per place; uniform off the
+    default schedule)."""
+    return UNIFORM if place is None else priors[place]
 
 
 @dataclass(frozen=True)
@@ -325,7 +326,7 @@ class PlacedReading(Policy):
     confident: float | tuple = CONFIDENT
 
     def at(self, place: int | None) -> ReadingPlay:
-        return ReadingPlay(prior=UNIFORM if place is None else self.priors[place], confident=self.confident)
+        return ReadingPlay(prior=prior_at(place, self.priors), confident=self.confident)
 
     def decide(self, s: Spot) -> Decision:
         raise TypeError("PlacedReading plays a hand at a place of the schedule: play `at(place)`")

@@ -63,8 +63,8 @@ import numpy as np
 
 from clbench import redteam
 from clbench.agent import Agent
-from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLACE_ENDS, PLAYBOOKS, STATELESS, UNIFORM, PlacedReading,
-                                  ReadingPlay, action_text, bet_share, book_for, posterior, table_spot)
+from clbench.agents.poker import (BOARD_LEN, CONFIDENT, KINDS, PLAYBOOKS, STATELESS, UNIFORM, PlacedReading,
+                                  ReadingPlay, action_text, bet_share, book_for, place_of, posterior, table_spot)
 from clbench.envs.poker.betting import Betting
 from clbench.envs.poker.policy import CALL, CHECK, RAISE, Decision, Policy, Spot
 
@@ -362,11 +362,10 @@ def replay(env, policy: Policy, deal: int = 0, style: str | None = None) -> dict
 
 @lru_cache(maxsize=256)
 def places(env) -> dict[str, int | None]:
-    """Each hand id of `env`'s schedule (every deal keeps the ids) to its place (`poker.place_of`)."""
-    ends = tuple(int(x) for x in np.cumsum([len(v.instances) for v in env.schedule.variants]))
-    on_schedule = ends == PLACE_ENDS
-    return {inst.instance_id: i if on_schedule else None
-            for i, v in enumerate(env.schedule.variants) for inst in v.instances}
+    """Each hand id of `env`'s schedule (every deal keeps the ids) to its place, as the reference tells it from the
+    hand's number (`poker.place_of`: rollouts permute hands within a variant only, so any order gives the same)."""
+    ids = [inst.instance_id for v in env.schedule.variants for inst in v.instances]
+    return {iid: place_of(k + 1, len(ids)) for k, iid in enumerate(ids)}
 
 
 def hero_at(policy: Policy, place: int | None) -> Policy:
